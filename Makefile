@@ -1,0 +1,28 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test lint demo clean
+
+$(STAMP): setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/vermin -q --no-tips --violations -t=3.10- --eval-annotations --backport dataclasses compactinst_ros test scripts launch setup.py
+
+test: $(STAMP) lint
+	. ./scripts/ros_env.sh && $(VENV)/bin/python -m pytest -q test
+
+demo: $(STAMP)
+	. ./scripts/ros_env.sh && $(PY) -m compactinst_ros.demo --out out/demo
+
+clean:
+	rm -rf $(VENV) build install log out

@@ -1,0 +1,262 @@
+"""Model bundle: a folder with one ONNX file per stage and ``bundle.json`` describing them.
+
+The bundle is the only thing the runtime needs from training/export. Schema (format 1)::
+
+    {
+      "format": 1,
+      "architecture": {"name": "compactinst_r18", "backbone": "resnet18", "decoder_layers": 3,
+                       "pool_factor": 2, "mask_stride": 8, "num_queries": 100, "hidden_dim": 256},
+      "input": {"height": 512, "width": 1024, "channel_order": "RGB", "layout": "NCHW",
+                "dtype": "float32", "value_range": [0, 255],
+                "pad_value": [123.675, 116.28, 103.53]},
+      "labels": [{"id": 1, "name": "person", "isthing": true}, ...],
+      "stages": [
+        {"name": "encoder", "file": "encoder.onnx", "sha256": "...",
+         "inputs":  [{"name": "image", "shape": [1, 3, 512, 1024], "dtype": "float32"}],
+         "outputs": [{"name": "e3", "shape": [...], "dtype": "float32"}, ...]},
+        {"name": "decoder", "file": "decoder.onnx", "sha256": "...",
+         "inputs": [...], "outputs": [{"name": "pred_logits", ...}, {"name": "pred_masks", ...}]}
+      ],
+      "opset": 17,
+      "source": {"checkpoint_sha256": "...", "config": "compactinst_r18", "created": "..."}
+    }
+
+Normalisation happens inside the encoder graph, so the encoder input is RGB in 0..255 and the
+letterbox padding is the mean colour (it normalises to 0, as detectron2's zero padding does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BundleError
+from .labels import LabelSet
+
+BUNDLE_FORMAT = 1
+METADATA_FILE = "bundle.json"
+STAGE_ORDER = ("encoder", "decoder")
+DECODER_OUTPUTS = ("pred_logits", "pred_masks")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, static shape and dtype of one stage input or output."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        """Serialise for bundle.json."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One ONNX stage of the model: its file, hash and I/O."""
+
+    name: str
+    path: Path
+    sha256: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def to_json(self) -> dict:
+        """Serialise for bundle.json (file name relative to the bundle)."""
+        return {
+            "name": self.name,
+            "file": self.path.name,
+            "sha256": self.sha256,
+            "inputs": [t.to_json() for t in self.inputs],
+            "outputs": [t.to_json() for t in self.outputs],
+        }
+
+
+@dataclass(frozen=True)
+class ModelBundle:
+    """A validated bundle on disk."""
+
+    root: Path
+    architecture: dict
+    input_h: int
+    input_w: int
+    pad_value: tuple[float, float, float]
+    labels: LabelSet
+    stages: tuple[StageSpec, ...]
+    source: dict
+
+    @property
+    def name(self) -> str:
+        """Architecture name, e.g. ``compactinst_r18``."""
+        return str(self.architecture.get("name", "unknown"))
+
+    @property
+    def mask_stride(self) -> int:
+        """Stride of the decoder's mask logits relative to the model input (8, or 4 for M 1/4)."""
+        return int(self.architecture["mask_stride"])
+
+    def stage(self, name: str) -> StageSpec:
+        """The stage called ``name``; BundleError if absent."""
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise BundleError(f"bundle {self.root} has no stage '{name}'")
+
+    @property
+    def fingerprint(self) -> str:
+        """Short hash over the stage hashes: identifies the model in reports and caches."""
+        joined = "".join(s.sha256 for s in self.stages)
+        return hashlib.sha256(joined.encode()).hexdigest()[:16]
+
+    @classmethod
+    def load(cls, root: str | Path, verify_hashes: bool = False) -> ModelBundle:
+        """Read and validate ``root/bundle.json``; BundleError names what is wrong and the fix."""
+        root = Path(root)
+        meta_path = root / METADATA_FILE
+        if not root.is_dir():
+            raise BundleError(
+                f"model bundle '{root}' does not exist; export one with "
+                "'compactinst export CONFIG --out DIR' or use models/default"
+            )
+        if not meta_path.is_file():
+            raise BundleError(
+                f"'{root}' is not a model bundle: {METADATA_FILE} is missing "
+                "(re-export it with 'compactinst export')"
+            )
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BundleError(f"{meta_path} is not valid JSON: {exc}") from None
+        return cls.from_json(root, meta, verify_hashes=verify_hashes)
+
+    @classmethod
+    def from_json(cls, root: Path, meta: dict, verify_hashes: bool = False) -> ModelBundle:
+        """Validate parsed metadata (see module docstring for the schema)."""
+        where = root / METADATA_FILE
+        if not isinstance(meta, dict):
+            raise BundleError(f"{where}: top level must be an object")
+        if meta.get("format") != BUNDLE_FORMAT:
+            raise BundleError(
+                f"{where}: format {meta.get('format')!r} is not supported (expected "
+                f"{BUNDLE_FORMAT}); re-export the bundle with this version"
+            )
+        for key in ("architecture", "input", "labels", "stages"):
+            if key not in meta:
+                raise BundleError(f"{where}: required key '{key}' is missing")
+        arch = meta["architecture"]
+        if not isinstance(arch, dict) or "mask_stride" not in arch:
+            raise BundleError(f"{where}: architecture.mask_stride is missing")
+        inp = meta["input"]
+        try:
+            input_h, input_w = int(inp["height"]), int(inp["width"])
+            pad_value = tuple(float(v) for v in inp["pad_value"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BundleError(f"{where}: input needs height, width and pad_value ({exc!r})") from None
+        if input_h % 32 or input_w % 32 or input_h <= 0 or input_w <= 0:
+            raise BundleError(
+                f"{where}: input size {input_h}x{input_w} must be positive multiples of 32"
+            )
+        if len(pad_value) != 3:
+            raise BundleError(f"{where}: input.pad_value must have 3 entries (RGB)")
+        labels = LabelSet.from_json(meta["labels"])
+        stages = tuple(_parse_stage(root, s, where, verify_hashes) for s in meta["stages"])
+        names = tuple(s.name for s in stages)
+        if names != STAGE_ORDER:
+            raise BundleError(f"{where}: stages must be {list(STAGE_ORDER)}, found {list(names)}")
+        decoder_outputs = tuple(t.name for t in stages[1].outputs)
+        if decoder_outputs[:2] != DECODER_OUTPUTS:
+            raise BundleError(
+                f"{where}: decoder outputs must start with {list(DECODER_OUTPUTS)}, "
+                f"found {list(decoder_outputs)}"
+            )
+        k1 = stages[1].outputs[0].shape[-1]
+        if k1 != labels.num_classes + 1:
+            raise BundleError(
+                f"{where}: pred_logits has {k1} classes but labels lists {labels.num_classes} "
+                f"(+1 no-object expected); the labels do not belong to this model"
+            )
+        return cls(
+            root=root,
+            architecture=dict(arch),
+            input_h=input_h,
+            input_w=input_w,
+            pad_value=pad_value,  # type: ignore[arg-type]
+            labels=labels,
+            stages=stages,
+            source=dict(meta.get("source", {})),
+        )
+
+    def to_json(self) -> dict:
+        """Serialise back to the bundle.json object."""
+        return {
+            "format": BUNDLE_FORMAT,
+            "architecture": self.architecture,
+            "input": {
+                "height": self.input_h,
+                "width": self.input_w,
+                "channel_order": "RGB",
+                "layout": "NCHW",
+                "dtype": "float32",
+                "value_range": [0, 255],
+                "pad_value": list(self.pad_value),
+            },
+            "labels": self.labels.to_json(),
+            "stages": [s.to_json() for s in self.stages],
+            "opset": 17,
+            "source": self.source,
+        }
+
+    def save(self) -> Path:
+        """Write bundle.json into ``root``; returns its path."""
+        path = self.root / METADATA_FILE
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        return path
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _parse_tensor(entry: dict, where: str) -> TensorSpec:
+    try:
+        return TensorSpec(
+            name=str(entry["name"]),
+            shape=tuple(int(d) for d in entry["shape"]),
+            dtype=str(entry["dtype"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BundleError(f"{where}: tensor entries need name, shape, dtype ({exc!r})") from None
+
+
+def _parse_stage(root: Path, entry: dict, where: Path, verify: bool) -> StageSpec:
+    try:
+        name, file = str(entry["name"]), str(entry["file"])
+    except (KeyError, TypeError) as exc:
+        raise BundleError(f"{where}: every stage needs 'name' and 'file' ({exc!r})") from None
+    path = root / file
+    if not path.is_file():
+        raise BundleError(
+            f"bundle {root}: stage '{name}' file {file} is missing; re-export the bundle"
+        )
+    sha = str(entry.get("sha256", ""))
+    if verify and sha and sha256_file(path) != sha:
+        raise BundleError(
+            f"bundle {root}: {file} does not match its sha256 in {METADATA_FILE} "
+            "(file changed or corrupt); re-export the bundle"
+        )
+    ctx = f"{where} stage '{name}'"
+    return StageSpec(
+        name=name,
+        path=path,
+        sha256=sha,
+        inputs=tuple(_parse_tensor(t, ctx) for t in entry.get("inputs", [])),
+        outputs=tuple(_parse_tensor(t, ctx) for t in entry.get("outputs", [])),
+    )

@@ -1,0 +1,61 @@
+"""``compactinst`` command line: one sub-command per job, each implemented in its own module.
+
+Sub-command modules expose ``add_arguments(parser)`` and ``run(args) -> int`` and import heavy
+libraries (torch, tensorrt) inside ``run`` so that ``compactinst --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import CompactInstError
+
+#: sub-command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("compactinst_ros.model.info", "parameters and GFLOPs per component of a config"),
+    "export": ("compactinst_ros.export.onnx_export", "export a config/checkpoint to a model bundle"),
+    "infer": ("compactinst_ros.infer", "segment images with a bundle; writes overlays and JSON"),
+    "synth": ("compactinst_ros.train.synthetic", "generate synthetic field/road scenes (COCO)"),
+    "train": ("compactinst_ros.train.loop", "train a config on COCO-format data"),
+    "import-fastinst": ("compactinst_ros.model.convert_fastinst", "convert a FastInst checkpoint"),
+    "build-engine": ("compactinst_ros.backends.trt_build", "build FP16 TensorRT engines"),
+    "replay": ("compactinst_ros.eval.replay", "replay a bag: accuracy and latency report"),
+    "bench": ("compactinst_ros.bench.latency", "decoder and model latency across resolutions"),
+    "costmodel": ("compactinst_ros.bench.cost_model", "bytes and MACs per stage, predicted time"),
+    "roofline": ("compactinst_ros.bench.roofline", "roofline from an Nsight Compute CSV"),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Top-level parser; only ``command``'s module is imported to add its arguments."""
+    parser = argparse.ArgumentParser(prog="compactinst", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``compactinst`` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in COMMANDS:
+        command = None
+    args = build_parser(command).parse_args(argv)
+    if args.command is None:
+        build_parser().print_help()
+        return 2
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except CompactInstError as exc:
+        print(f"compactinst {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

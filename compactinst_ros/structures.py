@@ -1,0 +1,150 @@
+"""Plain numpy records that travel with a frame through the pipeline (no ROS, no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import ConfigError
+
+#: Stage names in frame order; every backend reports the ones it runs, in milliseconds.
+STAGES = ("decode", "preprocess", "encoder", "decoder", "postprocess", "publish", "queue", "total")
+
+
+@dataclass(frozen=True)
+class FrameMeta:
+    """Letterbox geometry linking camera pixels to model input pixels.
+
+    The camera image (src_h x src_w) is resized by ``scale`` to (resized_h x resized_w), placed at
+    the top-left of the model input (input_h x input_w), and the rest is padded (detectron2's
+    bottom/right padding). Camera pixel centre x maps to input coordinate (x + 0.5) * scale - 0.5.
+    """
+
+    src_h: int
+    src_w: int
+    input_h: int
+    input_w: int
+    scale: float
+    resized_h: int
+    resized_w: int
+
+    @classmethod
+    def letterbox(cls, src_h: int, src_w: int, input_h: int, input_w: int) -> FrameMeta:
+        """Largest aspect-preserving fit of a src_h x src_w frame into the model input."""
+        scale = min(input_h / src_h, input_w / src_w)
+        resized_h = min(input_h, max(1, round(src_h * scale)))
+        resized_w = min(input_w, max(1, round(src_w * scale)))
+        return cls(src_h, src_w, input_h, input_w, scale, resized_h, resized_w)
+
+
+@dataclass(frozen=True)
+class PostprocessOptions:
+    """Thresholds of the post-processing rules (see docs/postprocess.md)."""
+
+    score_threshold: float = 0.3
+    mask_threshold: float = 0.5
+    object_mask_threshold: float = 0.8
+    overlap_threshold: float = 0.8
+    max_instances: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("score_threshold", "object_mask_threshold", "overlap_threshold"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{name}={value} is outside [0, 1]; pick a probability")
+        if not 0.0 < self.mask_threshold < 1.0:
+            raise ConfigError(
+                f"mask_threshold={self.mask_threshold} must be in (0, 1); 0.5 is the default"
+            )
+        if not 1 <= self.max_instances <= 65535:
+            raise ConfigError(
+                f"max_instances={self.max_instances} must be in [1, 65535] (uint16 raster ids)"
+            )
+
+
+@dataclass(frozen=True)
+class OutputSet:
+    """Which rasters to compute; a node asks only for outputs that have subscribers."""
+
+    instance: bool = True
+    panoptic: bool = True
+    semantic: bool = True
+
+
+@dataclass
+class RawOutputs:
+    """Decoder outputs for one frame: class logits (Q, K+1) and mask logits (Q, h, w)."""
+
+    class_logits: np.ndarray
+    mask_logits: np.ndarray
+    mask_stride: int
+
+
+@dataclass
+class Instances:
+    """Per-instance table; row i is the pixel value ``ids[i]`` of the instance raster."""
+
+    ids: np.ndarray  # (N,) uint16, 1..N
+    class_index: np.ndarray  # (N,) int32, contiguous model class index
+    label_id: np.ndarray  # (N,) int32, dataset label id
+    score: np.ndarray  # (N,) float32, class prob x mask score
+    box: np.ndarray  # (N, 4) float32, x0, y0, x1, y1 in camera pixels (x1, y1 exclusive)
+    area: np.ndarray  # (N,) int64, pixels in the instance raster
+
+    @classmethod
+    def empty(cls) -> Instances:
+        """A table with no rows."""
+        return cls(
+            ids=np.zeros(0, np.uint16),
+            class_index=np.zeros(0, np.int32),
+            label_id=np.zeros(0, np.int32),
+            score=np.zeros(0, np.float32),
+            box=np.zeros((0, 4), np.float32),
+            area=np.zeros(0, np.int64),
+        )
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+@dataclass
+class Segments:
+    """Panoptic segment table; row i describes pixels equal to ``ids[i]`` in the panoptic raster.
+
+    Ids are self-describing: things ``label_id * 1000 + k`` (k = 1, 2, ... per label), stuff
+    ``label_id``, 0 = void.
+    """
+
+    ids: np.ndarray  # (S,) int32
+    label_id: np.ndarray  # (S,) int32
+    isthing: np.ndarray  # (S,) bool
+    score: np.ndarray  # (S,) float32
+    area: np.ndarray  # (S,) int64
+
+    @classmethod
+    def empty(cls) -> Segments:
+        """A table with no rows."""
+        return cls(
+            ids=np.zeros(0, np.int32),
+            label_id=np.zeros(0, np.int32),
+            isthing=np.zeros(0, bool),
+            score=np.zeros(0, np.float32),
+            area=np.zeros(0, np.int64),
+        )
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+
+@dataclass
+class FrameResult:
+    """Everything the pipeline returns for one frame, at camera resolution."""
+
+    meta: FrameMeta
+    instances: Instances = field(default_factory=Instances.empty)
+    instance_raster: np.ndarray | None = None  # (H, W) uint16, 0 = background
+    segments: Segments = field(default_factory=Segments.empty)
+    panoptic_raster: np.ndarray | None = None  # (H, W) int32, 0 = void
+    semantic_raster: np.ndarray | None = None  # (H, W) uint8 or uint16 label ids, 0 = void
+    timings_ms: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,60 @@
+"""ament_python package for the CompactInst perception node (also pip-installable)."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "compactinst_ros"
+
+# The vehicle (Jetson, JetPack 6) gets tensorrt and pycuda from JetPack/apt; onnxruntime is the
+# CPU fallback backend. Nothing here imports torch at run time.
+RUNTIME = ["numpy>=1.21", "opencv-python-headless>=4.5", "onnxruntime>=1.16", "pyyaml>=5.4"]
+VEHICLE = ["pycuda>=2022.1"]
+TRAIN = ["torch==2.13.0", "onnx>=1.15", "scipy>=1.10", "pycocotools>=2.0.7"]
+EVAL = ["rosbags>=0.10.4", "pycocotools>=2.0.7", "matplotlib>=3.7", "scipy>=1.10"]
+# On a machine without a ROS install, the ROS 2 client library and messages come from PyPI.
+ROS_WHEELS = [
+    "ros-kilted-rclpy[fastrtps]",
+    "ros-kilted-sensor-msgs",
+    "ros-kilted-std-msgs",
+    "ros-kilted-diagnostic-msgs",
+    "ros-kilted-visualization-msgs",
+]
+DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6"]
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "test.*"]),
+    python_requires=">=3.10",
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.py")),
+        (f"share/{PACKAGE}/config", glob("config/*")),
+        (f"share/{PACKAGE}/rviz", glob("rviz/*.rviz")),
+        (f"share/{PACKAGE}/models/default", glob("models/default/*")),
+    ],
+    package_data={PACKAGE: ["cuda/*.cu", "cuda/*.cuh"]},
+    install_requires=RUNTIME,
+    extras_require={
+        "vehicle": VEHICLE,
+        "train": TRAIN,
+        "eval": EVAL,
+        "ros": ROS_WHEELS,
+        "dev": DEV + TRAIN + EVAL + ROS_WHEELS,
+    },
+    zip_safe=True,
+    maintainer="compactinst_ros maintainers",
+    maintainer_email="compactinst@example.com",
+    description="CompactInst instance/panoptic segmentation ROS 2 node with TensorRT and ONNX Runtime backends",
+    license="Apache-2.0",
+    tests_require=["pytest"],
+    entry_points={
+        "console_scripts": [
+            "compactinst = compactinst_ros.cli:main",
+            "compactinst_node = compactinst_ros.ros.node:main",
+            "compactinst_lifecycle_node = compactinst_ros.ros.node:lifecycle_main",
+        ],
+    },
+)
