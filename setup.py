@@ -49,7 +49,6 @@ setup(
     maintainer_email="compactinst@example.com",
     description="CompactInst instance/panoptic segmentation ROS 2 node with TensorRT and ONNX Runtime backends",
     license="Apache-2.0",
-    tests_require=["pytest"],
     entry_points={
         "console_scripts": [
             "compactinst = compactinst_ros.cli:main",
