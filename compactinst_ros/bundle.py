@@ -154,7 +154,9 @@ class ModelBundle:
             input_h, input_w = int(inp["height"]), int(inp["width"])
             pad_value = tuple(float(v) for v in inp["pad_value"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise BundleError(f"{where}: input needs height, width and pad_value ({exc!r})") from None
+            raise BundleError(
+                f"{where}: input needs height, width and pad_value ({exc!r})"
+            ) from None
         if input_h % 32 or input_w % 32 or input_h <= 0 or input_w <= 0:
             raise BundleError(
                 f"{where}: input size {input_h}x{input_w} must be positive multiples of 32"

@@ -95,7 +95,8 @@ def array_from_buffer(
         raise InputError(f"image has zero size ({height}x{width}); the camera sent an empty frame")
     if height > MAX_SIDE or width > MAX_SIDE:
         raise InputError(
-            f"image {height}x{width} exceeds the {MAX_SIDE}-pixel side limit; downscale at the camera"
+            f"image {height}x{width} exceeds the {MAX_SIDE}-pixel side limit; "
+            "downscale at the camera"
         )
     row = width * channels
     if step < row:

@@ -50,7 +50,7 @@ class LabelSet:
         """Serialise as the bundle's ``labels`` list."""
         return [
             {"id": i, "name": n, "isthing": t}
-            for n, i, t in zip(self.names, self.ids, self.isthing)
+            for n, i, t in zip(self.names, self.ids, self.isthing, strict=True)
         ]
 
     @classmethod

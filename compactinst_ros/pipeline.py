@@ -1,4 +1,4 @@
-"""Pipeline: validated camera frame -> backend (preprocess, encoder, decoder, postprocess) -> result.
+"""Pipeline: camera frame -> backend (preprocess, encoder, decoder, postprocess) -> result.
 
 The ROS node, the replay tool and the ``infer`` CLI all go through this one class. It never
 imports torch.
