@@ -19,3 +19,7 @@ class InputError(CompactInstError, ValueError):
 
 class BackendError(CompactInstError, RuntimeError):
     """An inference backend is unavailable or failed (runtime missing, engine stale, CUDA error)."""
+
+
+class DataError(CompactInstError, ValueError):
+    """A bag, data set or ground-truth file is missing, unreadable or does not fit the frames."""
