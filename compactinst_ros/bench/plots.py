@@ -1,0 +1,101 @@
+"""Matplotlib figures for the benches: latency and speed-up vs resolution, and the roofline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .devices import Device
+    from .roofline import Kernel
+
+
+def _pyplot():
+    """Headless pyplot (imported lazily: matplotlib is an ``eval`` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_latency(rows: Sequence[dict], baseline: str, path: Path, title: str) -> None:
+    """Two panels: median latency (ms) and speed-up vs ``baseline`` against megapixels.
+
+    ``rows`` are bench records with keys ``config``, ``size`` ([H, W]), ``backend``, ``median_ms``
+    and ``speedup``.
+    """
+    plt = _pyplot()
+    fig, (ax_l, ax_s) = plt.subplots(1, 2, figsize=(11, 4.2))
+    series: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        series.setdefault((r["backend"], r["config"]), []).append(r)
+    for (backend, config), pts in sorted(series.items()):
+        pts = sorted(pts, key=lambda r: r["size"][0] * r["size"][1])
+        mp = [r["size"][0] * r["size"][1] / 1e6 for r in pts]
+        label = f"{config} [{backend}]"
+        ax_l.plot(mp, [r["median_ms"] for r in pts], marker="o", label=label)
+        if config != baseline:
+            ax_s.plot(mp, [r["speedup"] for r in pts], marker="o", label=label)
+    ax_l.set(xlabel="padded input (megapixels)", ylabel="median latency (ms)", title=title)
+    ax_s.set(xlabel="padded input (megapixels)", ylabel=f"speed-up vs {baseline}",
+             title="speed-up (higher is better)")
+    ax_s.axhline(1.0, color="grey", lw=0.8, ls="--")
+    for ax in (ax_l, ax_s):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_roofline(kernels: Sequence[Kernel], device: Device, path: Path) -> None:
+    """Kernels as points (size ~ time) under the bandwidth slope and both FP16 ceilings."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    bw = device.bandwidth_gbs * 1e9
+    xs = [10 ** (e / 10) for e in range(-30, 51)]
+    for peak, ridge, label, colour in (
+        (device.tensor_tflops * 1e12, device.tensor_ridge, "tensor-core FP16", "tab:orange"),
+        (device.cuda_tflops * 1e12, device.cuda_ridge, "CUDA-core FP16", "tab:blue"),
+    ):
+        ax.plot(xs, [min(peak, bw * x) / 1e12 for x in xs], color=colour,
+                label=f"{label} roof (ridge {ridge:.0f} FLOP/B)")
+    total = sum(k.time_s for k in kernels) or 1.0
+    for is_tensor, colour, label in ((True, "tab:orange", "TC kernels"),
+                                     (False, "tab:blue", "CUDA-only kernels")):
+        pts = [k for k in kernels if k.is_tensor == is_tensor and k.dram_bytes > 0 and k.time_s]
+        ax.scatter([max(k.flops / k.dram_bytes, 1e-3) for k in pts],
+                   [max(k.flops / k.time_s / 1e12, 1e-6) for k in pts],
+                   s=[10 + 400 * k.time_s / total for k in pts], color=colour, alpha=0.6,
+                   edgecolors="k", linewidths=0.3, label=label)
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / DRAM byte)",
+           ylabel="performance (TFLOP/s)", title=f"decoder roofline on {device.name}")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_costmodel(rows: Sequence[dict], path: Path) -> None:
+    """Predicted decoder speed-up vs resolution, one line per device and config."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    series: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        series.setdefault((r["device"], r["config"]), []).append(r)
+    for (device, config), pts in sorted(series.items()):
+        pts = sorted(pts, key=lambda r: r["size"][0] * r["size"][1])
+        ax.plot([r["size"][0] * r["size"][1] / 1e6 for r in pts],
+                [r["decoder_speedup"] for r in pts], marker="o", label=f"{config} on {device}")
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set(xlabel="padded input (megapixels)", ylabel="predicted decoder speed-up vs baseline",
+           title="cost model (per-op roofline)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
