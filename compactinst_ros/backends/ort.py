@@ -1,0 +1,148 @@
+"""ONNX Runtime backend (CPU): letterbox -> encoder.onnx -> decoder.onnx -> numpy post-processing.
+
+Sessions are created once per backend. The encoder's outputs are fed to the decoder by name, so
+the bundle's stage I/O names are the only contract between the two graphs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..bundle import DECODER_OUTPUTS, ModelBundle
+from ..errors import BackendError
+from ..postprocess.reference import postprocess
+from ..preprocess import letterbox
+from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions, RawOutputs
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
+
+
+def _import_ort() -> Any:
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise BackendError(
+            f"onnxruntime is not installed ({exc}); pip install onnxruntime, or use the "
+            "tensorrt backend"
+        ) from None
+    return onnxruntime
+
+
+def create_session(
+    path: str | Path,
+    threads: int | None = None,
+    providers: list[str] | tuple[str, ...] | None = None,
+) -> onnxruntime.InferenceSession:
+    """One ONNX Runtime session for ``path``; BackendError names the file and the cause."""
+    ort = _import_ort()
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads is not None:
+        if threads < 1:
+            raise BackendError(f"threads={threads} must be >= 1 (or None for all cores)")
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    try:
+        return ort.InferenceSession(
+            str(path), sess_options=options, providers=list(providers or DEFAULT_PROVIDERS)
+        )
+    except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/... types
+        raise BackendError(
+            f"ONNX Runtime cannot load {path}: {exc}; re-export the bundle with "
+            "'compactinst export'"
+        ) from None
+
+
+class OrtBackend:
+    """The Backend protocol on ONNX Runtime; CPU by default, any ORT providers on request."""
+
+    name = "onnxruntime"
+
+    def __init__(
+        self,
+        bundle: ModelBundle,
+        threads: int | None = None,
+        providers: list[str] | tuple[str, ...] | None = None,
+    ) -> None:
+        self.bundle = bundle
+        self.threads = threads
+        self._ort = _import_ort()
+        encoder, decoder = bundle.stage("encoder"), bundle.stage("decoder")
+        self._encoder = create_session(encoder.path, threads, providers)
+        self._decoder = create_session(decoder.path, threads, providers)
+        image_inputs = _check_names(self._encoder, encoder.path, [t.name for t in encoder.inputs])
+        if len(image_inputs) != 1:
+            raise BackendError(f"{encoder.path} must have exactly one input (the image)")
+        self._image_input = image_inputs[0]
+        self._feature_names = [o.name for o in self._encoder.get_outputs()]
+        _check_names(self._decoder, decoder.path, self._feature_names)
+        decoder_outputs = {o.name for o in self._decoder.get_outputs()}
+        missing = [n for n in DECODER_OUTPUTS if n not in decoder_outputs]
+        if missing:
+            raise BackendError(
+                f"{decoder.path} lacks outputs {missing}; re-export the bundle with "
+                "'compactinst export'"
+            )
+
+    def infer(
+        self,
+        image: np.ndarray,
+        encoding: str,
+        meta: FrameMeta,
+        options: PostprocessOptions,
+        outputs: OutputSet,
+    ) -> FrameResult:
+        """Run one validated frame through both sessions and the numpy post-processing."""
+        t0 = time.perf_counter()
+        tensor = letterbox(image, encoding, meta, self.bundle.pad_value)
+        t1 = time.perf_counter()
+        features = self._encoder.run(self._feature_names, {self._image_input: tensor})
+        t2 = time.perf_counter()
+        logits, masks = self._decoder.run(
+            list(DECODER_OUTPUTS), dict(zip(self._feature_names, features, strict=True))
+        )
+        t3 = time.perf_counter()
+        raw = RawOutputs(logits[0], masks[0], self.bundle.mask_stride)
+        result = postprocess(raw, meta, self.bundle.labels, options, outputs)
+        t4 = time.perf_counter()
+        result.timings_ms.update(
+            preprocess=(t1 - t0) * 1e3,
+            encoder=(t2 - t1) * 1e3,
+            decoder=(t3 - t2) * 1e3,
+            postprocess=(t4 - t3) * 1e3,
+        )
+        return result
+
+    def describe(self) -> dict:
+        """Backend name, onnxruntime version, providers and device."""
+        providers = list(self._encoder.get_providers())
+        return {
+            "backend": self.name,
+            "onnxruntime_version": self._ort.__version__,
+            "providers": providers,
+            "threads": self.threads,
+            "device": "cuda" if "CUDAExecutionProvider" in providers else "cpu",
+        }
+
+    def close(self) -> None:
+        """Drop the sessions (ONNX Runtime frees them when unreferenced)."""
+        self._encoder = None  # type: ignore[assignment]
+        self._decoder = None  # type: ignore[assignment]
+
+
+def _check_names(session: Any, path: Path, expected: list[str]) -> list[str]:
+    """The session's input names; BackendError unless they are ``expected`` (order-free)."""
+    names = [i.name for i in session.get_inputs()]
+    if sorted(names) != sorted(expected):
+        raise BackendError(
+            f"{path} inputs {names} do not match {expected} from the bundle/encoder; "
+            "the stage files come from different exports — re-export the bundle"
+        )
+    return names

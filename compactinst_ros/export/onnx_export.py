@@ -1,0 +1,358 @@
+"""Stage-split ONNX export: a config (+ checkpoint) -> encoder.onnx, decoder.onnx, bundle.json.
+
+The encoder takes the letterboxed RGB image in 0..255 (normalisation is inside the graph) and
+returns the pixel-decoder maps named in ``model.encoder_outputs``; the decoder takes those maps by
+name and returns ``pred_logits`` (1, Q, K+1) and ``pred_masks`` (1, Q, H/s, W/s). Both graphs use
+the TorchScript exporter (dynamo=False), opset 17 and static shapes, as the TensorRT builder wants.
+
+Checkpoints are ``{"config": name, "model": state_dict, "labels": [label json, ...]}`` saved with
+``torch.save`` and read with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..bundle import DECODER_OUTPUTS, METADATA_FILE, ModelBundle, StageSpec, TensorSpec, sha256_file
+from ..errors import BundleError, ConfigError
+from ..labels import (
+    CITYSCAPES_INSTANCE_LABELS,
+    COCO_INSTANCE_LABELS,
+    SYNTHETIC_LABELS,
+    LabelSet,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+OPSET = 17
+#: Mean colour used for letterbox padding (normalises to 0 inside the encoder).
+PAD_VALUE = (123.675, 116.28, 103.53)
+NAMED_LABELS: dict[str, LabelSet] = {
+    "synthetic": SYNTHETIC_LABELS,
+    "cityscapes": CITYSCAPES_INSTANCE_LABELS,
+    "coco": COCO_INSTANCE_LABELS,
+}
+#: Seed of the random image the graphs are traced with (parity checks use a different input).
+TRACE_SEED = 0
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``'512x1024'`` -> (512, 1024); ConfigError unless both are positive multiples of 32."""
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ConfigError(f"size '{text}' must look like HxW, e.g. 512x1024") from None
+    if h <= 0 or w <= 0 or h % 32 or w % 32:
+        raise ConfigError(f"size {h}x{w} must be positive multiples of 32 (the backbone stride)")
+    return h, w
+
+
+def resolve_labels(spec: str | None) -> LabelSet | None:
+    """A label set from a name (synthetic, cityscapes, coco) or a JSON file; None for None."""
+    if spec is None:
+        return None
+    if spec in NAMED_LABELS:
+        return NAMED_LABELS[spec]
+    path = Path(spec)
+    if not path.is_file():
+        raise ConfigError(
+            f"labels '{spec}' is neither one of {sorted(NAMED_LABELS)} nor an existing JSON file"
+        )
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"labels file {path} is not valid JSON: {exc}") from None
+    if isinstance(entries, dict):
+        entries = entries.get("labels")
+    if not isinstance(entries, list):
+        raise ConfigError(
+            f"labels file {path} must hold a list of {{id, name, isthing}} objects "
+            "(or an object with such a 'labels' list)"
+        )
+    return LabelSet.from_json(entries)
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A training checkpoint read back for export."""
+
+    config: str
+    state_dict: dict
+    labels: LabelSet | None
+    sha256: str
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a ``{"config", "model", "labels"}`` checkpoint with weights_only=True."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"checkpoint {path} does not exist")
+    try:
+        record = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises several types for corrupt or unsafe pickles
+        raise ConfigError(
+            f"checkpoint {path} cannot be read with torch.load(weights_only=True): {exc}"
+        ) from None
+    if not isinstance(record, dict) or "model" not in record or "config" not in record:
+        raise ConfigError(
+            f"checkpoint {path} must be a dict with 'config', 'model' (state_dict) and 'labels'; "
+            "save it with the training loop of this package"
+        )
+    labels = LabelSet.from_json(record["labels"]) if record.get("labels") else None
+    return Checkpoint(str(record["config"]), record["model"], labels, sha256_file(path))
+
+
+def wrap_encoder(model: torch.nn.Module) -> torch.nn.Module:
+    """The encoder stage as a module returning a tuple (what torch.onnx.export traces)."""
+    import torch
+
+    class Encoder(torch.nn.Module):
+        """image (1, 3, H, W) RGB 0..255 -> encoder maps in ``model.encoder_outputs`` order."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            self.names = tuple(model.encoder_outputs)
+
+        def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            features = self.model.encode(image)
+            return tuple(features[n] for n in self.names)
+
+    return Encoder().eval()
+
+
+def wrap_decoder(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder stage as a module taking the encoder maps positionally."""
+    import torch
+
+    class Decoder(torch.nn.Module):
+        """Encoder maps (in model order) -> pred_logits, pred_masks."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            self.names = tuple(model.encoder_outputs)
+
+        def forward(self, *maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out = self.model.decode(dict(zip(self.names, maps, strict=True)))
+            return out["pred_logits"], out["pred_masks"]
+
+    return Decoder().eval()
+
+
+def random_image(height: int, width: int, seed: int) -> torch.Tensor:
+    """A reproducible (1, 3, H, W) float32 image in 0..255 for tracing and parity checks."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return torch.rand((1, 3, height, width), generator=gen) * 255.0
+
+
+def _tensor_specs(values: list) -> tuple[TensorSpec, ...]:
+    """TensorSpecs of ONNX graph inputs/outputs (static dims only)."""
+    import onnx
+
+    specs = []
+    for value in values:
+        ttype = value.type.tensor_type
+        dims = []
+        for dim in ttype.shape.dim:
+            if not dim.HasField("dim_value"):
+                raise BundleError(
+                    f"ONNX tensor '{value.name}' has a dynamic dimension; export uses static shapes"
+                )
+            dims.append(int(dim.dim_value))
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type).name
+        specs.append(TensorSpec(value.name, tuple(dims), dtype))
+    return tuple(specs)
+
+
+def stage_spec(name: str, path: Path) -> StageSpec:
+    """Check an ONNX file with onnx.checker and read its I/O names, shapes and dtypes."""
+    import onnx
+
+    onnx.checker.check_model(str(path))
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    inputs = [v for v in graph.input if v.name not in initializers]
+    return StageSpec(
+        name=name,
+        path=path,
+        sha256=sha256_file(path),
+        inputs=_tensor_specs(inputs),
+        outputs=_tensor_specs(list(graph.output)),
+    )
+
+
+def architecture_of(model: torch.nn.Module, config_name: str) -> dict:
+    """JSON-able architecture record: the model's config fields plus name and mask stride."""
+    config = getattr(model, "config", None)
+    arch: dict = {}
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        arch = {
+            k: v
+            for k, v in dataclasses.asdict(config).items()
+            if isinstance(v, (str, int, float, bool, list, tuple)) or v is None
+        }
+    arch["name"] = config_name
+    arch["mask_stride"] = int(model.mask_stride)
+    arch["encoder_outputs"] = list(model.encoder_outputs)
+    return arch
+
+
+def _export_stage(
+    module: torch.nn.Module,
+    args: tuple,
+    path: Path,
+    input_names: list[str],
+    output_names: list[str],
+) -> None:
+    import torch
+
+    with torch.no_grad():
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            dynamo=False,
+            opset_version=OPSET,
+            input_names=input_names,
+            output_names=output_names,
+            do_constant_folding=True,
+        )
+
+
+def export_bundle(
+    model: torch.nn.Module,
+    config_name: str,
+    size: tuple[int, int],
+    labels: LabelSet,
+    out_dir: str | Path,
+    source: dict,
+    progress: Callable[[str], None] = print,
+) -> ModelBundle:
+    """Export ``model`` at ``size`` into ``out_dir`` (encoder.onnx, decoder.onnx, bundle.json)."""
+    import torch
+
+    height, width = size
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model = model.eval()
+    names = list(model.encoder_outputs)
+    image = random_image(height, width, TRACE_SEED)
+
+    start = time.perf_counter()
+    progress(f"[1/4] exporting encoder ({config_name}, {height}x{width}) ...")
+    encoder_path = out / "encoder.onnx"
+    _export_stage(wrap_encoder(model), (image,), encoder_path, ["image"], names)
+    with torch.no_grad():
+        features = model.encode(image)
+    progress(f"[2/4] exporting decoder (inputs {', '.join(names)}) ...")
+    decoder_path = out / "decoder.onnx"
+    _export_stage(
+        wrap_decoder(model),
+        tuple(features[n] for n in names),
+        decoder_path,
+        names,
+        list(DECODER_OUTPUTS),
+    )
+    progress("[3/4] checking ONNX graphs and reading stage I/O ...")
+    stages = (stage_spec("encoder", encoder_path), stage_spec("decoder", decoder_path))
+    bundle = ModelBundle(
+        root=out,
+        architecture=architecture_of(model, config_name),
+        input_h=height,
+        input_w=width,
+        pad_value=PAD_VALUE,
+        labels=labels,
+        stages=stages,
+        source={
+            **source,
+            "config": config_name,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "torch": torch.__version__,
+        },
+    )
+    bundle.save()
+    progress(f"[4/4] wrote {out / METADATA_FILE} ({time.perf_counter() - start:.1f} s)")
+    return ModelBundle.load(out, verify_hashes=True)
+
+
+def build_for_export(
+    config: str, labels: LabelSet | None, checkpoint: str | Path | None, seed: int
+) -> tuple[torch.nn.Module, LabelSet, dict]:
+    """Build the model (random init with ``seed``, or a checkpoint's weights) and its labels."""
+    import torch
+
+    from ..model import build_model
+
+    ckpt = load_checkpoint(checkpoint) if checkpoint is not None else None
+    if ckpt is not None and ckpt.config != config:
+        raise ConfigError(
+            f"checkpoint {checkpoint} was trained with config '{ckpt.config}', not '{config}'; "
+            f"run 'compactinst export {ckpt.config} ...'"
+        )
+    if labels is None:
+        labels = ckpt.labels if ckpt is not None and ckpt.labels else SYNTHETIC_LABELS
+    torch.manual_seed(seed)
+    model = build_model(config, num_classes=labels.num_classes)
+    if ckpt is not None:
+        try:
+            model.load_state_dict(ckpt.state_dict)
+        except RuntimeError as exc:
+            raise ConfigError(
+                f"checkpoint {checkpoint} does not fit config '{config}' with "
+                f"{labels.num_classes} classes: {exc}"
+            ) from None
+        source = {"checkpoint_sha256": ckpt.sha256, "checkpoint": str(checkpoint)}
+    else:
+        source = {"checkpoint_sha256": "random-init", "seed": seed}
+    return model.eval(), labels, source
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``compactinst export``."""
+    parser.add_argument("config", help="model config name, e.g. compactinst_r18")
+    parser.add_argument(
+        "--size", default="512x1024", help="static input size HxW (default 512x1024)"
+    )
+    parser.add_argument("--checkpoint", help="training checkpoint (.pt); random init without it")
+    parser.add_argument(
+        "--labels",
+        help="synthetic | cityscapes | coco | FILE.json (default: checkpoint's, else synthetic)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random init")
+    parser.add_argument("--out", required=True, help="bundle directory to write")
+    parser.add_argument(
+        "--check", action="store_true", help="verify ONNX Runtime vs PyTorch parity afterwards"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Export one bundle; with --check, fail (exit 1) unless parity holds."""
+    import torch
+
+    from .parity import check_parity
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    size = parse_size(args.size)
+    labels = resolve_labels(args.labels)
+    model, labels, source = build_for_export(args.config, labels, args.checkpoint, args.seed)
+    bundle = export_bundle(model, args.config, size, labels, args.out, source)
+    if not args.check:
+        return 0
+    print("parity: ONNX Runtime vs PyTorch fp32 on an input unlike the trace input ...")
+    results = check_parity(model, bundle)
+    for r in results:
+        print(f"  {r}")
+    return 0 if all(r.ok for r in results) else 1
