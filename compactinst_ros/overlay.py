@@ -1,8 +1,8 @@
 """Colour overlay of a FrameResult on its camera image (for ~/overlay and ``compactinst infer``).
 
 Instances are drawn when there are any, else panoptic segments, else the semantic raster. The
-blend is a palette lookup over the id raster (no per-pixel Python), outlines come from comparing
-each pixel with its right/lower neighbour, and labels are drawn with OpenCV per instance.
+blend is a palette lookup over the id raster (no per-pixel Python), outlines are the coloured pixels
+whose 4-neighbourhood holds another id, and labels are drawn with OpenCV per instance.
 """
 
 from __future__ import annotations
@@ -94,8 +94,12 @@ def draw_overlay(
     out[fg] = blended[fg]
 
     edge = np.zeros(index.shape, bool)
-    edge[:, :-1] |= index[:, :-1] != index[:, 1:]
-    edge[:-1, :] |= index[:-1, :] != index[1:, :]
+    dx = index[:, :-1] != index[:, 1:]
+    dy = index[:-1, :] != index[1:, :]
+    edge[:, :-1] |= dx
+    edge[:, 1:] |= dx
+    edge[:-1, :] |= dy
+    edge[1:, :] |= dy
     out[edge & fg] = OUTLINE_COLOUR
 
     scale = max(0.4, min(image.shape[:2]) / 800.0)
