@@ -76,7 +76,7 @@ class SetCriterion(nn.Module):
         target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64,
                                     device=logits.device)
         batch, src = self._src_idx(indices)
-        matched = [t["labels"][j] for t, (_, j) in zip(targets, indices)]
+        matched = [t["labels"][j] for t, (_, j) in zip(targets, indices, strict=True)]
         target_classes[batch, src] = torch.cat(matched).to(logits.device)
         return F.cross_entropy(logits.transpose(1, 2), target_classes, self.empty_weight)
 
@@ -91,7 +91,7 @@ class SetCriterion(nn.Module):
             zero = pred.sum() * 0.0
             return zero, zero
         tgt_masks = torch.cat(
-            [t["masks"][j] for t, (_, j) in zip(targets, indices)]
+            [t["masks"][j] for t, (_, j) in zip(targets, indices, strict=True)]
         ).to(src_masks)[:, None]  # (M, 1, H, W)
         with torch.no_grad():
             coords = uncertain_point_coords(src_masks, self.num_points, self.oversample_ratio,
@@ -110,7 +110,7 @@ class SetCriterion(nn.Module):
         target_classes = torch.full((logits.shape[0], logits.shape[2]), self.num_classes,
                                     dtype=torch.int64, device=logits.device)
         batch, src = self._src_idx(indices)
-        matched = [t["labels"][j] for t, (_, j) in zip(targets, indices)]
+        matched = [t["labels"][j] for t, (_, j) in zip(targets, indices, strict=True)]
         target_classes[batch, src] = torch.cat(matched).to(logits.device)
         return F.cross_entropy(logits, target_classes)
 

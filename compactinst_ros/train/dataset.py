@@ -67,7 +67,7 @@ class _CocoBase(torch.utils.data.Dataset):
         if self.transforms is not None:
             rng = np.random.default_rng([self.seed, self.epoch, index])
             image, masks = self.transforms(image, masks, rng)
-        keep = masks.reshape(masks.shape[0], -1).any(axis=1) if masks.shape[0] else np.zeros(0, bool)
+        keep = masks.reshape(masks.shape[0], -1).any(axis=1)
         return {
             "image": torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))).float(),
             "labels": torch.as_tensor(np.asarray(labels, np.int64)[keep], dtype=torch.int64),
@@ -76,7 +76,7 @@ class _CocoBase(torch.utils.data.Dataset):
 
 
 class CocoInstanceDataset(_CocoBase):
-    """COCO instance JSON (polygons or RLE); crowd objects are dropped, as FastInst's mapper does."""
+    """COCO instance JSON (polygons or RLE); crowd objects are dropped (as FastInst's mapper)."""
 
     def __init__(
         self,

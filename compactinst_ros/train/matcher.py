@@ -98,7 +98,8 @@ class HungarianMatcher:
             probs = proposal_logits[b].float().flatten(1).T.softmax(-1)  # (hw, K+1)
             tgt = target["masks"].to(probs)
             if tgt.shape[0] == 0:
-                indices.append((torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)))
+                empty = torch.zeros(0, dtype=torch.int64)
+                indices.append((empty, empty))
                 continue
             inside = (F.adaptive_avg_pool2d(tgt[None], (h, w))[0] > 0).flatten(1).T.float()
             cost = -self.cost_class * probs[:, target["labels"]] - self.cost_location * inside

@@ -37,8 +37,12 @@ MIN_AREA = 120
 #: object height at the bottom image row, as a fraction of the image height
 BASE_HEIGHT = {PERSON: 0.46, VEHICLE: 0.36, ANIMAL: 0.3, BALE: 0.24}
 PALETTE = {
-    "shirt": np.array([[200, 30, 30], [30, 60, 200], [240, 140, 20], [120, 40, 160], [20, 150, 160]]),
-    "car": np.array([[180, 20, 20], [20, 40, 150], [230, 230, 235], [160, 165, 170], [230, 200, 20]]),
+    "shirt": np.array(
+        [[200, 30, 30], [30, 60, 200], [240, 140, 20], [120, 40, 160], [20, 150, 160]]
+    ),
+    "car": np.array(
+        [[180, 20, 20], [20, 40, 150], [230, 230, 235], [160, 165, 170], [230, 200, 20]]
+    ),
     "animal": np.array([[110, 60, 30], [30, 25, 25], [235, 230, 220], [160, 110, 60]]),
 }
 
@@ -96,8 +100,10 @@ def _paint_stuff(rng: np.random.Generator, h: int, w: int) -> tuple[np.ndarray, 
     field_base = np.array([150, 160, 70]) + rng.uniform(-25, 25, 3)
     stripes = 12 * np.sin(yy * rng.uniform(0.3, 0.6) + xx * rng.uniform(-0.2, 0.2))
     field = field_base + stripes[..., None] + _smooth_noise(rng, h, w, 16, 10)[..., None]
-    veg = np.array([40, 85, 40]) + _smooth_noise(rng, h, w, 6, 18)[..., None] * np.array([0.6, 1, 0.6])
-    road = np.array([95, 95, 100]) + rng.uniform(-15, 15) + _smooth_noise(rng, h, w, 24, 5)[..., None]
+    veg_noise = _smooth_noise(rng, h, w, 6, 18)[..., None]
+    veg = np.array([40, 85, 40]) + veg_noise * np.array([0.6, 1, 0.6])
+    road_noise = _smooth_noise(rng, h, w, 24, 5)[..., None]
+    road = np.array([95, 95, 100]) + rng.uniform(-15, 15) + road_noise
     for label, colour in ((SKY, sky), (FIELD, field), (VEGETATION, veg), (ROAD, road)):
         sel = labels == label
         rgb[sel] = np.broadcast_to(colour, (h, w, 3))[sel]
@@ -248,7 +254,7 @@ def coco_categories(labels: LabelSet) -> list[dict]:
     """COCO/COCO-panoptic category list for a label set (``isthing`` as 0/1)."""
     return [
         {"id": i, "name": n, "supercategory": "thing" if t else "stuff", "isthing": int(t)}
-        for n, i, t in zip(labels.names, labels.ids, labels.isthing)
+        for n, i, t in zip(labels.names, labels.ids, labels.isthing, strict=True)
     ]
 
 
@@ -286,11 +292,10 @@ def generate(out: str | Path, num: int, seed: int, height: int, width: int,
                                   "area": area, "bbox": box, "iscrowd": 0})
         pan_annos.append({"image_id": index + 1, "file_name": f"{name}.png",
                           "segments_info": seg_info})
-        if progress and (index + 1) % 50 == 0 or index + 1 == num:
+        if progress and ((index + 1) % 50 == 0 or index + 1 == num):
             rate = (index + 1) / max(time.perf_counter() - start, 1e-9)
-            if progress:
-                print(f"\rsynth: {index + 1}/{num} images  {rate:.0f} img/s  "
-                      f"ETA {(num - index - 1) / rate:.0f} s", end="", file=sys.stderr, flush=True)
+            print(f"\rsynth: {index + 1}/{num} images  {rate:.0f} img/s  "
+                  f"ETA {(num - index - 1) / rate:.0f} s", end="", file=sys.stderr, flush=True)
     if progress:
         print(file=sys.stderr)
     cats = coco_categories(SYNTHETIC_LABELS)

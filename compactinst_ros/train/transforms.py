@@ -15,7 +15,9 @@ import numpy as np
 from ..errors import ConfigError
 
 
-def resize_pair(image: np.ndarray, masks: np.ndarray, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
+def resize_pair(
+    image: np.ndarray, masks: np.ndarray, h: int, w: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Resize the image bilinearly and the masks with nearest-neighbour to h x w."""
     if (h, w) == image.shape[:2]:
         return image, masks

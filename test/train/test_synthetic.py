@@ -27,7 +27,7 @@ def test_annotations_equal_rasters(tmp_path):
     for ann in inst["annotations"]:
         by_image.setdefault(ann["image_id"], []).append(ann)
     assert len(inst["annotations"]) > 6
-    for img, pan_ann in zip(inst["images"], pan["annotations"]):
+    for img, pan_ann in zip(inst["images"], pan["annotations"], strict=True):
         index = img["id"] - 1
         scene = render_scene(3, index, 128, 192)
         ids = _read_ids(tmp_path / "panoptic" / pan_ann["file_name"])
@@ -39,7 +39,7 @@ def test_annotations_equal_rasters(tmp_path):
         things = [s for s in pan_ann["segments_info"] if s["category_id"] <= 4]
         anns = by_image.get(img["id"], [])
         assert len(anns) == len(things)
-        for ann, seg in zip(anns, things):
+        for ann, seg in zip(anns, things, strict=True):
             decoded = mask_utils.decode(ann["segmentation"]).astype(bool)
             np.testing.assert_array_equal(decoded, ids == seg["id"])
             assert ann["category_id"] == seg["category_id"] == seg["id"] // 1000
