@@ -1,0 +1,199 @@
+"""Ground truth for replay: COCO instance JSON and/or COCO panoptic JSON + PNGs, matched to frames.
+
+A GT image matches a bag frame by header stamp when its entry carries one (``stamp_ns``: int
+nanoseconds, or ``stamp``: ``{"sec", "nanosec"}`` / int ns / float seconds), otherwise by
+``frame_index`` or, with ``match="index"``, by its position in id order.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from ..errors import DataError
+
+MATCH_MODES = ("auto", "stamp", "index")
+
+
+@dataclass(frozen=True)
+class Category:
+    """One GT category (COCO id, name, thing/stuff)."""
+
+    id: int
+    name: str
+    isthing: bool
+
+
+def image_stamp_ns(entry: dict) -> int | None:
+    """Header stamp of a GT image entry in ns, or None when it carries none."""
+    if "stamp_ns" in entry:
+        return int(entry["stamp_ns"])
+    stamp = entry.get("stamp")
+    if stamp is None:
+        return None
+    if isinstance(stamp, dict):
+        return int(stamp["sec"]) * 1_000_000_000 + int(stamp.get("nanosec", 0))
+    if isinstance(stamp, float):
+        return round(stamp * 1e9)
+    return int(stamp)
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise DataError(f"{what} '{path}' does not exist") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"{what} '{path}' is not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or "images" not in data or "categories" not in data:
+        raise DataError(f"{what} '{path}' is not COCO format: it needs 'images' and 'categories'")
+    return data
+
+
+class GroundTruth:
+    """COCO instance and/or panoptic annotations plus their frame index -> image id matching."""
+
+    def __init__(
+        self,
+        instances_json: str | Path | None = None,
+        panoptic_json: str | Path | None = None,
+        panoptic_dir: str | Path | None = None,
+    ) -> None:
+        if instances_json is None and panoptic_json is None:
+            raise DataError("no ground truth given; pass --gt-instances and/or --gt-panoptic")
+        self.instances = _read_json(Path(instances_json), "instance GT") if instances_json else None
+        self.panoptic = _read_json(Path(panoptic_json), "panoptic GT") if panoptic_json else None
+        self.panoptic_dir: Path | None = None
+        if self.panoptic is not None:
+            folder = Path(panoptic_dir) if panoptic_dir else Path(panoptic_json).with_suffix("")
+            if not folder.is_dir():
+                raise DataError(
+                    f"panoptic PNG folder '{folder}' does not exist; pass --gt-panoptic-dir"
+                )
+            self.panoptic_dir = folder
+            self._pan_by_image = {int(a["image_id"]): a for a in self.panoptic["annotations"]}
+        if self.instances is not None:
+            for i, ann in enumerate(self.instances.get("annotations", []), start=1):
+                ann.setdefault("id", i)
+                ann.setdefault("iscrowd", 0)
+        self.categories: dict[int, Category] = {}
+        for source in (self.instances, self.panoptic):
+            for c in source["categories"] if source else []:
+                isthing = bool(c.get("isthing", source is self.instances))
+                self.categories[int(c["id"])] = Category(int(c["id"]), str(c["name"]), isthing)
+        images: dict[int, dict] = {}
+        for source in (self.panoptic, self.instances):
+            for entry in source["images"] if source else []:
+                images[int(entry["id"])] = entry
+        self.images = images
+        self.frame_to_image: dict[int, int] = {}
+
+    def match(
+        self, stamps_ns: list[int], mode: str = "auto", tolerance_ns: int = 1_000_000
+    ) -> dict[int, int]:
+        """Match bag frames (by index, header stamps given) to GT image ids; DataError if none."""
+        if mode not in MATCH_MODES:
+            raise DataError(f"match mode '{mode}' is unknown; choose one of {MATCH_MODES}")
+        entries = sorted(self.images.values(), key=lambda e: int(e["id"]))
+        gt_stamps = [image_stamp_ns(e) for e in entries]
+        if mode == "auto":
+            mode = "stamp" if all(s is not None for s in gt_stamps) else "index"
+        matched: dict[int, int] = {}
+        if mode == "stamp":
+            if not stamps_ns:
+                raise DataError("the bag has no frames to match ground truth against")
+            bag = np.asarray(stamps_ns, np.int64)
+            order = np.argsort(bag, kind="stable")
+            for entry, stamp in zip(entries, gt_stamps, strict=True):
+                if stamp is None:
+                    continue
+                pos = int(np.searchsorted(bag[order], stamp))
+                near = [order[p] for p in (pos - 1, pos) if 0 <= p < len(bag)]
+                best = min(near, key=lambda f: abs(int(bag[f]) - stamp))
+                if abs(int(bag[best]) - stamp) <= tolerance_ns:
+                    matched[int(best)] = int(entry["id"])
+            how = (
+                f"by header stamp (GT {min(s for s in gt_stamps if s is not None)}.."
+                f"{max(s for s in gt_stamps if s is not None)} ns, bag "
+                f"{min(stamps_ns)}..{max(stamps_ns)} ns, tolerance {tolerance_ns} ns)"
+                if any(s is not None for s in gt_stamps)
+                else "by header stamp (the GT images carry no 'stamp'/'stamp_ns')"
+            )
+        else:
+            for position, entry in enumerate(entries):
+                frame = int(entry.get("frame_index", position))
+                if 0 <= frame < len(stamps_ns):
+                    matched[frame] = int(entry["id"])
+            how = f"by frame index (GT has {len(entries)} images, bag {len(stamps_ns)} frames)"
+        if not matched:
+            raise DataError(
+                f"ground truth matches no frame of the bag {how}; check the image topic, add "
+                "'stamp_ns' to the GT image entries, or use --match index"
+            )
+        self.frame_to_image = matched
+        return matched
+
+    def image(self, image_id: int) -> dict:
+        """The GT image entry (height, width, file_name, ...)."""
+        return self.images[image_id]
+
+    def coco_instances(self) -> dict | None:
+        """The instance GT as a pycocotools dataset dict (None without instance GT)."""
+        return self.instances
+
+    def panoptic_frame(self, image_id: int) -> tuple[np.ndarray, dict[int, tuple[int, bool]]]:
+        """GT panoptic id raster (H, W) int64 and {segment id: (category id, iscrowd)}."""
+        if self.panoptic is None or self.panoptic_dir is None:
+            raise DataError("no panoptic ground truth loaded; pass --gt-panoptic")
+        ann = self._pan_by_image.get(image_id)
+        if ann is None:
+            raise DataError(f"panoptic GT has no annotation for image id {image_id}")
+        path = self.panoptic_dir / ann["file_name"]
+        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise DataError(f"panoptic PNG '{path}' is missing or unreadable")
+        rgb = bgr.astype(np.int64)[..., ::-1]
+        ids = rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
+        segments = {
+            int(s["id"]): (int(s["category_id"]), bool(s.get("iscrowd", 0)))
+            for s in ann["segments_info"]
+        }
+        return ids, segments
+
+    def semantic_frame(self, image_id: int) -> np.ndarray:
+        """GT semantic raster (category id per pixel, 0 = void) from the panoptic GT."""
+        ids, segments = self.panoptic_frame(image_id)
+        if not segments:
+            return np.zeros(ids.shape, np.int64)
+        seg_ids = np.array([0, *segments], np.int64)
+        cats = np.array([0, *(c for c, _ in segments.values())], np.int64)
+        order = np.argsort(seg_ids)
+        pos = np.clip(np.searchsorted(seg_ids[order], ids), 0, len(seg_ids) - 1)
+        hit = seg_ids[order][pos] == ids
+        return np.where(hit, cats[order][pos], 0)
+
+    def instance_masks(self, image_id: int) -> list[tuple[int, np.ndarray]]:
+        """(category id, HxW bool mask) of each non-crowd GT instance of an image."""
+        if self.instances is None:
+            return []
+        from pycocotools import mask as mask_utils
+
+        entry = self.images[image_id]
+        h, w = int(entry["height"]), int(entry["width"])
+        out = []
+        for ann in self.instances["annotations"]:
+            if int(ann["image_id"]) != image_id or ann.get("iscrowd", 0):
+                continue
+            seg = ann["segmentation"]
+            if isinstance(seg, list):
+                rle = mask_utils.merge(mask_utils.frPyObjects(seg, h, w))
+            elif isinstance(seg.get("counts"), list):
+                rle = mask_utils.frPyObjects(seg, h, w)
+            else:
+                rle = seg
+            out.append((int(ann["category_id"]), mask_utils.decode(rle).astype(bool)))
+        return out

@@ -1,0 +1,302 @@
+"""Accuracy metrics: COCO mask AP (pycocotools), panoptic quality (own numpy), semantic mIoU.
+
+PQ follows the COCO panoptic definition (Kirillov et al.; panopticapi ``pq_compute_single_core``):
+a GT and a predicted segment of the same category match iff IoU > 0.5, the union excludes the
+prediction's pixels on GT void, crowd GT segments are never false negatives, and a prediction
+lying more than half on void plus same-category crowd is not a false positive. Predicted
+segments whose category the ground truth does not know count as void (as torchmetrics does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import DataError
+from ..structures import FrameResult, Instances
+
+if TYPE_CHECKING:
+    from .groundtruth import GroundTruth
+
+#: pycocotools ``stats`` index -> report key (segm, maxDets 100)
+AP_KEYS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
+
+
+def encode_mask(mask: np.ndarray) -> dict:
+    """COCO RLE (JSON-ready ``counts`` string) of a boolean HxW mask."""
+    from pycocotools import mask as mask_utils
+
+    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    rle["counts"] = rle["counts"].decode("ascii")
+    return rle
+
+
+def instances_to_coco(raster: np.ndarray, instances: Instances, image_id: int) -> list[dict]:
+    """COCO result entries (segm RLE, category = label id, score) for one frame's instances."""
+    return [
+        {
+            "image_id": int(image_id),
+            "category_id": int(instances.label_id[i]),
+            "segmentation": encode_mask(raster == instances.ids[i]),
+            "score": float(instances.score[i]),
+        }
+        for i in range(len(instances))
+    ]
+
+
+def mask_ap(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> dict:
+    """AP, AP50, AP75, APs/m/l in percent over ``image_ids`` (None where a bucket has no GT)."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt = COCO()
+        gt.dataset = gt_dataset
+        gt.createIndex()
+        dt = gt.loadRes(predictions) if predictions else COCO()
+        if not predictions:
+            dt.dataset = {
+                "images": gt_dataset["images"],
+                "categories": gt_dataset["categories"],
+                "annotations": [],
+            }
+            dt.createIndex()
+        evaluator = COCOeval(gt, dt, "segm")
+        evaluator.params.imgIds = sorted(int(i) for i in image_ids)
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    return {
+        key: (None if value < 0 else round(float(value) * 100.0, 3))
+        for key, value in zip(AP_KEYS, evaluator.stats[: len(AP_KEYS)], strict=True)
+    }
+
+
+@dataclass
+class _ClassStats:
+    iou: float = 0.0
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+
+
+@dataclass
+class PanopticQuality:
+    """Accumulates PQ/SQ/RQ over frames; ``categories`` maps category id -> isthing."""
+
+    categories: dict[int, bool]
+    stats: dict[int, _ClassStats] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.stats = {c: _ClassStats() for c in self.categories}
+
+    def add(
+        self,
+        gt: np.ndarray,
+        gt_segments: dict[int, tuple[int, bool]],
+        pred: np.ndarray,
+        pred_segments: dict[int, int],
+    ) -> None:
+        """One frame: id rasters plus {gt id: (category, iscrowd)} and {pred id: category}.
+
+        Id 0 and ids missing from the segment tables are void.
+        """
+        if gt.shape != pred.shape:
+            raise ValueError(f"GT raster {gt.shape} and prediction {pred.shape} differ in size")
+        pred_segments = {s: c for s, c in pred_segments.items() if c in self.categories and s}
+        gt_ids = np.array([0, *gt_segments], np.int64)
+        pred_ids = np.array([0, *pred_segments], np.int64)
+        g = _index_of(gt.ravel(), gt_ids)
+        p = _index_of(pred.ravel(), pred_ids)
+        n_p = len(pred_ids)
+        pairs, counts = np.unique(g * n_p + p, return_counts=True)
+        inter = np.zeros((len(gt_ids), n_p), np.int64)
+        inter[pairs // n_p, pairs % n_p] = counts
+        gt_area = inter.sum(1)
+        pred_area = inter.sum(0)
+        gt_cat = np.array([-1, *(c for c, _ in gt_segments.values())], np.int64)
+        crowd = np.array([False, *(bool(k) for _, k in gt_segments.values())])
+        pred_cat = np.array([-2, *pred_segments.values()], np.int64)
+
+        # Candidate matches: real segments, same category, GT not crowd; union without GT void.
+        union = pred_area[None, :] + gt_area[:, None] - inter - inter[0][None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = np.where(union > 0, inter / np.maximum(union, 1), 0.0)
+        ok = (gt_cat[:, None] == pred_cat[None, :]) & ~crowd[:, None] & (iou > 0.5)
+        ok[0, :] = False
+        ok[:, 0] = False
+        gi, pj = np.nonzero(ok)
+        matched_gt = np.zeros(len(gt_ids), bool)
+        matched_pred = np.zeros(n_p, bool)
+        matched_gt[gi] = True
+        matched_pred[pj] = True
+        for a, b in zip(gi, pj, strict=True):
+            s = self.stats[int(gt_cat[a])]
+            s.tp += 1
+            s.iou += float(iou[a, b])
+        # Segments listed but absent from the raster are neither FN nor FP.
+        unmatched_gt = ~matched_gt & ~crowd & (gt_area > 0)
+        unmatched_gt[0] = False
+        for a in np.nonzero(unmatched_gt)[0]:
+            self.stats[int(gt_cat[a])].fn += 1
+        matched_pred[0] = True
+        for b in np.nonzero(~matched_pred & (pred_area > 0))[0]:
+            ignored = inter[0, b]
+            same_crowd = crowd & (gt_cat == pred_cat[b])
+            ignored += inter[same_crowd, b].sum()
+            if ignored / pred_area[b] > 0.5:
+                continue
+            self.stats[int(pred_cat[b])].fp += 1
+
+    def result(self) -> dict:
+        """{all, things, stuff: {PQ, SQ, RQ, n}} in percent plus per-category entries."""
+        per_class = {}
+        for cat, s in self.stats.items():
+            if s.tp + s.fp + s.fn == 0:
+                continue
+            denom = s.tp + 0.5 * s.fp + 0.5 * s.fn
+            sq = s.iou / s.tp if s.tp else 0.0
+            rq = s.tp / denom
+            per_class[cat] = {
+                "PQ": 100 * sq * rq,
+                "SQ": 100 * sq,
+                "RQ": 100 * rq,
+                "isthing": self.categories[cat],
+                "tp": s.tp,
+                "fp": s.fp,
+                "fn": s.fn,
+            }
+        out: dict = {}
+        for name, keep in (("all", None), ("things", True), ("stuff", False)):
+            rows = [v for v in per_class.values() if keep is None or v["isthing"] == keep]
+            out[name] = {
+                k: (round(float(np.mean([r[k] for r in rows])), 3) if rows else None)
+                for k in ("PQ", "SQ", "RQ")
+            }
+            out[name]["n"] = len(rows)
+        out["per_class"] = {
+            str(c): {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+            for c, row in per_class.items()
+        }
+        return out
+
+
+def _index_of(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Position of each value in ``ids`` (ids[0] must be 0 = void); unknown values map to 0."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    pos = np.clip(np.searchsorted(sorted_ids, values), 0, len(ids) - 1)
+    found = sorted_ids[pos] == values
+    return np.where(found, order[pos], 0).astype(np.int64)
+
+
+@dataclass
+class SemanticIoU:
+    """Accumulates a confusion matrix over label ids; 0 in the ground truth is ignored."""
+
+    class_ids: tuple[int, ...]
+    confusion: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.class_ids) + 1  # last row/column: void / unknown label
+        self.confusion = np.zeros((n, n), np.int64)
+        self._ids = np.array([0, *self.class_ids], np.int64)
+
+    def add(self, gt: np.ndarray, pred: np.ndarray) -> None:
+        """One frame of HxW label-id rasters (0 = void)."""
+        if gt.shape != pred.shape:
+            raise ValueError(f"GT raster {gt.shape} and prediction {pred.shape} differ in size")
+        n = len(self.class_ids)
+        # index 0 -> void/unknown, moved to the last slot
+        g = (_index_of(gt.ravel().astype(np.int64), self._ids) - 1) % (n + 1)
+        p = (_index_of(pred.ravel().astype(np.int64), self._ids) - 1) % (n + 1)
+        valid = g < n
+        self.confusion += np.bincount(
+            g[valid] * (n + 1) + p[valid], minlength=(n + 1) ** 2
+        ).reshape(n + 1, n + 1)
+
+    def result(self) -> dict:
+        """mIoU in percent over classes present in GT or prediction, plus per-class IoU."""
+        n = len(self.class_ids)
+        tp = np.diag(self.confusion)[:n].astype(np.float64)
+        gt_total = self.confusion[:n].sum(1)
+        pred_total = self.confusion[:n, :n].sum(0)
+        union = gt_total + pred_total - tp
+        present = union > 0
+        iou = np.where(present, tp / np.maximum(union, 1), np.nan)
+        return {
+            "mIoU": round(float(np.nanmean(iou) * 100), 3) if present.any() else None,
+            "per_class": {
+                str(c): round(float(iou[i] * 100), 3)
+                for i, c in enumerate(self.class_ids)
+                if present[i]
+            },
+        }
+
+
+class Evaluator:
+    """Accumulates AP, PQ and mIoU of pipeline results against a matched GroundTruth."""
+
+    def __init__(self, gt: GroundTruth) -> None:
+        self.gt = gt
+        self.predictions: list[dict] = []
+        self.image_ids: list[int] = []
+        cats = gt.categories
+        self.pq = PanopticQuality({c.id: c.isthing for c in cats.values()}) if gt.panoptic else None
+        self.miou = SemanticIoU(tuple(sorted(cats))) if gt.panoptic else None
+
+    def add(self, frame_index: int, result: FrameResult) -> bool:
+        """Score one frame's result; False when no GT image is matched to the frame."""
+        image_id = self.gt.frame_to_image.get(frame_index)
+        if image_id is None:
+            return False
+        entry = self.gt.image(image_id)
+        size = (result.meta.src_h, result.meta.src_w)
+        if (int(entry["height"]), int(entry["width"])) != size:
+            raise DataError(
+                f"GT image {image_id} is {entry['height']}x{entry['width']} but frame "
+                f"{frame_index} is {size[0]}x{size[1]}; the ground truth belongs to another bag"
+            )
+        self.image_ids.append(image_id)
+        if self.gt.instances is not None:
+            if result.instance_raster is None:
+                raise DataError("the result has no instance raster; enable the instance output")
+            self.predictions += instances_to_coco(
+                result.instance_raster, result.instances, image_id
+            )
+        if self.pq is not None and self.miou is not None:
+            if result.panoptic_raster is None:
+                raise DataError("the result has no panoptic raster; enable the panoptic output")
+            gt_ids, gt_segments = self.gt.panoptic_frame(image_id)
+            segs = result.segments
+            pred_segments = dict(zip(segs.ids.tolist(), segs.label_id.tolist(), strict=True))
+            self.pq.add(gt_ids, gt_segments, result.panoptic_raster, pred_segments)
+            semantic = result.semantic_raster
+            if semantic is None:
+                semantic = semantic_from_panoptic(result.panoptic_raster, pred_segments)
+            self.miou.add(self.gt.semantic_frame(image_id), semantic)
+        return True
+
+    def result(self) -> dict:
+        """Metrics in percent: mask_ap, panoptic (PQ/SQ/RQ), semantic (mIoU); None if absent."""
+        out: dict = {"frames_evaluated": len(self.image_ids)}
+        instances = self.gt.instances
+        out["mask_ap"] = (
+            mask_ap(instances, self.predictions, self.image_ids)
+            if instances is not None and self.image_ids
+            else None
+        )
+        out["panoptic"] = self.pq.result() if self.pq and self.image_ids else None
+        out["semantic"] = self.miou.result() if self.miou and self.image_ids else None
+        return out
+
+
+def semantic_from_panoptic(raster: np.ndarray, segments: dict[int, int]) -> np.ndarray:
+    """Label-id raster from a panoptic id raster and {segment id: label id} (0 = void)."""
+    ids = np.array([0, *segments], np.int64)
+    labels = np.array([0, *segments.values()], np.int64)
+    return labels[_index_of(raster.ravel().astype(np.int64), ids)].reshape(raster.shape)

@@ -1,0 +1,178 @@
+"""Metrics: GT fed back scores 100; our PQ equals an independent panopticapi-style loop."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from eval_helpers import THINGS, make_scenes, oracle_result
+
+from compactinst_ros.eval.groundtruth import GroundTruth
+from compactinst_ros.eval.metrics import Evaluator, PanopticQuality, SemanticIoU
+
+
+def test_ground_truth_as_predictions_scores_100(scenes, gt_files) -> None:
+    gt = GroundTruth(*gt_files)
+    gt.match([s.stamp_ns for s in scenes])
+    ev = Evaluator(gt)
+    for i, s in enumerate(scenes):
+        assert ev.add(i, oracle_result(s))
+    res = ev.result()
+    assert res["frames_evaluated"] == len(scenes)
+    assert res["mask_ap"]["AP"] == pytest.approx(100.0)
+    assert res["mask_ap"]["AP50"] == pytest.approx(100.0)
+    assert res["panoptic"]["all"]["PQ"] == pytest.approx(100.0)
+    assert res["panoptic"]["things"]["PQ"] == pytest.approx(100.0)
+    assert res["panoptic"]["stuff"]["PQ"] == pytest.approx(100.0)
+    assert res["semantic"]["mIoU"] == pytest.approx(100.0)
+
+
+def test_dropping_an_instance_lowers_ap_and_pq(scenes, gt_files) -> None:
+    gt = GroundTruth(*gt_files)
+    gt.match([s.stamp_ns for s in scenes])
+    ev = Evaluator(gt)
+    for i, s in enumerate(scenes):
+        r = oracle_result(s)
+        if i == 0:  # forget the first thing: one FN, its pixels become void
+            first = r.segments.ids[np.isin(r.segments.label_id, list(THINGS))][0]
+            r.panoptic_raster[r.panoptic_raster == first] = 0
+            keep = r.segments.ids != first
+            r.segments.ids, r.segments.label_id = r.segments.ids[keep], r.segments.label_id[keep]
+            r.instances.score[0] = 0.0  # and give its instance the lowest score
+            r.instance_raster[r.instance_raster == 1] = 0
+        ev.add(i, r)
+    res = ev.result()
+    assert res["mask_ap"]["AP"] < 100.0
+    assert res["panoptic"]["things"]["PQ"] < 100.0
+    assert res["panoptic"]["stuff"]["PQ"] == pytest.approx(100.0)
+
+
+def reference_pq(images, categories: dict[int, bool]) -> dict:
+    """Straight panopticapi-style per-image loop (dicts over segment pairs), written apart."""
+    acc = defaultdict(lambda: {"iou": 0.0, "tp": 0, "fp": 0, "fn": 0})
+    for gt, gt_segs, pred, pred_segs in images:
+        pred_segs = {k: v for k, v in pred_segs.items() if v in categories}
+        gt_flat = [g if g in gt_segs else 0 for g in gt.ravel().tolist()]
+        pred_flat = [p if p in pred_segs else 0 for p in pred.ravel().tolist()]
+        pairs = defaultdict(int)
+        gt_area = defaultdict(int)
+        pred_area = defaultdict(int)
+        for g, p in zip(gt_flat, pred_flat, strict=True):
+            pairs[(g, p)] += 1
+            gt_area[g] += 1
+            pred_area[p] += 1
+        gt_matched, pred_matched = set(), set()
+        for (g, p), inter in pairs.items():
+            if g == 0 or p == 0:
+                continue
+            if gt_segs[g][1] or gt_segs[g][0] != pred_segs[p]:
+                continue
+            union = pred_area[p] + gt_area[g] - inter - pairs.get((0, p), 0)
+            iou = inter / union
+            if iou > 0.5:
+                acc[gt_segs[g][0]]["tp"] += 1
+                acc[gt_segs[g][0]]["iou"] += iou
+                gt_matched.add(g)
+                pred_matched.add(p)
+        crowd_by_cat = {}
+        for g, (cat, crowd) in gt_segs.items():
+            if crowd:
+                crowd_by_cat[cat] = g
+                continue
+            if g not in gt_matched and gt_area[g] > 0:
+                acc[cat]["fn"] += 1
+        for p, cat in pred_segs.items():
+            if p in pred_matched or pred_area[p] == 0:
+                continue
+            ignored = pairs.get((0, p), 0)
+            if cat in crowd_by_cat:
+                ignored += pairs.get((crowd_by_cat[cat], p), 0)
+            if ignored / pred_area[p] > 0.5:
+                continue
+            acc[cat]["fp"] += 1
+    out = {}
+    for name, keep in (("all", None), ("things", True), ("stuff", False)):
+        pqs, sqs, rqs = [], [], []
+        for cat, isthing in categories.items():
+            s = acc[cat]
+            if (keep is not None and isthing != keep) or s["tp"] + s["fp"] + s["fn"] == 0:
+                continue
+            sq = s["iou"] / s["tp"] if s["tp"] else 0.0
+            rq = s["tp"] / (s["tp"] + 0.5 * s["fp"] + 0.5 * s["fn"])
+            pqs.append(sq * rq * 100)
+            sqs.append(sq * 100)
+            rqs.append(rq * 100)
+        out[name] = (np.mean(pqs), np.mean(sqs), np.mean(rqs)) if pqs else None
+    return out
+
+
+def perturb(scene, rng: np.random.Generator):
+    """A plausible prediction: shifted segments, one merged, a spurious one, some void."""
+    pred = np.roll(scene.panoptic, int(rng.integers(-3, 4)), axis=int(rng.integers(0, 2))).copy()
+    segs = {k: c for k, (c, _) in scene.segments.items()}
+    h, w = pred.shape
+    y, x = int(rng.integers(0, h - 6)), int(rng.integers(0, w - 6))
+    pred[y : y + 6, x : x + 6] = 2999  # spurious vehicle
+    segs[2999] = 2
+    pred[: int(rng.integers(0, 4))] = 0  # void rows
+    if rng.random() < 0.5:
+        pred[pred == 7] = 5  # sky predicted as field
+    pred[-4:, -4:] = 9999  # unknown category -> void
+    segs[9999] = 42
+    return pred, segs
+
+
+def test_pq_matches_independent_reference() -> None:
+    rng = np.random.default_rng(3)
+    scenes = make_scenes(6, 40, 56, seed=11)
+    images = []
+    for i, s in enumerate(scenes):
+        gt = s.panoptic.copy()
+        gt_segs = dict(s.segments)
+        if i % 2:  # a crowd region and some GT void
+            gt[-6:, :10] = 1999
+            gt_segs[1999] = (1, True)
+            gt[:2, :] = 0
+        pred, pred_segs = perturb(s, rng)
+        images.append((gt, gt_segs, pred, pred_segs))
+    categories = {1: True, 2: True, 5: False, 7: False}
+    ours = PanopticQuality(categories)
+    for image in images:
+        ours.add(*image)
+    res = ours.result()
+    ref = reference_pq(images, categories)
+    for name in ("all", "things", "stuff"):
+        assert ref[name] is not None
+        expected = dict(zip(("PQ", "SQ", "RQ"), ref[name], strict=True))
+        for key, value in expected.items():
+            assert res[name][key] == pytest.approx(value, abs=1e-3), (name, key)
+    assert 0 < res["all"]["PQ"] < 100
+
+
+def test_pq_hand_computed() -> None:
+    gt = np.zeros((10, 10), np.int64)
+    gt[:, :5] = 1001
+    pred = np.zeros((10, 10), np.int64)
+    pred[:, :4] = 1001  # IoU 40/50 = 0.8 with the GT thing
+    pred[:, 8:] = 1002  # on GT void only: not a false positive
+    pred[:, 5:8] = 5  # stuff on void too: ignored
+    pq = PanopticQuality({1: True, 5: False})
+    pq.add(gt, {1001: (1, False)}, pred, {1001: 1, 1002: 1, 5: 5})
+    res = pq.result()
+    assert res["things"]["PQ"] == pytest.approx(80.0)
+    assert res["things"]["SQ"] == pytest.approx(80.0)
+    assert res["stuff"]["n"] == 0
+
+
+def test_miou_hand_computed() -> None:
+    gt = np.array([[1, 1, 2, 2], [1, 1, 2, 0]])
+    pred = np.array([[1, 2, 2, 2], [1, 1, 2, 2]])
+    res = SemanticIoU((1, 2, 3)).result()
+    assert res["mIoU"] is None
+    miou = SemanticIoU((1, 2, 3))
+    miou.add(gt, pred)
+    out = miou.result()
+    # class 1: tp 3, gt 4, pred 3 -> 3/4; class 2: tp 3, gt 3, pred 4 -> 3/4 (void pixel ignored)
+    assert out["per_class"] == {"1": 75.0, "2": 75.0}
+    assert out["mIoU"] == pytest.approx(75.0)
