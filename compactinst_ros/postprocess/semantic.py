@@ -1,0 +1,52 @@
+"""Semantic rule (rule 5 of the spec): class maps combined at low resolution, then upsampled.
+
+``S[c] = sum_q p[q, c] * sigmoid(m_q)`` is formed on the (h, w) grid (one matrix product), so
+only K class maps, never Q query masks, are sampled at camera resolution, in row chunks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..labels import LabelSet
+from ..structures import FrameMeta
+from .resample import DEFAULT_CHUNK_BYTES, Resampler, rows_per_chunk, sigmoid, softmax
+
+#: Pixels whose best class map value is below this are void (0): no query claims them.
+SEMANTIC_VOID_FLOOR = np.float32(0.05)
+
+
+def semantic_dtype(labels: LabelSet) -> type[np.unsignedinteger]:
+    """uint8 when every label id fits (<= 255), else uint16."""
+    return np.uint8 if max(labels.ids) <= 255 else np.uint16
+
+
+def semantic_lowres(class_logits: np.ndarray, mask_logits: np.ndarray) -> np.ndarray:
+    """(K, h, w) float32 class maps ``S[c] = sum_q softmax(class)[q, c] * sigmoid(m_q)``."""
+    q, h, w = mask_logits.shape
+    p = softmax(class_logits)[:, :-1]
+    return (p.T @ sigmoid(mask_logits).reshape(q, h * w)).reshape(-1, h, w).astype(np.float32)
+
+
+def semantic_inference(
+    class_logits: np.ndarray,
+    mask_logits: np.ndarray,
+    meta: FrameMeta,
+    labels: LabelSet,
+    stride: int,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> np.ndarray:
+    """Rule 5: (src_h, src_w) label-id raster; argmax of upsampled S, void where max S < 0.05."""
+    maps = semantic_lowres(class_logits, mask_logits)
+    resampler = Resampler(meta, stride, maps.shape[1], maps.shape[2])
+    dtype = semantic_dtype(labels)
+    label_of = labels.id_array.astype(dtype)
+    raster = np.zeros((meta.src_h, meta.src_w), dtype)
+    step = rows_per_chunk(len(maps), meta.src_w, chunk_bytes)
+    for y in range(0, meta.src_h, step):
+        rows = slice(y, min(y + step, meta.src_h))
+        up = resampler.sample(maps, rows)
+        best = up.argmax(axis=0)
+        top = np.take_along_axis(up, best[None], axis=0)[0]
+        raster[rows] = np.where(top >= SEMANTIC_VOID_FLOOR, label_of[best], 0)
+    return raster
