@@ -32,6 +32,7 @@ from ..structures import (
     RawOutputs,
     Segments,
 )
+from .resample import bilinear_taps
 
 #: Camera pixels per tile side (the kernel's block is TILE x TILE threads).
 TILE = 16
@@ -70,13 +71,9 @@ class TileStats:
 def mask_coordinates(
     n_out: int, resized: int, src: int, stride: int, n_mask: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bilinear taps (i0, i1, weight of i1) for ``n_out`` camera pixels along one axis (rule 1)."""
-    scale = np.float32(resized / src / stride)
-    pos = (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
-    pos = np.clip(pos, np.float32(0.0), np.float32(n_mask - 1))
-    i0 = np.floor(pos).astype(np.int32)
-    i1 = np.minimum(i0 + 1, n_mask - 1)
-    return i0, i1, (pos - i0).astype(np.float32)
+    """Bilinear taps (i0, i1, weight of i1) along one axis: the reference's, uploaded as tables."""
+    i0, i1, w1 = bilinear_taps(src, resized, n_mask, stride)
+    return i0.astype(np.int32), i1.astype(np.int32), w1.astype(np.float32)
 
 
 def bilinear_rows(
@@ -84,15 +81,17 @@ def bilinear_rows(
     ry: tuple[np.ndarray, np.ndarray, np.ndarray],
     cx: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> np.ndarray:
-    """(N, rows, cols) float32 samples of (N, h, w) maps, with the kernel's operation order."""
+    """(N, rows, cols) float32 samples of (N, h, w) maps: ``a + (b - a) * w``, rows first.
+
+    The kernel evaluates exactly these float32 operations (no FMA contraction), so the twin
+    and the kernel agree bit for bit on the interpolated logits.
+    """
     y0, y1, wy = ry
     x0, x1, wx = cx
-    one = np.float32(1.0)
-    top = maps[:, y0]
-    bot = maps[:, y1]
-    t = (one - wx) * top[:, :, x0] + wx * top[:, :, x1]
-    b = (one - wx) * bot[:, :, x0] + wx * bot[:, :, x1]
-    return ((one - wy)[:, None] * t + wy[:, None] * b).astype(np.float32)
+    top = maps[:, y0, :]
+    vert = top + (maps[:, y1, :] - top) * wy[None, :, None]
+    left = vert[:, :, x0]
+    return (left + (vert[:, :, x1] - left) * wx).astype(np.float32)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
