@@ -1,0 +1,272 @@
+"""Message <-> numpy conversion for the node: our own, no cv_bridge on the hot path.
+
+Incoming Image data becomes a zero-copy view (``array_from_buffer``); outgoing rasters are
+copied once into an ``array.array('B')``, the fast path of the generated message setters (a
+numpy array or a list is checked element by element and is hundreds of times slower).
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import sys
+from collections.abc import Sequence
+
+import cv2
+import numpy as np
+from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2, PointField
+from std_msgs.msg import Header
+
+from ..errors import InputError
+from ..image_formats import MAX_SIDE, array_from_buffer
+from ..labels import LabelSet
+from ..structures import FrameResult, Instances, Segments
+
+#: numpy dtype -> sensor_msgs/Image encoding of the single-channel rasters we publish
+RASTER_ENCODINGS = {
+    np.dtype(np.uint8): "mono8",
+    np.dtype(np.uint16): "mono16",
+    np.dtype(np.int32): "32SC1",
+}
+
+#: Compressed payloads above this size are refused before decoding.
+MAX_COMPRESSED_BYTES = 64 << 20
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+def image_from_msg(msg: Image) -> tuple[np.ndarray, str]:
+    """Zero-copy HxWxC view of a sensor_msgs/Image and its encoding; InputError if unusable."""
+    encoding = msg.encoding.lower()
+    return array_from_buffer(msg.data, msg.height, msg.width, msg.step, encoding), encoding
+
+
+def compressed_image_size(data: bytes | memoryview) -> tuple[int, int] | None:
+    """(height, width) from a PNG or JPEG header without decoding; None if not recognised."""
+    head = bytes(data[:24])
+    if head.startswith(b"\x89PNG\r\n\x1a\n") and len(head) >= 24:
+        return int.from_bytes(head[20:24], "big"), int.from_bytes(head[16:20], "big")
+    if not head.startswith(b"\xff\xd8"):
+        return None
+    buf = memoryview(data)
+    pos = 2
+    while pos + 9 < len(buf):
+        if buf[pos] != 0xFF:
+            return None
+        marker = buf[pos + 1]
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+            pos += 2
+            continue
+        length = int.from_bytes(buf[pos + 2 : pos + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            h = int.from_bytes(buf[pos + 5 : pos + 7], "big")
+            w = int.from_bytes(buf[pos + 7 : pos + 9], "big")
+            return h, w
+        pos += 2 + length
+    return None
+
+
+def image_from_compressed(msg: CompressedImage) -> tuple[np.ndarray, str]:
+    """Decode a jpeg/png CompressedImage to bgr8; InputError for corrupt or oversized data."""
+    data = msg.data
+    if len(data) == 0:
+        raise InputError("compressed image is empty; the camera sent no data")
+    if len(data) > MAX_COMPRESSED_BYTES:
+        raise InputError(
+            f"compressed image of {len(data)} bytes exceeds {MAX_COMPRESSED_BYTES} bytes; "
+            "lower the camera resolution or quality"
+        )
+    size = compressed_image_size(data)
+    if size is not None and (size[0] > MAX_SIDE or size[1] > MAX_SIDE):
+        raise InputError(
+            f"compressed image {size[0]}x{size[1]} exceeds the {MAX_SIDE}-pixel side limit; "
+            "downscale at the camera"
+        )
+    decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if decoded is None or decoded.size == 0:
+        raise InputError(
+            f"compressed image (format '{msg.format}', {len(data)} bytes) could not be decoded; "
+            "publish jpeg or png and check the camera driver"
+        )
+    return decoded, "bgr8"
+
+
+def _payload(values: np.ndarray) -> array.array:
+    out = array.array("B")
+    out.frombytes(np.ascontiguousarray(values))
+    return out
+
+
+def image_msg(raster: np.ndarray, header: Header, encoding: str | None = None) -> Image:
+    """sensor_msgs/Image of an HxW or HxWxC raster with ``header`` (one copy of the pixels)."""
+    encoding = encoding or RASTER_ENCODINGS[raster.dtype]
+    msg = Image()
+    msg.header = header
+    msg.height, msg.width = int(raster.shape[0]), int(raster.shape[1])
+    msg.encoding = encoding
+    msg.is_bigendian = 0 if _LITTLE_ENDIAN or raster.itemsize == 1 else 1
+    msg.step = int(raster.shape[1] * raster.itemsize * (raster.shape[2] if raster.ndim == 3 else 1))
+    msg.data = _payload(raster)
+    return msg
+
+
+def raster_from_image(msg: Image) -> np.ndarray:
+    """HxW numpy view of a mono8/mono16/32SC1 Image (consumers, tests, replay)."""
+    dtype = {"mono8": np.uint8, "mono16": np.uint16, "32SC1": np.int32}[msg.encoding]
+    flat = np.frombuffer(msg.data, np.uint8)[: msg.height * msg.step]
+    rows = flat.reshape(msg.height, msg.step)[:, : msg.width * np.dtype(dtype).itemsize]
+    return rows.view(dtype).reshape(msg.height, msg.width)
+
+
+#: (name, numpy dtype, PointField datatype) per column of the instance table
+INSTANCE_FIELDS = (
+    ("id", np.uint32, PointField.UINT32),
+    ("class_index", np.int32, PointField.INT32),
+    ("label_id", np.int32, PointField.INT32),
+    ("score", np.float32, PointField.FLOAT32),
+    ("x0", np.float32, PointField.FLOAT32),
+    ("y0", np.float32, PointField.FLOAT32),
+    ("x1", np.float32, PointField.FLOAT32),
+    ("y1", np.float32, PointField.FLOAT32),
+    ("area", np.uint32, PointField.UINT32),
+)
+
+#: columns of the panoptic segment table
+SEGMENT_FIELDS = (
+    ("id", np.int32, PointField.INT32),
+    ("label_id", np.int32, PointField.INT32),
+    ("isthing", np.uint8, PointField.UINT8),
+    ("score", np.float32, PointField.FLOAT32),
+    ("area", np.uint32, PointField.UINT32),
+)
+
+
+def _table_msg(
+    header: Header, fields: Sequence[tuple], columns: dict[str, np.ndarray]
+) -> PointCloud2:
+    dtype = np.dtype([(name, np_type) for name, np_type, _ in fields])
+    rows = np.zeros(len(next(iter(columns.values()))), dtype)
+    for name, values in columns.items():
+        rows[name] = values
+    msg = PointCloud2()
+    msg.header = header
+    msg.height, msg.width = 1, int(rows.shape[0])
+    msg.fields = [
+        PointField(name=name, offset=dtype.fields[name][1], datatype=code, count=1)
+        for name, _, code in fields
+    ]
+    msg.is_bigendian = not _LITTLE_ENDIAN
+    msg.point_step = dtype.itemsize
+    msg.row_step = dtype.itemsize * msg.width
+    msg.is_dense = True
+    msg.data = _payload(rows.view(np.uint8))
+    return msg
+
+
+def instance_table_msg(header: Header, instances: Instances) -> PointCloud2:
+    """Per-instance table as a PointCloud2 (one point per instance; ``id`` = raster value)."""
+    box = instances.box.reshape(-1, 4)
+    return _table_msg(
+        header,
+        INSTANCE_FIELDS,
+        {
+            "id": instances.ids,
+            "class_index": instances.class_index,
+            "label_id": instances.label_id,
+            "score": instances.score,
+            "x0": box[:, 0],
+            "y0": box[:, 1],
+            "x1": box[:, 2],
+            "y1": box[:, 3],
+            "area": instances.area,
+        },
+    )
+
+
+def segment_table_msg(header: Header, segments: Segments) -> PointCloud2:
+    """Panoptic segment table as a PointCloud2 (one point per segment; ``id`` = raster value)."""
+    return _table_msg(
+        header,
+        SEGMENT_FIELDS,
+        {
+            "id": segments.ids,
+            "label_id": segments.label_id,
+            "isthing": segments.isthing,
+            "score": segments.score,
+            "area": segments.area,
+        },
+    )
+
+
+def table_from_msg(msg: PointCloud2) -> np.ndarray:
+    """Structured numpy array of a table published by ``instance/segment_table_msg``."""
+    codes = {f[2]: f[1] for f in INSTANCE_FIELDS + SEGMENT_FIELDS}
+    dtype = np.dtype(
+        {
+            "names": [f.name for f in msg.fields],
+            "formats": [codes[f.datatype] for f in msg.fields],
+            "offsets": [f.offset for f in msg.fields],
+            "itemsize": msg.point_step,
+        }
+    )
+    return np.frombuffer(msg.data, np.uint8).view(dtype)
+
+
+def latency_record_msg(header: Header, stages: Sequence[str], timings_ms: dict) -> JointState:
+    """Per-frame stamped record: JointState with name = stages, position = milliseconds."""
+    msg = JointState()
+    msg.header = header
+    msg.name = list(stages)
+    msg.position = [float(timings_ms.get(s, 0.0)) for s in stages]
+    return msg
+
+
+def labels_json(labels: LabelSet) -> str:
+    """The label table as JSON text (published transient-local on ``~/labels``)."""
+    return json.dumps(labels.to_json())
+
+
+def detections_msg(header: Header, instances: Instances, vision_msgs: object) -> object:
+    """vision_msgs/Detection2DArray: ``id`` = raster value, class_id = label id, score, box."""
+    out = vision_msgs.Detection2DArray()  # type: ignore[attr-defined]
+    out.header = header
+    box = instances.box.reshape(-1, 4)
+    for i in range(len(instances)):
+        det = vision_msgs.Detection2D()  # type: ignore[attr-defined]
+        det.header = header
+        det.id = str(int(instances.ids[i]))
+        hyp = vision_msgs.ObjectHypothesisWithPose()  # type: ignore[attr-defined]
+        hyp.hypothesis.class_id = str(int(instances.label_id[i]))
+        hyp.hypothesis.score = float(instances.score[i])
+        det.results.append(hyp)
+        x0, y0, x1, y1 = (float(v) for v in box[i])
+        det.bbox.center.position.x = (x0 + x1) / 2.0
+        det.bbox.center.position.y = (y0 + y1) / 2.0
+        det.bbox.size_x = x1 - x0
+        det.bbox.size_y = y1 - y0
+        out.detections.append(det)
+    return out
+
+
+def label_info_msg(
+    header: Header, labels: LabelSet, threshold: float, vision_msgs: object
+) -> object:
+    """vision_msgs/LabelInfo listing label id and name of every class."""
+    out = vision_msgs.LabelInfo()  # type: ignore[attr-defined]
+    out.header = header
+    for label_id, name in zip(labels.ids, labels.names, strict=True):
+        cls = vision_msgs.VisionClass()  # type: ignore[attr-defined]
+        cls.class_id = int(label_id)
+        cls.class_name = name
+        out.class_map.append(cls)
+    out.threshold = float(threshold)
+    return out
+
+
+def result_rasters(result: FrameResult) -> dict[str, np.ndarray | None]:
+    """Output topic suffix -> raster of a frame result."""
+    return {
+        "instance_mask": result.instance_raster,
+        "panoptic": result.panoptic_raster,
+        "semantic": result.semantic_raster,
+    }
