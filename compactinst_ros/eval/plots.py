@@ -1,0 +1,135 @@
+"""Report plots (matplotlib Agg): per-stage latency breakdown, latency CDF, accuracy by size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+#: stages drawn in the breakdown (``total`` and ``end_to_end`` are sums, drawn in the CDF)
+BREAKDOWN = ("queue", "decode", "preprocess", "encoder", "decoder", "postprocess", "publish")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_plots(report: dict, out_dir: str | Path) -> list[str]:
+    """Write the plots that the report has data for; returns their names relative to out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    modes = report.get("modes", {})
+    if any(block.get("latency") for block in modes.values()):
+        names.append(latency_breakdown(modes, out / "latency_breakdown.png"))
+        names.append(latency_cdf(modes, out / "latency_cdf.png"))
+    accuracy = next((b["accuracy"] for b in modes.values() if b.get("accuracy")), None)
+    if accuracy and (accuracy.get("mask_ap") or accuracy.get("panoptic")):
+        names.append(accuracy_by_size(accuracy, out / "accuracy_by_size.png"))
+    return [Path(n).name for n in names]
+
+
+def latency_breakdown(modes: dict, path: Path) -> str:
+    """Stacked bars of mean and p90 time per stage, one bar pair per mode."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.9 * len(modes)))
+    colours = plt.get_cmap("tab10")
+    labels = []
+    for row, (mode, block) in enumerate(modes.items()):
+        for j, stat in enumerate(("mean", "p90")):
+            y = row * 2.4 + j
+            left = 0.0
+            for k, stage in enumerate(BREAKDOWN):
+                value = block["latency"].get(stage, {}).get(stat)
+                if not value:
+                    continue
+                ax.barh(
+                    y,
+                    value,
+                    left=left,
+                    color=colours(k),
+                    label=stage if (row, j) == (0, 0) else None,
+                )
+                left += value
+            labels.append((y, f"{mode} {stat}"))
+    ax.set_yticks([y for y, _ in labels], [t for _, t in labels])
+    ax.set_xlabel("ms per frame")
+    ax.set_title("Per-stage latency (warm-up excluded)")
+    handles, names = ax.get_legend_handles_labels()
+    seen = dict(zip(names, handles, strict=True))
+    ax.legend(seen.values(), seen.keys(), loc="lower right", fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def latency_cdf(modes: dict, path: Path) -> str:
+    """Empirical CDF of the per-frame total (and end-to-end) latency."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode, block in modes.items():
+        warm = block.get("warmup_frames", 0)
+        for stage in ("total", "end_to_end"):
+            values = np.sort(np.asarray(block.get("samples", {}).get(stage, [])[warm:], float))
+            if values.size:
+                ax.step(
+                    values,
+                    np.arange(1, values.size + 1) / values.size,
+                    where="post",
+                    label=f"{mode} {stage}",
+                )
+    ax.set_xlabel("latency (ms)")
+    ax.set_ylabel("fraction of frames")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Latency CDF")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def accuracy_by_size(accuracy: dict, path: Path) -> str:
+    """Mask AP by object size (small/medium/large, all) and PQ of things/stuff."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    names, values, colours = [], [], []
+    ap = accuracy.get("mask_ap") or {}
+    for key, name in (
+        ("APs", "AP small"),
+        ("APm", "AP medium"),
+        ("APl", "AP large"),
+        ("AP", "AP all"),
+    ):
+        if key in ap:
+            names.append(name)
+            values.append(ap[key])
+            colours.append("#4c72b0")
+    pan = accuracy.get("panoptic") or {}
+    for part in ("things", "stuff", "all"):
+        if part in pan:
+            names.append(f"PQ {part}")
+            values.append(pan[part]["PQ"])
+            colours.append("#dd8452")
+    heights = [v if v is not None else 0.0 for v in values]
+    bars = ax.bar(names, heights, color=colours)
+    for bar, value in zip(bars, values, strict=True):
+        text = "n/a" if value is None else f"{value:.1f}"
+        ax.text(
+            bar.get_x() + bar.get_width() / 2, bar.get_height() + 1, text, ha="center", fontsize=8
+        )
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("%")
+    ax.set_title(f"Accuracy by object size ({accuracy.get('frames_evaluated')} frames)")
+    ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)

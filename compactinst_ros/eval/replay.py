@@ -1,0 +1,288 @@
+"""``compactinst replay BAG``: accuracy and per-stage latency of a model on a recorded bag.
+
+lockstep: every frame goes through the Pipeline in this process, one after the other
+(deterministic; the accuracy numbers). realtime: the bag is published at its recorded rate
+(x ``--rate``) to a running ``compactinst_node`` over real ROS topics and what comes back is
+recorded (latency and drops as on the vehicle); see ``realtime.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import cv2
+import numpy as np
+
+from ..errors import ConfigError, DataError
+from ..structures import OutputSet, PostprocessOptions
+from .bags import IMAGE, BagWriter, ImageBag, bag_hash, image_message
+from .report import Progress, host_info, latency_stats, now_iso, summary_text, write_report
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
+    from ..structures import FrameResult
+    from .groundtruth import GroundTruth
+
+MODES = ("lockstep", "realtime", "both")
+#: output topics written to the output bag (the node's names under its default namespace)
+OUTPUT_NS = "/compactinst"
+
+
+def default_output_bag(bag: str | Path) -> Path:
+    """``<bag>_compactinst`` next to the input bag folder."""
+    path = Path(bag)
+    if path.is_file():
+        path = path.parent if (path.parent / "metadata.yaml").is_file() else path.with_suffix("")
+    return path.with_name(path.name + "_compactinst")
+
+
+def open_output_bag(path: Path) -> BagWriter:
+    """A fresh output bag at ``path``; an earlier replay's output bag there is replaced."""
+    if path.exists():
+        if not (path / "metadata.yaml").is_file():
+            raise DataError(f"'{path}' exists and is not a bag; pick another --output-bag path")
+        shutil.rmtree(path)
+    return BagWriter(path, storage="mcap")
+
+
+def write_outputs(writer: BagWriter, stamp_ns: int, result: FrameResult) -> None:
+    """Instance, panoptic and semantic rasters of one frame as Image messages (input stamp)."""
+    rasters = {
+        "instance_mask": (result.instance_raster, "mono16"),
+        "panoptic": (result.panoptic_raster, "32SC1"),
+        "semantic": (
+            result.semantic_raster,
+            "mono8"
+            if result.semantic_raster is not None and result.semantic_raster.dtype == np.uint8
+            else "mono16",
+        ),
+    }
+    for name, (raster, encoding) in rasters.items():
+        if raster is not None:
+            msg = image_message(raster, encoding, stamp_ns)
+            writer.write(f"{OUTPUT_NS}/{name}", IMAGE, stamp_ns, msg)
+
+
+def pick_overlay_frames(count: int, n: int) -> set[int]:
+    """``n`` frame indices spread evenly over ``count`` frames."""
+    if n <= 0 or count <= 0:
+        return set()
+    return {int(i) for i in np.linspace(0, count - 1, min(n, count)).round()}
+
+
+def run_lockstep(
+    bag: ImageBag,
+    pipeline: Pipeline | object,
+    gt: GroundTruth | None = None,
+    match: str = "auto",
+    output_bag: Path | None = None,
+    overlay_dir: Path | None = None,
+    overlays: int = 0,
+    max_frames: int | None = None,
+    warmup: int = 3,
+    progress: bool = True,
+) -> dict:
+    """Run every frame through ``pipeline`` (a Pipeline or any callable with its signature)."""
+    from .metrics import Evaluator
+
+    total = bag.count if max_frames is None else min(bag.count, max_frames)
+    if gt is not None:
+        stamps = [f.stamp_ns for f, _ in zip(bag.frames(), range(total), strict=False)]
+        gt.match(stamps, match)
+    evaluator = Evaluator(gt) if gt is not None else None
+    writer = open_output_bag(output_bag) if output_bag else None
+    show = pick_overlay_frames(total, overlays) if overlay_dir else set()
+    labels = getattr(getattr(pipeline, "bundle", None), "labels", None)
+    samples: dict[str, list[float]] = defaultdict(list)
+    bar = Progress(total, "lockstep", progress)
+    processed = evaluated = 0
+    start = time.perf_counter()
+    try:
+        for frame in bag.frames():
+            if frame.index >= total:
+                break
+            t0 = time.perf_counter()
+            image, encoding = frame.decode()
+            decode_ms = (time.perf_counter() - t0) * 1e3
+            result = pipeline(image, encoding, OutputSet())
+            result.timings_ms["decode"] = decode_ms
+            result.timings_ms["total"] = result.timings_ms.get("total", 0.0) + decode_ms
+            for stage, ms in result.timings_ms.items():
+                samples[stage].append(float(ms))
+            processed += 1
+            if evaluator is not None and evaluator.add(frame.index, result):
+                evaluated += 1
+            if writer is not None:
+                writer.write(bag.topic, bag.msgtype, frame.bag_time_ns, frame.raw)
+                write_outputs(writer, frame.stamp_ns, result)
+            if frame.index in show and labels is not None and overlay_dir is not None:
+                name = overlay_dir / f"{frame.index:06d}.png"
+                save_overlay(image, encoding, result, labels, name)
+            bar.update(processed, f"{result.timings_ms['total']:.0f} ms/frame")
+    finally:
+        bar.close()
+        if writer is not None:
+            writer.close()
+    wall = time.perf_counter() - start
+    warm = min(warmup, max(processed - 1, 0))
+    notes = []
+    if evaluator is not None and evaluated < len(gt.frame_to_image if gt else ()):
+        notes.append(f"{len(gt.frame_to_image) - evaluated} matched GT frames were not replayed")
+    return {
+        "accuracy": evaluator.result() if evaluator is not None else None,
+        "warmup_frames": warm,
+        "latency": latency_stats(samples, warm),
+        "frames": {"total": total, "processed": processed, "dropped": total - processed},
+        "throughput": {
+            "wall_s": round(wall, 3),
+            "input_fps": round(processed / wall, 2) if wall > 0 else None,
+            "output_fps": round(processed / wall, 2) if wall > 0 else None,
+        },
+        "samples": {k: [round(v, 4) for v in vals] for k, vals in samples.items()},
+        "notes": notes,
+    }
+
+
+def save_overlay(
+    image: np.ndarray, encoding: str, result: FrameResult, labels: object, path: Path
+) -> Path:
+    """Write the frame with its instance/panoptic colours blended in (PNG)."""
+    from ..image_formats import to_rgb
+    from ..overlay import draw_overlay
+
+    rgb = np.ascontiguousarray(to_rgb(image, encoding))
+    bgr = draw_overlay(rgb, result, labels, bgr=False)[..., ::-1]  # type: ignore[arg-type]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), bgr)
+    return path
+
+
+def bag_block(bag: ImageBag, path: str | Path) -> dict:
+    """Bag metadata for the report."""
+    return {
+        "path": str(path),
+        "hash": bag_hash(path),
+        "topic": bag.topic,
+        "msgtype": bag.msgtype,
+        "image_topics": bag.image_topics,
+        "frames": bag.count,
+        "duration_s": round(bag.duration_s, 3),
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``compactinst replay``."""
+    parser.add_argument("bag", help="rosbag2 folder (sqlite3 or mcap) or .mcap file")
+    parser.add_argument("--model", default="models/default", help="model bundle folder")
+    parser.add_argument("--backend", default="auto", help="auto | onnxruntime | tensorrt")
+    parser.add_argument("--topic", help="image topic (default: detected; raw Image preferred)")
+    parser.add_argument("--mode", choices=MODES, default="lockstep", help="default: lockstep")
+    parser.add_argument("--rate", type=float, default=1.0, help="realtime playback rate factor")
+    parser.add_argument("--gt-instances", help="COCO instance JSON")
+    parser.add_argument("--gt-panoptic", help="COCO panoptic JSON")
+    parser.add_argument("--gt-panoptic-dir", help="folder of the panoptic PNGs")
+    parser.add_argument(
+        "--match",
+        choices=("auto", "stamp", "index"),
+        default="auto",
+        help="frame <-> GT image matching (auto: header stamp when the GT carries one)",
+    )
+    parser.add_argument("--out", default="out/replay", help="report folder (default out/replay)")
+    parser.add_argument(
+        "--output-bag",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="write the outputs to a bag (default PATH: <bag>_compactinst next to the input)",
+    )
+    parser.add_argument(
+        "--score-threshold",
+        type=float,
+        help="instance score threshold (default: the pipeline's 0.3; COCO AP favours low values)",
+    )
+    parser.add_argument("--max-frames", type=int, help="replay only the first N frames")
+    parser.add_argument("--warmup", type=int, default=3, help="frames excluded from latency")
+    parser.add_argument("--overlays", type=int, default=3, help="overlay images to write")
+    parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib plots")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def replay(args: argparse.Namespace) -> dict:
+    """Run the replay described by ``args``; returns the report (also written under --out)."""
+    from ..pipeline import Pipeline
+    from .groundtruth import GroundTruth
+
+    if args.rate <= 0:
+        raise ConfigError(f"--rate {args.rate} must be positive (1.0 = recorded rate)")
+    out = Path(args.out)
+    gt = None
+    if args.gt_instances or args.gt_panoptic:
+        gt = GroundTruth(args.gt_instances, args.gt_panoptic, args.gt_panoptic_dir)
+    output_bag = None
+    if args.output_bag is not None:
+        output_bag = Path(args.output_bag) if args.output_bag else default_output_bag(args.bag)
+    modes: dict[str, dict] = {}
+    with ImageBag(args.bag, args.topic) as bag:
+        report = {
+            "created": now_iso(),
+            "command": "compactinst replay " + " ".join(sys.argv[2:]),
+            "bag": bag_block(bag, args.bag),
+        }
+        if args.mode in ("lockstep", "both"):
+            options = None
+            if args.score_threshold is not None:
+                options = PostprocessOptions(score_threshold=args.score_threshold)
+            with Pipeline(args.model, args.backend, options) as pipeline:
+                report["model"] = pipeline.describe()
+                modes["lockstep"] = run_lockstep(
+                    bag,
+                    pipeline,
+                    gt,
+                    args.match,
+                    output_bag if args.mode == "lockstep" else None,
+                    out / "overlays",
+                    args.overlays,
+                    args.max_frames,
+                    args.warmup,
+                    not args.quiet,
+                )
+        if args.mode in ("realtime", "both"):
+            from .realtime import run_realtime
+
+            block, model = run_realtime(
+                bag,
+                args.model,
+                args.backend,
+                rate=args.rate,
+                output_bag=output_bag,
+                max_frames=args.max_frames,
+                warmup=args.warmup,
+                progress=not args.quiet,
+            )
+            report.setdefault("model", model)
+            modes["realtime"] = block
+    report["host"] = host_info()
+    report["modes"] = modes
+    if output_bag is not None:
+        report["output_bag"] = str(output_bag)
+    if not args.no_plots:
+        from .plots import write_plots
+
+        report["plots"] = write_plots(report, out)
+    write_report(report, out)
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    """CLI entry: replay, write the report, print the summary."""
+    report = replay(args)
+    print(summary_text(report))
+    print(f"report: {Path(args.out) / 'report.md'}")
+    return 0

@@ -1,0 +1,233 @@
+"""Replay reports: latency statistics, JSON + Markdown files, the printed summary, progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from ..structures import STAGES
+
+#: percentiles reported per stage
+PERCENTILES = (50, 90, 95, 99)
+
+
+def latency_stats(samples: dict[str, list[float]], warmup: int) -> dict:
+    """Per-stage count/mean/std/p50/p90/p95/p99/max in ms, the first ``warmup`` frames excluded."""
+    out = {}
+    order = [s for s in (*STAGES, "end_to_end") if s in samples]
+    order += sorted(s for s in samples if s not in order)
+    for stage in order:
+        values = np.asarray(samples[stage][warmup:], np.float64)
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            continue
+        row = {"count": int(values.size), "mean": float(values.mean()), "std": float(values.std())}
+        row.update({f"p{p}": float(np.percentile(values, p)) for p in PERCENTILES})
+        row["max"] = float(values.max())
+        out[stage] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}
+    return out
+
+
+def git_sha(root: Path | None = None) -> str | None:
+    """Commit of the checkout the package runs from (None outside git)."""
+    root = root or Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def host_info() -> dict:
+    """Machine and library versions for the report's metadata."""
+    info = {
+        "hostname": platform.node(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "git": git_sha(),
+        "rmw": os.environ.get("RMW_IMPLEMENTATION"),
+    }
+    for module in ("onnxruntime", "rosbags", "tensorrt", "rclpy"):
+        mod = sys.modules.get(module)
+        version = getattr(mod, "__version__", None) if mod else None
+        if version:
+            info[module] = version
+    return info
+
+
+def now_iso() -> str:
+    """Current UTC time, ISO 8601."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def write_report(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``report.json`` and ``report.md`` into ``out_dir``; returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "report.json"
+    json_path.write_text(json.dumps(report, indent=2) + "\n")
+    md_path = out / "report.md"
+    md_path.write_text(markdown(report))
+    return json_path, md_path
+
+
+def _fmt(value: object, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def accuracy_rows(accuracy: dict | None) -> list[tuple[str, str]]:
+    """(metric, value) pairs of the accuracy block, in report order."""
+    if not accuracy:
+        return []
+    rows = []
+    ap = accuracy.get("mask_ap")
+    if ap:
+        rows += [(f"mask {k}", _fmt(v)) for k, v in ap.items()]
+    pan = accuracy.get("panoptic")
+    if pan:
+        for part in ("all", "things", "stuff"):
+            suffix = "" if part == "all" else f" ({part})"
+            rows += [(f"{k}{suffix}", _fmt(pan[part][k])) for k in ("PQ", "SQ", "RQ")]
+    sem = accuracy.get("semantic")
+    if sem:
+        rows.append(("mIoU", _fmt(sem["mIoU"])))
+    return rows
+
+
+def latency_table(stats: dict) -> list[str]:
+    """Markdown table rows for per-stage latency statistics."""
+    lines = [
+        "| stage | n | mean | p50 | p90 | p99 | max |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for stage, row in stats.items():
+        cells = [_fmt(row[k], 2) for k in ("mean", "p50", "p90", "p99", "max")]
+        lines.append(f"| {stage} | {row['count']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(report: dict) -> str:
+    """The report as Markdown: metadata, accuracy table, latency table, frame counts."""
+    bag, model = report["bag"], report["model"]
+    lines = [
+        f"# Replay report: {Path(bag['path']).name}",
+        "",
+        f"* created {report['created']} by `{report['command']}`",
+        f"* bag `{bag['path']}` (hash `{bag['hash']}`), topic `{bag['topic']}` "
+        f"({bag['msgtype']}), {bag['frames']} frames over {_fmt(bag['duration_s'], 2)} s",
+        f"* model `{model.get('model')}` (fingerprint `{model.get('model_fingerprint')}`), "
+        f"backend `{model.get('backend')}`, device `{model.get('device', 'cpu')}`, "
+        f"input {model.get('input_size')}",
+        f"* host {report['host'].get('hostname')} ({report['host'].get('cpu_count')} CPUs), "
+        f"git `{report['host'].get('git')}`",
+        "",
+    ]
+    for mode, block in report["modes"].items():
+        lines += [f"## {mode}", ""]
+        if block.get("accuracy"):
+            lines += [
+                f"Accuracy over {block['accuracy']['frames_evaluated']} frames with ground truth:",
+                "",
+                "| metric | value |",
+                "|---|---:|",
+            ]
+            lines += [f"| {k} | {v} |" for k, v in accuracy_rows(block["accuracy"])]
+            lines.append("")
+        lines += [
+            f"Latency in ms, first {block['warmup_frames']} frames excluded as warm-up:",
+            "",
+            *latency_table(block["latency"]),
+            "",
+        ]
+        frames, tput = block["frames"], block["throughput"]
+        lines.append(
+            "Frames: "
+            + ", ".join(f"{k} {v}" for k, v in frames.items())
+            + f". Throughput: input {_fmt(tput.get('input_fps'))} fps, "
+            f"output {_fmt(tput.get('output_fps'))} fps over {_fmt(tput.get('wall_s'), 2)} s."
+        )
+        if block.get("notes"):
+            lines += ["", *[f"* {n}" for n in block["notes"]]]
+        lines.append("")
+    if report.get("plots"):
+        lines += ["## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]] + [""]
+    return "\n".join(lines)
+
+
+def summary_text(report: dict) -> str:
+    """Short plain-text summary printed at the end of a replay."""
+    bag, model = report["bag"], report["model"]
+    lines = [
+        f"bag {bag['path']} [{bag['hash']}] topic {bag['topic']}: {bag['frames']} frames",
+        f"model {model.get('model')} [{model.get('model_fingerprint')}] on "
+        f"{model.get('backend')} ({model.get('device', 'cpu')})",
+    ]
+    for mode, block in report["modes"].items():
+        lines.append(f"--- {mode} ---")
+        acc = accuracy_rows(block.get("accuracy"))
+        if acc:
+            lines.append("accuracy: " + ", ".join(f"{k} {v}" for k, v in acc))
+        lines.append(f"latency ms (warm-up {block['warmup_frames']} excluded):")
+        lines.append(f"  {'stage':<12}{'mean':>9}{'p50':>9}{'p90':>9}{'p99':>9}")
+        for stage, row in block["latency"].items():
+            lines.append(
+                f"  {stage:<12}" + "".join(f"{row[k]:>9.2f}" for k in ("mean", "p50", "p90", "p99"))
+            )
+        frames, tput = block["frames"], block["throughput"]
+        lines.append("frames: " + ", ".join(f"{k} {v}" for k, v in frames.items()))
+        lines.append(
+            f"throughput: input {_fmt(tput.get('input_fps'))} fps, "
+            f"output {_fmt(tput.get('output_fps'))} fps"
+        )
+    return "\n".join(lines)
+
+
+class Progress:
+    """One self-overwriting stderr line: done/total, rate, ETA (silent when disabled)."""
+
+    def __init__(self, total: int, label: str, enabled: bool = True, every_s: float = 0.5) -> None:
+        self.total, self.label, self.enabled, self.every_s = total, label, enabled, every_s
+        self.start = time.monotonic()
+        self._last = 0.0
+
+    def update(self, done: int, extra: str = "") -> None:
+        """Redraw if ``every_s`` passed since the last redraw (or at the end)."""
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self._last < self.every_s and done < self.total:
+            return
+        self._last = now
+        rate = done / max(now - self.start, 1e-9)
+        eta = (self.total - done) / rate if rate > 0 else float("nan")
+        print(
+            f"\r{self.label}: {done}/{self.total} frames  {rate:.1f} fps  ETA {eta:.0f} s  {extra}",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        """End the progress line."""
+        if self.enabled:
+            print(file=sys.stderr, flush=True)
