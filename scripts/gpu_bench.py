@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""One GPU measurement run (< 8 min on one NVIDIA GPU with PyTorch + CUDA; no TensorRT needed).
+
+1. ``compactinst bench`` on PyTorch FP16 with CUDA graphs: FastInst-R18-D3, CompactInst-R18
+   (PF 1/16), PF 1/32 and M 1/4; decoder-only and model-level; the six named resolutions.
+2. Nsight Compute DRAM bytes of one FastInst and one CompactInst decoder pass at 1080x1920
+   (padded to 1088x1920), FP16, with the per-kernel-class shares of ``compactinst roofline``
+   (the paper: 5.74 -> 2.09 GB on an RTX A4000 under TensorRT).
+3. A short table, printed last.
+
+Usage (repository root)::
+
+    python scripts/gpu_bench.py --out out/gpu_bench
+    python scripts/gpu_bench.py --smoke        # CPU check of the whole flow, tiny sizes
+
+Internal: ``--ncu-target CONFIG`` runs one profiled decoder pass (what ``ncu`` launches).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from compactinst_ros.bench import latency, roofline  # noqa: E402
+from compactinst_ros.bench.devices import DEVICES, Device  # noqa: E402
+
+NCU_SIZE = (1088, 1920)
+NCU_CONFIGS = ("fastinst_r18_d3", "compactinst_r18")
+PAPER_DRAM_GB = {"fastinst_r18_d3": 5.74, "compactinst_r18": 2.09}
+
+
+def find_ncu() -> str | None:
+    """The Nsight Compute CLI on PATH or in the usual CUDA / Nsight install folders."""
+    found = shutil.which("ncu")
+    if found:
+        return found
+    candidates = sorted(glob.glob("/usr/local/cuda*/bin/ncu")
+                        + glob.glob("/opt/nvidia/nsight-compute/*/ncu"))
+    return candidates[-1] if candidates else None
+
+
+def device_preset(name: str) -> Device:
+    """The preset whose name matches the GPU (H200, A4000), else an H200-sized placeholder."""
+    lowered = name.lower()
+    for key, device in DEVICES.items():
+        if key.replace("rtx-", "") in lowered.replace(" ", "-"):
+            return device
+    return DEVICES["h200"]
+
+
+def ncu_target(config: str, size: tuple[int, int], device: str) -> None:
+    """One decoder pass between cudaProfilerStart/Stop (ncu runs with --profile-from-start off)."""
+    import torch
+
+    model = latency._build(config, None)
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    model = model.to(device=device, dtype=dtype)
+    feats = {n: t.to(device=device, dtype=dtype)
+             for n, t in latency._synthetic(latency.feature_shapes(model, *size)).items()}
+    with torch.no_grad():
+        for _ in range(3):
+            model.decode(feats)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+        model.decode(feats)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+    print(f"profiled one {config} decoder pass at {size[0]}x{size[1]}", flush=True)
+
+
+def profile_decoder(ncu: str, config: str, out: Path, timeout_s: float) -> Path:
+    """Run ``ncu`` on one decoder pass; falls back to the base metrics if a metric is unknown."""
+    csv_path = out / f"ncu_{config}_{NCU_SIZE[0]}x{NCU_SIZE[1]}.csv"
+    base = [roofline.TIME, roofline.DRAM_READ, roofline.DRAM_WRITE, *roofline.CUDA_OPS,
+            roofline.TENSOR_INST]
+    for metrics in (roofline.NCU_METRICS, ",".join(base)):
+        cmd = [ncu, "--csv", "--print-units", "base", "--profile-from-start", "off",
+               "--metrics", metrics, "--log-file", str(csv_path),
+               sys.executable, str(Path(__file__).resolve()), "--ncu-target", config]
+        print("  $ " + " ".join(cmd), flush=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        text = csv_path.read_text(errors="replace") if csv_path.exists() else ""
+        if proc.returncode == 0 and '"ID"' in text:
+            return csv_path
+        print(f"  ncu exit {proc.returncode}: {(proc.stderr or proc.stdout)[-600:]}", flush=True)
+    raise RuntimeError(f"ncu produced no kernel table for {config} (see the messages above; "
+                       "ERR_NVGPUCTRPERM means profiling needs root or "
+                       "NVreg_RestrictProfilingToAdminUsers=0)")
+
+
+def speedup_table(record: dict) -> list[str]:
+    """Compact rows: size, then speed-up vs FastInst per config, per stage."""
+    lines = []
+    for stage in latency.STAGES:
+        rows = [r for r in record["results"] if r["stage"] == stage]
+        if not rows:
+            continue
+        configs = list(dict.fromkeys(r["config"] for r in rows))
+        lines.append(f"{stage:<8} {'size':>10} " + " ".join(f"{c[-14:]:>15}" for c in configs))
+        for size in dict.fromkeys(tuple(r["size"]) for r in rows):
+            cells = {r["config"]: r for r in rows if tuple(r["size"]) == size}
+            lines.append(f"{'':<8} {size[0]:>4}x{size[1]:<5} " + " ".join(
+                f"{cells[c]['median_ms']:>7.2f}ms {cells[c]['speedup']:>4.2f}x"
+                for c in configs))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Bench, then ncu, then the summary table; everything also lands in ``--out``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "gpu_bench")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CPU check of the flow: torch-cpu, one small size, one trial")
+    parser.add_argument("--skip-ncu", action="store_true", help="latency sweep only")
+    parser.add_argument("--ncu-target", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.ncu_target:
+        ncu_target(args.ncu_target, (256, 320) if device == "cpu" else NCU_SIZE, device)
+        return 0
+    if device == "cpu" and not args.smoke:
+        print("no CUDA device: this script needs an NVIDIA GPU (use --smoke for a CPU check)")
+        return 2
+    start = time.perf_counter()
+    args.out.mkdir(parents=True, exist_ok=True)
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    print(f"[1/3] latency sweep on {gpu}", flush=True)
+    if args.smoke:
+        opts = latency.BenchOptions(sizes=[("small", (256, 320))], backends=["torch-cpu"],
+                                    warmup=1, iters=1, trials=1, threads=2,
+                                    workdir=args.out / "onnx")
+    else:
+        opts = latency.BenchOptions(backends=["torch-cuda"], warmup=10, iters=20, trials=5,
+                                    threads=4, workdir=args.out / "onnx")
+    record = latency.run_sweep(opts, lambda m: print(m, flush=True))
+    (args.out / "bench.json").write_text(json.dumps(record, indent=1))
+    try:
+        latency.write_outputs(record, args.out)
+    except ImportError as exc:
+        print(f"  no figures ({exc})")
+    print(f"  sweep took {time.perf_counter() - start:.0f} s", flush=True)
+
+    dram: dict[str, dict] = {}
+    ncu = find_ncu()
+    print(f"[2/3] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
+    if args.skip_ncu or args.smoke or ncu is None or device == "cpu":
+        why = "skipped" if args.skip_ncu or args.smoke else "ncu not found"
+        print(f"  {why}", flush=True)
+    else:
+        preset = device_preset(gpu)
+        for config in NCU_CONFIGS:
+            try:
+                csv_path = profile_decoder(ncu, config, args.out, timeout_s=150)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"  {config}: {exc}", flush=True)
+                continue
+            summary = roofline.summarize(roofline.parse_ncu_csv(csv_path.read_text()), preset)
+            dram[config] = summary
+            print(roofline.format_table(summary, preset), flush=True)
+        (args.out / "ncu_summary.json").write_text(json.dumps(dram, indent=1))
+
+    print(f"[3/3] summary ({time.perf_counter() - start:.0f} s in all)\n", flush=True)
+    print(f"GPU: {gpu}; PyTorch {torch.__version__} FP16"
+          f"{' + CUDA graphs' if device == 'cuda' else ''}; median of {opts.trials} trials")
+    print("\n".join(speedup_table(record)))
+    if dram:
+        print(f"\ndecoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]} (paper, A4000 TensorRT: "
+              "5.74 -> 2.09 GB, -64%)")
+        for config, s in dram.items():
+            print(f"  {config:<18} {s['all']['dram_gb']:7.3f} GB   CUDA-core kernels: "
+                  f"{100 * s['cuda-core']['time_share']:.0f}% of time, "
+                  f"{100 * s['cuda-core']['bytes_share']:.0f}% of bytes")
+        if len(dram) == 2:
+            a, b = (dram[c]["all"]["dram_gb"] for c in NCU_CONFIGS)
+            print(f"  reduction          {100 * (1 - b / a):6.1f}%")
+    for backend, reason in record["unavailable"].items():
+        print(f"{backend}: not available ({reason})")
+    return 0 if record["results"] else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
