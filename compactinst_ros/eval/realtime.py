@@ -1,0 +1,358 @@
+"""Realtime replay: publish a bag at its recorded rate to a real ``compactinst_node`` over ROS.
+
+The node runs as a subprocess (``python -m compactinst_ros.ros.node``) with DDS on loopback and
+the FastDDS shared-memory profile. Frames are preloaded and published as the recorded CDR bytes
+(no re-serialisation), paced on the monotonic clock by the bag's log times / ``rate``. What comes
+back is matched to the sent frames by header stamp: the per-frame latency record
+(``~/latency/frame``: stage timings measured in the node), the mask rasters and /diagnostics.
+End-to-end latency = receipt of the latency record - send time, on this process's clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendError, ConfigError
+from .bags import COMPRESSED, IMAGE, BagFrame, BagWriter, ImageBag
+from .replay import OUTPUT_NS, open_output_bag
+from .report import Progress, latency_stats
+
+#: input topic the player publishes on (the node is pointed at it by parameter)
+INPUT_TOPIC = "/compactinst_replay/image"
+RASTERS = ("instance_mask", "panoptic", "semantic")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ros_environment(domain_id: int | None = None) -> dict[str, str]:
+    """os.environ with DDS kept on loopback and the shipped FastDDS shared-memory profile."""
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_LOCALHOST_ONLY", "1")
+    env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
+    profile = REPO / "config" / "fastdds_shm.xml"
+    if profile.is_file():
+        env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(profile))
+    if domain_id is not None:
+        env["ROS_DOMAIN_ID"] = str(domain_id)
+    env.setdefault("ROS_DOMAIN_ID", "0")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def cdr_stamp_ns(raw: bytes) -> int:
+    """header.stamp of a serialised message whose first field is a std_msgs/Header."""
+    order = "<" if raw[1] & 1 else ">"
+    sec, nanosec = struct.unpack_from(order + "iI", raw, 4)
+    return sec * 1_000_000_000 + nanosec
+
+
+class NodeProcess:
+    """``compactinst_node`` in a subprocess; output goes to ``log_path``."""
+
+    def __init__(self, params: dict[str, str], env: dict[str, str], log_path: Path) -> None:
+        args = [sys.executable, "-m", "compactinst_ros.ros.node", "--ros-args"]
+        for key, value in params.items():
+            args += ["-p", f"{key}:={value}"]
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_path
+        self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def tail(self, lines: int = 20) -> str:
+        """The last lines the node printed."""
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
+        return ""
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """Ctrl-C the node, wait, kill it only after ``timeout``; returns its exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        return self.proc.returncode
+
+
+class Recorder:
+    """Player-side rclpy node: publishes frames, records the node's outputs by stamp."""
+
+    def __init__(
+        self, domain_id: int, msgtype: str, writer: BagWriter | None, outputs: tuple[str, ...]
+    ) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import CompressedImage, Image, JointState
+        from std_msgs.msg import Float64
+
+        self.rclpy = rclpy
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain_id)
+        self.node = rclpy.create_node("compactinst_replay", context=self.context)
+        reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        self.input_topic = INPUT_TOPIC + ("/compressed" if msgtype == COMPRESSED else "")
+        self.pub = self.node.create_publisher(
+            CompressedImage if msgtype == COMPRESSED else Image, self.input_topic, reliable
+        )
+        self.lock = threading.Lock()
+        self.writer = writer
+        self.records: dict[int, tuple[float, dict[str, float]]] = {}
+        self.outputs: dict[str, int] = dict.fromkeys(outputs, 0)
+        self.diagnostics: deque[dict[str, str]] = deque(maxlen=5)
+        self.bag_time: dict[int, int] = {}
+        self.send_time: dict[int, float] = {}
+        self.latency_topic = f"{OUTPUT_NS}/latency/frame"
+        deep = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.node.create_subscription(JointState, self.latency_topic, self._on_latency, deep)
+        # The node computes latency only while a per-stage topic has subscribers too.
+        self.node.create_subscription(Float64, f"{OUTPUT_NS}/latency/total", lambda _: None, 10)
+        for name in outputs:
+            self.node.create_subscription(
+                Image, f"{OUTPUT_NS}/{name}", self._raster_cb(name), deep, raw=True
+            )
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        with contextlib.suppress(ExternalShutdownException):
+            self.executor.spin()
+
+    def _on_latency(self, msg: Any) -> None:
+        now = time.monotonic()
+        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        with self.lock:
+            self.records.setdefault(stamp, (now, dict(zip(msg.name, msg.position, strict=False))))
+
+    def _raster_cb(self, name: str) -> Any:
+        def record(raw: bytes) -> None:
+            now = time.monotonic()
+            stamp = cdr_stamp_ns(raw)
+            with self.lock:
+                self.outputs[name] += 1
+                if self.writer is not None and stamp in self.send_time:
+                    lag_ns = int((now - self.send_time[stamp]) * 1e9)
+                    t_ns = self.bag_time[stamp] + lag_ns
+                    self.writer.write(f"{OUTPUT_NS}/{name}", IMAGE, t_ns, raw)
+
+        return record
+
+    def _on_diag(self, msg: Any) -> None:
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if "frames_received" in values:
+                with self.lock:
+                    self.diagnostics.append({"_message": status.message, **values})
+
+    def node_ready(self) -> bool:
+        """The node subscribes to our input and publishes the latency record."""
+        return (
+            self.pub.get_subscription_count() > 0
+            and self.node.count_publishers(self.latency_topic) > 0
+        )
+
+    def publish(self, frame: BagFrame) -> None:
+        """Send one frame's recorded CDR bytes; remember when."""
+        with self.lock:
+            self.bag_time[frame.stamp_ns] = frame.bag_time_ns
+            self.send_time[frame.stamp_ns] = time.monotonic()
+            if self.writer is not None:
+                self.writer.write(INPUT_TOPIC, frame.msgtype, frame.bag_time_ns, frame.raw)
+        self.pub.publish(frame.raw)
+
+    def processed(self) -> int:
+        """Sent frames whose latency record came back."""
+        with self.lock:
+            return sum(1 for s in self.records if s in self.send_time)
+
+    def close(self) -> None:
+        """Stop spinning and shut the context down."""
+        self.executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
+        self.rclpy.try_shutdown(context=self.context)
+        self._thread.join(timeout=5.0)
+
+
+def _wait(predicate: Any, timeout: float, node: NodeProcess | None, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if node is not None and node.proc.poll() is not None:
+            raise BackendError(
+                f"compactinst_node exited with code {node.proc.returncode} before {what}; "
+                f"its log ({node.log_path}) ends with:\n{node.tail()}"
+            )
+        if time.monotonic() > deadline:
+            raise BackendError(
+                f"timed out after {timeout:.0f} s waiting for {what}; check ROS_DOMAIN_ID and "
+                f"the node log {node.log_path if node else ''}"
+            )
+        time.sleep(0.05)
+
+
+def run_realtime(
+    bag: ImageBag,
+    model: str | Path,
+    backend: str = "auto",
+    rate: float = 1.0,
+    output_bag: Path | None = None,
+    max_frames: int | None = None,
+    warmup: int = 3,
+    progress: bool = True,
+    domain_id: int | None = None,
+    log_path: Path | None = None,
+    ready_timeout: float = 120.0,
+    drain_s: float = 2.0,
+    node_params: dict[str, str] | None = None,
+    outputs: tuple[str, ...] = RASTERS,
+) -> tuple[dict, dict]:
+    """Replay ``bag`` to a fresh node subprocess; returns (report block, model facts).
+
+    ``outputs``: the rasters subscribed (and written to ``output_bag``); the node computes only
+    outputs that have subscribers, so this is the consumer load being measured.
+    """
+    if rate <= 0:
+        raise ConfigError(f"rate {rate} must be positive (1.0 = recorded rate)")
+    if domain_id is None:
+        domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0)
+    frames = [f for f, _ in zip(bag.frames(), range(max_frames or bag.count), strict=False)]
+    env = ros_environment(domain_id)
+    os.environ.update({k: v for k, v in env.items() if k.startswith(("ROS_", "RMW_", "FASTDDS"))})
+    params = {
+        "model": str(Path(model).resolve()),
+        "backend": backend,
+        "image_topic": INPUT_TOPIC,
+        "input_transport": "compressed" if bag.msgtype == COMPRESSED else "raw",
+        "input_reliability": "reliable",
+        **(node_params or {}),
+    }
+    log_path = (
+        log_path
+        or Path(os.environ.get("TMPDIR", "/tmp")) / f"compactinst_replay_node_{domain_id}.log"
+    )
+    writer = open_output_bag(output_bag) if output_bag else None
+    node = NodeProcess(params, env, log_path)
+    recorder = None
+    try:
+        recorder = Recorder(domain_id, bag.msgtype, writer, outputs)
+        _wait(recorder.node_ready, ready_timeout, node, "the node to load the model and subscribe")
+        time.sleep(0.5)  # let the node see our output subscriptions too
+        bar = Progress(len(frames), f"realtime x{rate:g}", progress)
+        first_bag = frames[0].bag_time_ns if frames else 0
+        start = time.monotonic()
+        for i, frame in enumerate(frames):
+            target = start + (frame.bag_time_ns - first_bag) / 1e9 / rate
+            delay = target - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            recorder.publish(frame)
+            bar.update(i + 1, f"{recorder.processed()} processed")
+        sent_at = time.monotonic()
+        bar.close()
+        last, quiet_since = -1, time.monotonic()
+        while time.monotonic() - quiet_since < drain_s and recorder.processed() < len(frames):
+            done = recorder.processed()
+            if done != last:
+                last, quiet_since = done, time.monotonic()
+            time.sleep(0.05)
+        with contextlib.suppress(BackendError):  # one more /diagnostics period, if it comes
+            seen = len(recorder.diagnostics)
+            _wait(lambda: len(recorder.diagnostics) > seen, 2.5, None, "/diagnostics")
+        block, facts = _summarise(recorder, frames, start, sent_at, warmup, rate)
+    finally:
+        if recorder is not None:
+            recorder.close()
+        code = node.stop()
+        if writer is not None:
+            writer.close()
+    block["node_exit_code"] = code
+    block["node_log"] = str(log_path)
+    return block, facts
+
+
+def _summarise(
+    recorder: Recorder,
+    frames: list[BagFrame],
+    start: float,
+    sent_at: float,
+    warmup: int,
+    rate: float,
+) -> tuple[dict, dict]:
+    with recorder.lock:
+        records = {s: r for s, r in recorder.records.items() if s in recorder.send_time}
+        send = dict(recorder.send_time)
+        diag = recorder.diagnostics[-1] if recorder.diagnostics else {}
+        outputs = dict(recorder.outputs)
+    ordered = sorted(records.items(), key=lambda kv: send[kv[0]])
+    samples: dict[str, list[float]] = {}
+    for stamp, (received, stages) in ordered:
+        for stage, ms in stages.items():
+            samples.setdefault(stage, []).append(float(ms))
+        samples.setdefault("end_to_end", []).append((received - send[stamp]) * 1e3)
+    sent, processed = len(send), len(records)
+    warm = min(warmup, max(processed - 1, 0))
+    last_receipt = max((r for r, _ in records.values()), default=start)
+    recorded_s = (frames[-1].bag_time_ns - frames[0].bag_time_ns) / 1e9 if frames else 0.0
+    frames_block: dict[str, Any] = {
+        "sent": sent,
+        "received": _int(diag.get("frames_received")),
+        "processed": processed,
+        "dropped": sent - processed,
+        "drop_pct": round(100.0 * (sent - processed) / sent, 2) if sent else None,
+        "node_dropped": _int(diag.get("frames_dropped")),
+    }
+    notes = [
+        f"published at x{rate:g} the recorded rate ({recorded_s:.2f} s of bag); node input QoS "
+        "keep-last 1: a frame arriving while one is in flight replaces the waiting one "
+        "(counted as dropped)",
+        "outputs received: " + ", ".join(f"{k} {v}" for k, v in outputs.items()),
+    ]
+    # "input silent" is expected once the bag has ended
+    if diag.get("_message") not in (None, "ok") and "silent" not in diag["_message"]:
+        notes.append(f"node diagnostics: {diag.get('_message')}")
+    block = {
+        "accuracy": None,
+        "warmup_frames": warm,
+        "latency": latency_stats(samples, warm),
+        "frames": frames_block,
+        "throughput": {
+            "wall_s": round(last_receipt - start, 3),
+            "input_fps": round((sent - 1) / (sent_at - start), 2) if sent > 1 else None,
+            "output_fps": round(processed / max(last_receipt - start, 1e-9), 2)
+            if processed
+            else None,
+            "target_input_fps": round((len(frames) - 1) / recorded_s * rate, 2)
+            if recorded_s > 0
+            else None,
+        },
+        "samples": {k: [round(v, 4) for v in vals] for k, vals in samples.items()},
+        "notes": notes,
+    }
+    keys = ("model", "model_fingerprint", "input_size", "backend", "device")
+    facts = {k: diag[k] for k in keys if k in diag}
+    return block, facts
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(float(value)) if value is not None else None
+    except ValueError:
+        return None
