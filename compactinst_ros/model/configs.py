@@ -89,7 +89,8 @@ CONFIGS: dict[str, ModelConfig] = {
         ModelConfig("fastinst_r50_d1", backbone="resnet50", dec_layers=1, paper={"params_m": 30.0}),
         ModelConfig(
             "compactinst_r18", pool_factor=2,
-            paper={"size": (1024, 2048), "num_classes": 8, "total_gmacs": 205.8 * 0.93},
+            paper={"size": (1024, 2048), "num_classes": 8, "total_gmacs": 205.8 * 0.93,
+                   "note": "paper: about 7 % fewer FLOPs than FastInst-R18's 205.8 G"},
         ),
         ModelConfig("compactinst_r50", backbone="resnet50", pool_factor=2,
                     paper={"params_m": 35.9}),

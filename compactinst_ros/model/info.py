@@ -1,0 +1,93 @@
+"""``compactinst info CONFIG --size HxW``: parameters and GMACs per component vs the paper."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import ConfigError
+
+_LABELS = {
+    "normalize": "input normalisation",
+    "backbone": "backbone",
+    "pixel_decoder": "pixel decoder (PPM-FPN)",
+    "proposal": "  query proposal",
+    "transformer": "  transformer layers",
+    "heads": "  prediction heads",
+    "refinement": "  pooling + refinement",
+    "decoder_other": "  pos. embed / attn masks",
+}
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"1024x2048"`` -> (1024, 2048); raises ConfigError on anything else."""
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ConfigError(f"size {text!r} must look like HEIGHTxWIDTH, e.g. 1024x2048") from None
+    return h, w
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``compactinst info``."""
+    parser.add_argument("config", help="model config name, e.g. compactinst_r18")
+    parser.add_argument("--size", default="1024x2048",
+                        help="input HEIGHTxWIDTH (default %(default)s)")
+    parser.add_argument("--num-classes", type=int, default=None,
+                        help="override K (the config's default otherwise; 8 = Cityscapes)")
+
+
+def _paper(value: float | None, ours: float) -> str:
+    if value is None:
+        return ""
+    return f"paper {value:7.1f}  ({100 * (ours - value) / value:+.1f} %)"
+
+
+def report(config: str, size: tuple[int, int], num_classes: int | None = None) -> str:
+    """The ``info`` table as text (params in M, MACs in G, paper figures where comparable)."""
+    import torch
+
+    from .compactinst import build_model
+    from .flops import COMPONENTS, count_ops, decoder_total, macs_by_component, params_by_component
+
+    overrides = {} if num_classes is None else {"num_classes": num_classes}
+    with torch.device("meta"):
+        model = build_model(config, **overrides)
+    model.check_input_size(*size)
+    cfg = model.cfg
+    macs = macs_by_component(count_ops(model, size))
+    params = params_by_component(model)
+    paper = cfg.paper or {}
+    same_setting = paper.get("size") == size and paper.get("num_classes") == cfg.num_classes
+    lines = [f"{cfg.name} at {size[0]}x{size[1]}, K={cfg.num_classes} "
+             f"(GMACs: 1 multiply-add = 1 FLOP, fvcore convention)",
+             f"{'component':28s} {'params (M)':>10s} {'GMACs':>9s}"]
+    for comp in COMPONENTS:
+        if comp == "proposal":
+            dec_p, dec_m = decoder_total(params), decoder_total(macs)
+            ref = paper.get("decoder_gmacs") if same_setting else None
+            lines.append(f"{'decoder (after pixel decoder)':28s} {dec_p / 1e6:10.2f} "
+                         f"{dec_m / 1e9:9.2f}  {_paper(ref, dec_m / 1e9)}")
+        if params[comp] or macs[comp]:
+            lines.append(f"{_LABELS[comp]:28s} {params[comp] / 1e6:10.2f} {macs[comp] / 1e9:9.2f}")
+    total_p, total_m = sum(params.values()), sum(macs.values())
+    ref_p = paper.get("params_m") if cfg.num_classes == 80 else None
+    ref_m = paper.get("total_gmacs") if same_setting else None
+    lines.append(f"{'total':28s} {total_p / 1e6:10.2f} {total_m / 1e9:9.2f}  "
+                 f"{_paper(ref_m, total_m / 1e9)}")
+    if ref_p is not None:
+        lines.append(f"{'':28s} params {_paper(ref_p, total_p / 1e6)}")
+    if same_setting and "note" in paper:
+        lines.append(f"({paper['note']})")
+    if "size" in paper and not same_setting:
+        h, w = paper["size"]
+        lines.append(f"(paper GMACs are for {h}x{w}, K={paper['num_classes']}: "
+                     f"--size {h}x{w} --num-classes {paper['num_classes']})")
+    if "params_m" in paper and ref_p is None:
+        lines.append("(paper parameter count is for K=80: omit --num-classes)")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the table for ``args.config``."""
+    print(report(args.config, parse_size(args.size), args.num_classes))
+    return 0
