@@ -443,3 +443,83 @@ def tile_stats(
     tiles = n_rows * -(-meta.src_w // TILE)
     inst, pan, orig, sem = (frame.cand_sum / tiles).tolist()
     return TileStats(tiles=tiles, inst=inst, pan=pan, orig=orig, sem=sem)
+
+
+#: Encoding -> kernel code (cuda/common.cuh ``Encoding``).
+ENCODING_CODES: dict[str, int] = {
+    "rgb8": 0,
+    "bgr8": 1,
+    "rgba8": 2,
+    "bgra8": 3,
+    "mono8": 4,
+    "yuv422": 5,
+    "uyvy": 5,
+    "yuv422_yuy2": 6,
+    "yuyv": 6,
+}
+
+
+def fetch_rgb(image: np.ndarray, encoding: str, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """(..., 3) float32 RGB of pixels (ys, xs) of a raw HxWxC frame, as ``ci::fetch_rgb``."""
+    code = ENCODING_CODES[encoding.lower()]
+    if code <= 4:
+        px = image[ys, xs].astype(np.float32)
+        if code == 4:
+            return np.repeat(px[..., :1], 3, axis=-1)
+        rgb = px[..., :3]
+        return rgb[..., ::-1] if code in (1, 3) else rgb
+    pairs = image.reshape(image.shape[0], -1, 4)  # one 4-byte macro-pixel per 2 pixels
+    macro = pairs[ys, xs // 2].astype(np.float32)
+    odd = (xs & 1).astype(np.intp)
+    if code == 5:  # U Y0 V Y1
+        u, v = macro[..., 0], macro[..., 2]
+        yy = np.take_along_axis(macro, (1 + 2 * odd)[..., None], axis=-1)[..., 0]
+    else:  # Y0 U Y1 V
+        u, v = macro[..., 1], macro[..., 3]
+        yy = np.take_along_axis(macro, (2 * odd)[..., None], axis=-1)[..., 0]
+    luma = np.maximum(yy - np.float32(16), np.float32(0)) * np.float32(1.164)
+    u, v = u - np.float32(128), v - np.float32(128)
+    r = luma + np.float32(1.596) * v
+    g = luma - np.float32(0.813) * v - np.float32(0.391) * u
+    b = luma + np.float32(2.018) * u
+    return np.clip(np.stack([r, g, b], axis=-1), 0, 255).astype(np.float32)
+
+
+def _resize_taps(n_out: int, n_src: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """OpenCV INTER_LINEAR taps (i0, i1, weight of i1) along one axis, as ``pre_letterbox``."""
+    scale = np.float32(n_src / n_out)
+    f = (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+    i0 = np.floor(f).astype(np.int64)
+    frac = (f - i0).astype(np.float32)
+    frac[i0 < 0] = 0
+    i0[i0 < 0] = 0
+    last = i0 >= n_src - 1
+    frac[last] = 0
+    i0[last] = n_src - 1
+    return i0, np.minimum(i0 + 1, n_src - 1), frac
+
+
+def letterbox(
+    image: np.ndarray, encoding: str, meta: FrameMeta, pad_value: tuple[float, float, float]
+) -> np.ndarray:
+    """(1, 3, input_h, input_w) float32: the preprocessing kernel's output for one raw frame."""
+    out = np.empty((3, meta.input_h, meta.input_w), np.float32)
+    out[:] = np.asarray(pad_value, np.float32)[:, None, None]
+    rh, rw = meta.resized_h, meta.resized_w
+    if (rh, rw) == (meta.src_h, meta.src_w):
+        ys, xs = np.mgrid[0:rh, 0:rw]
+        rgb = fetch_rgb(image, encoding, ys, xs)
+    else:
+        y0, y1, fy = _resize_taps(rh, meta.src_h)
+        x0, x1, fx = _resize_taps(rw, meta.src_w)
+        one = np.float32(1)
+        wy, wx = fy[:, None, None], fx[None, :, None]
+        a = fetch_rgb(image, encoding, y0[:, None], x0[None, :])
+        b = fetch_rgb(image, encoding, y0[:, None], x1[None, :])
+        c = fetch_rgb(image, encoding, y1[:, None], x0[None, :])
+        d = fetch_rgb(image, encoding, y1[:, None], x1[None, :])
+        rgb = (
+            (one - wx) * (one - wy) * a + wx * (one - wy) * b + (one - wx) * wy * c + wx * wy * d
+        )
+    out[:, :rh, :rw] = rgb.transpose(2, 0, 1)
+    return out[None]

@@ -1,0 +1,462 @@
+// Fused post-processing of CompactInst decoder outputs at camera resolution.
+//
+// Stage order on one stream (no host round trip; the numpy twin postprocess/gpu_twin.py runs the
+// same algorithm step for step and is what CI checks against the numpy reference):
+//   pp_query_stats   one block per query: mask score over the valid low-res region
+//   pp_select        one block: softmax, instance / panoptic tables, zeroed counters
+//   pp_semantic_low  S[c] = sum_q p[q,c] * sigmoid(m_q) at low resolution (semantic only)
+//   pp_fused(count)  one block per 16x16 camera tile: per-tile culling of queries/classes that
+//                    cannot matter in the tile, then per pixel winners; areas, boxes and the
+//                    panoptic overlap counts accumulate in shared memory, one global atomic per
+//                    block and slot
+//   pp_finalize      one thread: instance renumbering LUT, overlap test, stuff merge, segment ids
+//   pp_fused(write)  recompute the winners and write every raster pixel exactly once via LUTs
+#include "common.cuh"
+
+using namespace ci;
+
+// Device-side tables; the host mirrors this layout with a numpy structured dtype
+// (postprocess/cuda.py TABLES_DTYPE). Only 4-byte fields: no padding.
+struct PPTables {
+  int n_inst;      // kept instance slots (score order)
+  int n_pan;       // kept panoptic slots (query order)
+  int n_inst_out;  // instances with at least one pixel
+  int n_seg;       // panoptic segments
+  float mask_score[kMaxQueries];
+  int inst_query[kMaxQueries];
+  int inst_class[kMaxQueries];
+  float inst_score[kMaxQueries];
+  int pan_query[kMaxQueries];
+  int pan_class[kMaxQueries];
+  float pan_score[kMaxQueries];
+  unsigned int inst_area[kMaxQueries];
+  int inst_box[kMaxQueries][4];  // x0, y0, x1, y1 inclusive
+  unsigned int wins[kMaxQueries];
+  unsigned int orig[kMaxQueries];
+  unsigned int seg[kMaxQueries];
+  int inst_lut[kMaxQueries + 1];  // slot + 1 -> output id (0 = dropped)
+  int pan_lut[kMaxQueries];       // slot -> segment id (0 = dropped)
+  int out_slot[kMaxQueries];      // output instance i -> slot
+  int seg_id[kMaxQueries];
+  int seg_class[kMaxQueries];
+  float seg_score[kMaxQueries];
+  unsigned int seg_area[kMaxQueries];
+};
+
+enum Want : int { kWantInstance = 1, kWantPanoptic = 2, kWantSemantic = 4 };
+
+extern "C" __global__ void pp_query_stats(const float* __restrict__ masks, int h, int w, int vh,
+                                          int vw, float threshold, PPTables* tables) {
+  __shared__ float s_sum[256];
+  __shared__ float s_cnt[256];
+  const int q = blockIdx.x;
+  const float* grid = masks + (size_t)q * h * w;
+  float sum = 0.0f, cnt = 0.0f;
+  for (int i = threadIdx.x; i < vh * vw; i += blockDim.x) {
+    float m = __ldg(grid + (i / vw) * w + (i % vw));
+    if (m > threshold) {
+      sum += sigmoid(m);
+      cnt += 1.0f;
+    }
+  }
+  s_sum[threadIdx.x] = sum;
+  s_cnt[threadIdx.x] = cnt;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+    if (threadIdx.x < stride) {
+      s_sum[threadIdx.x] += s_sum[threadIdx.x + stride];
+      s_cnt[threadIdx.x] += s_cnt[threadIdx.x + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) tables->mask_score[q] = s_sum[0] / (s_cnt[0] + 1e-6f);
+}
+
+// One block of 256 threads; loops stride over queries. `prob` receives softmax(Q, K+1).
+extern "C" __global__ void pp_select(const float* __restrict__ class_logits, int nq, int k1,
+                                     const uint8_t* __restrict__ isthing, float score_threshold,
+                                     float object_threshold, int max_instances,
+                                     float* __restrict__ prob, PPTables* tables) {
+  __shared__ float s_best_p[kMaxQueries];
+  __shared__ int s_best_c[kMaxQueries];
+  __shared__ float s_score[kMaxQueries];
+  __shared__ int s_keep[kMaxQueries];
+  __shared__ int s_pan[kMaxQueries];
+  __shared__ float s_pan_score[kMaxQueries];
+  __shared__ int s_pan_class[kMaxQueries];
+  __shared__ int s_n_keep;
+  const int k = k1 - 1;
+  if (threadIdx.x == 0) s_n_keep = 0;
+  for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+    const float* row = class_logits + (size_t)q * k1;
+    float mx = row[0];
+    for (int c = 1; c < k1; ++c) mx = fmaxf(mx, row[c]);
+    float total = 0.0f;
+    for (int c = 0; c < k1; ++c) total += expf(row[c] - mx);
+    float best_all = -1.0f, best_p = -1.0f;
+    int arg_all = 0, arg_thing = -1;
+    for (int c = 0; c < k1; ++c) {
+      float p = expf(row[c] - mx) / total;
+      prob[(size_t)q * k1 + c] = p;
+      if (p > best_all) {
+        best_all = p;
+        arg_all = c;
+      }
+      if (c < k && isthing[c] && p > best_p) {
+        best_p = p;
+        arg_thing = c;
+      }
+    }
+    s_best_p[q] = best_p;
+    s_best_c[q] = arg_thing;
+    s_pan[q] = (arg_all != k && best_all > object_threshold) ? 1 : 0;
+    s_pan_class[q] = arg_all;
+    s_pan_score[q] = best_all;
+  }
+  __syncthreads();
+  // A query qualifies when its best thing pair ranks inside the top max_instances pairs
+  // (descending p, ties by flat index q * K + c).
+  for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+    int keep = 0;
+    float score = 0.0f;
+    if (s_best_c[q] >= 0) {
+      const float bp = s_best_p[q];
+      const int own = q * k + s_best_c[q];
+      int rank = 0;
+      for (int q2 = 0; q2 < nq && rank < max_instances; ++q2) {
+        for (int c = 0; c < k; ++c) {
+          if (!isthing[c]) continue;
+          float p = prob[(size_t)q2 * k1 + c];
+          rank += (p > bp) || (p == bp && q2 * k + c < own);
+        }
+      }
+      score = bp * tables->mask_score[q];
+      keep = rank < max_instances && score >= score_threshold;
+    }
+    s_score[q] = score;
+    s_keep[q] = keep;
+    if (keep) atomicAdd(&s_n_keep, 1);
+  }
+  __syncthreads();
+  for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+    if (!s_keep[q]) continue;
+    int rank = 0;
+    for (int q2 = 0; q2 < nq; ++q2) {
+      rank += s_keep[q2] && (s_score[q2] > s_score[q] || (s_score[q2] == s_score[q] && q2 < q));
+    }
+    if (rank < max_instances) {
+      tables->inst_query[rank] = q;
+      tables->inst_class[rank] = s_best_c[q];
+      tables->inst_score[rank] = s_score[q];
+    }
+  }
+  // Panoptic compaction in query order.
+  for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+    if (!s_pan[q]) continue;
+    int pos = 0;
+    for (int q2 = 0; q2 < q; ++q2) pos += s_pan[q2];
+    tables->pan_query[pos] = q;
+    tables->pan_class[pos] = s_pan_class[q];
+    tables->pan_score[pos] = s_pan_score[q];
+  }
+  for (int q = threadIdx.x; q < kMaxQueries; q += blockDim.x) {
+    tables->inst_area[q] = 0;
+    tables->inst_box[q][0] = 0x7FFFFFFF;
+    tables->inst_box[q][1] = 0x7FFFFFFF;
+    tables->inst_box[q][2] = -1;
+    tables->inst_box[q][3] = -1;
+    tables->wins[q] = 0;
+    tables->orig[q] = 0;
+    tables->seg[q] = 0;
+  }
+  if (threadIdx.x == 0) {
+    int n_pan = 0;
+    for (int q = 0; q < nq; ++q) n_pan += s_pan[q];
+    tables->n_pan = n_pan;
+    tables->n_inst = min(s_n_keep, max_instances);
+  }
+}
+
+// grid (ceil(h*w / 256), K): S[c, t] = sum_q p[q, c] * sigmoid(m[q, t]).
+extern "C" __global__ void pp_semantic_low(const float* __restrict__ masks,
+                                           const float* __restrict__ prob, int nq, int k1, int hw,
+                                           float* __restrict__ sem) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  const int c = blockIdx.y;
+  if (t >= hw) return;
+  float acc = 0.0f;
+  for (int q = 0; q < nq; ++q) {
+    acc += __ldg(prob + (size_t)q * k1 + c) * sigmoid(__ldg(masks + (size_t)q * hw + t));
+  }
+  sem[(size_t)c * hw + t] = acc;
+}
+
+struct Footprint {
+  int y_lo, y_hi, x_lo, x_hi;
+};
+
+__device__ __forceinline__ void grid_bounds(const float* __restrict__ grid, int w,
+                                            const Footprint& f, float* lo, float* hi) {
+  float a = INFINITY, b = -INFINITY;
+  for (int y = f.y_lo; y <= f.y_hi; ++y) {
+    for (int x = f.x_lo; x <= f.x_hi; ++x) {
+      float v = __ldg(grid + y * w + x);
+      a = fminf(a, v);
+      b = fmaxf(b, v);
+    }
+  }
+  *lo = a;
+  *hi = b;
+}
+
+// Indices i < n with flags[i] set, ascending, into list; returns how many (one thread).
+__device__ __forceinline__ int compact(const uint8_t* flags, int n, uint16_t* list) {
+  int m = 0;
+  for (int i = 0; i < n; ++i) {
+    if (flags[i]) list[m++] = (uint16_t)i;
+  }
+  return m;
+}
+
+// mode 0 = count (areas, boxes, overlap counts), mode 1 = write rasters through the LUTs.
+extern "C" __global__ void pp_fused(
+    int mode, int want, const float* __restrict__ masks, const float* __restrict__ sem, int h,
+    int w, int k, int src_h, int src_w, const int* __restrict__ row_i0,
+    const int* __restrict__ row_i1, const float* __restrict__ row_w,
+    const int* __restrict__ col_i0, const int* __restrict__ col_i1,
+    const float* __restrict__ col_w, float threshold, const int* __restrict__ label_ids,
+    PPTables* tables, uint16_t* __restrict__ inst_out, int* __restrict__ pan_out,
+    void* __restrict__ sem_out, int sem_u16) {
+  __shared__ uint8_t s_flag_inst[kMaxQueries];
+  __shared__ uint8_t s_flag_orig[kMaxQueries];
+  __shared__ uint8_t s_flag_pan[kMaxQueries];
+  __shared__ uint8_t s_flag_sem[kMaxClasses];
+  __shared__ uint16_t s_inst[kMaxQueries];  // candidate slots, in slot order
+  __shared__ uint16_t s_pan[kMaxQueries];
+  __shared__ uint16_t s_orig[kMaxQueries];
+  __shared__ uint16_t s_sem[kMaxClasses];
+  __shared__ const float* s_inst_grid[kMaxQueries];  // grid of each candidate, list order
+  __shared__ const float* s_pan_grid[kMaxQueries];
+  __shared__ float s_pan_weight[kMaxQueries];
+  __shared__ float s_upper[kMaxQueries];
+  __shared__ float s_sem_hi[kMaxClasses];
+  __shared__ int s_pan_lower, s_sem_lower;
+  __shared__ int s_n_inst, s_n_pan, s_n_orig, s_n_sem;
+  __shared__ unsigned int s_area[kMaxQueries];
+  __shared__ int s_box[kMaxQueries][4];
+  __shared__ unsigned int s_wins[kMaxQueries];
+  __shared__ unsigned int s_orig_cnt[kMaxQueries];
+  __shared__ unsigned int s_seg[kMaxQueries];
+
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  const int nthreads = blockDim.x * blockDim.y;
+  const int x = blockIdx.x * kTile + threadIdx.x;
+  const int y = blockIdx.y * kTile + threadIdx.y;
+  const int n_inst = (want & kWantInstance) ? tables->n_inst : 0;
+  const int n_pan = (want & kWantPanoptic) ? tables->n_pan : 0;
+  const int n_sem = (want & kWantSemantic) ? k : 0;
+  const int hw = h * w;
+
+  // Texel footprint of this tile (taps are monotone in the pixel index).
+  Footprint f;
+  const int x_first = blockIdx.x * kTile, y_first = blockIdx.y * kTile;
+  const int x_last = min(x_first + kTile, src_w) - 1, y_last = min(y_first + kTile, src_h) - 1;
+  f.y_lo = __ldg(row_i0 + y_first);
+  f.y_hi = __ldg(row_i1 + y_last);
+  f.x_lo = __ldg(col_i0 + x_first);
+  f.x_hi = __ldg(col_i1 + x_last);
+
+  if (tid == 0) {
+    s_pan_lower = float_to_ordered(-INFINITY);
+    s_sem_lower = float_to_ordered(-INFINITY);
+  }
+  for (int i = tid; i < kMaxQueries; i += nthreads) {
+    s_area[i] = 0;
+    s_box[i][0] = 0x7FFFFFFF;
+    s_box[i][1] = 0x7FFFFFFF;
+    s_box[i][2] = -1;
+    s_box[i][3] = -1;
+    s_wins[i] = 0;
+    s_orig_cnt[i] = 0;
+    s_seg[i] = 0;
+  }
+  __syncthreads();
+  // Per-tile culling (exact, see docs/gpu.md): a bilinear sample lies within [min, max] of the
+  // texels of its tile's footprint. Instance i can paint here only if max > T; panoptic k can
+  // win only if score_k * sigmoid(max_k) reaches max_j score_j * sigmoid(min_j); it can count
+  // in `orig` only if max_k > T; class c can win only if max S_c >= max_j min S_j.
+  for (int i = tid; i < n_inst; i += nthreads) {
+    float lo, hi;
+    grid_bounds(masks + (size_t)tables->inst_query[i] * hw, w, f, &lo, &hi);
+    s_flag_inst[i] = hi + kBoundEps > threshold;
+  }
+  for (int i = tid; i < n_pan; i += nthreads) {
+    float lo, hi;
+    grid_bounds(masks + (size_t)tables->pan_query[i] * hw, w, f, &lo, &hi);
+    const float s = tables->pan_score[i];
+    s_upper[i] = s * sigmoid(hi + kBoundEps);
+    atomicMax(&s_pan_lower, float_to_ordered(s * sigmoid(lo - kBoundEps)));
+    s_flag_orig[i] = hi + kBoundEps > threshold;
+  }
+  for (int c = tid; c < n_sem; c += nthreads) {
+    float lo, hi;
+    grid_bounds(sem + (size_t)c * hw, w, f, &lo, &hi);
+    s_sem_hi[c] = hi + kBoundEps;
+    atomicMax(&s_sem_lower, float_to_ordered(lo - kBoundEps));
+  }
+  __syncthreads();
+  const float pan_lower = ordered_to_float(s_pan_lower);
+  const float sem_lower = ordered_to_float(s_sem_lower);
+  for (int i = tid; i < n_pan; i += nthreads) s_flag_pan[i] = s_upper[i] >= pan_lower;
+  for (int c = tid; c < n_sem; c += nthreads) s_flag_sem[c] = s_sem_hi[c] >= sem_lower;
+  __syncthreads();
+  if (tid == 0) {
+    s_n_inst = compact(s_flag_inst, n_inst, s_inst);
+    s_n_orig = compact(s_flag_orig, n_pan, s_orig);
+    s_n_pan = compact(s_flag_pan, n_pan, s_pan);
+    s_n_sem = compact(s_flag_sem, n_sem, s_sem);
+    for (int j = 0; j < s_n_inst; ++j) {
+      s_inst_grid[j] = masks + (size_t)tables->inst_query[s_inst[j]] * hw;
+    }
+    for (int j = 0; j < s_n_pan; ++j) {
+      s_pan_grid[j] = masks + (size_t)tables->pan_query[s_pan[j]] * hw;
+      s_pan_weight[j] = tables->pan_score[s_pan[j]];
+    }
+  }
+  __syncthreads();
+
+  const bool inside = x < src_w && y < src_h;
+  int slot = 0, winner = -1, sem_best = -1;
+  bool won = false;
+  if (inside) {
+    const Taps t = load_taps(row_i0, row_i1, row_w, col_i0, col_i1, col_w, y, x);
+    for (int j = 0; j < s_n_inst; ++j) {
+      if (sample(s_inst_grid[j], w, t) > threshold) {
+        slot = s_inst[j] + 1;
+        break;
+      }
+    }
+    float best = -INFINITY;
+    for (int j = 0; j < s_n_pan; ++j) {
+      const float v = sample(s_pan_grid[j], w, t);
+      const float p = s_pan_weight[j] * sigmoid(v);
+      if (p > best) {
+        best = p;
+        winner = s_pan[j];
+        won = v > threshold;
+      }
+    }
+    if (mode == 0) {
+      for (int j = 0; j < s_n_orig; ++j) {
+        const int i = s_orig[j];
+        if (sample(masks + (size_t)tables->pan_query[i] * hw, w, t) > threshold) {
+          atomicAdd(&s_orig_cnt[i], 1u);
+        }
+      }
+    }
+    float sbest = -INFINITY;
+    for (int j = 0; j < s_n_sem; ++j) {
+      const int c = s_sem[j];
+      const float v = sample(sem + (size_t)c * hw, w, t);
+      if (v > sbest) {
+        sbest = v;
+        sem_best = c;
+      }
+    }
+    if (sbest < kSemanticVoid) sem_best = -1;
+  }
+  if (mode == 0) {
+    if (inside && slot > 0) {
+      atomicAdd(&s_area[slot - 1], 1u);
+      atomicMin(&s_box[slot - 1][0], x);
+      atomicMin(&s_box[slot - 1][1], y);
+      atomicMax(&s_box[slot - 1][2], x);
+      atomicMax(&s_box[slot - 1][3], y);
+    }
+    if (inside && winner >= 0) {
+      atomicAdd(&s_wins[winner], 1u);
+      if (won) atomicAdd(&s_seg[winner], 1u);
+    }
+    __syncthreads();
+    for (int i = tid; i < n_inst; i += nthreads) {
+      if (s_area[i]) {
+        atomicAdd(&tables->inst_area[i], s_area[i]);
+        atomicMin(&tables->inst_box[i][0], s_box[i][0]);
+        atomicMin(&tables->inst_box[i][1], s_box[i][1]);
+        atomicMax(&tables->inst_box[i][2], s_box[i][2]);
+        atomicMax(&tables->inst_box[i][3], s_box[i][3]);
+      }
+    }
+    for (int i = tid; i < n_pan; i += nthreads) {
+      if (s_wins[i]) atomicAdd(&tables->wins[i], s_wins[i]);
+      if (s_orig_cnt[i]) atomicAdd(&tables->orig[i], s_orig_cnt[i]);
+      if (s_seg[i]) atomicAdd(&tables->seg[i], s_seg[i]);
+    }
+    return;
+  }
+  if (!inside) return;
+  const size_t idx = (size_t)y * src_w + x;
+  if (want & kWantInstance) inst_out[idx] = (uint16_t)tables->inst_lut[slot];
+  if (want & kWantPanoptic) pan_out[idx] = (winner >= 0 && won) ? tables->pan_lut[winner] : 0;
+  if (want & kWantSemantic) {
+    const int label = sem_best >= 0 ? label_ids[sem_best] : 0;
+    if (sem_u16) {
+      static_cast<uint16_t*>(sem_out)[idx] = (uint16_t)label;
+    } else {
+      static_cast<uint8_t*>(sem_out)[idx] = (uint8_t)label;
+    }
+  }
+}
+
+// One thread: instance renumbering and the panoptic overlap test / stuff merge / segment ids.
+extern "C" __global__ void pp_finalize(const int* __restrict__ label_ids,
+                                       const uint8_t* __restrict__ isthing, int k,
+                                       double overlap_threshold, PPTables* tables) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int n_out = 0;
+  tables->inst_lut[0] = 0;
+  for (int i = 0; i < tables->n_inst; ++i) {
+    if (tables->inst_area[i] > 0) {
+      tables->out_slot[n_out] = i;
+      tables->inst_lut[i + 1] = ++n_out;
+    } else {
+      tables->inst_lut[i + 1] = 0;
+    }
+  }
+  tables->n_inst_out = n_out;
+  int thing_count[kMaxClasses];
+  int stuff_segment[kMaxClasses];
+  for (int c = 0; c < k; ++c) {
+    thing_count[c] = 0;
+    stuff_segment[c] = -1;
+  }
+  int n_seg = 0;
+  for (int i = 0; i < tables->n_pan; ++i) {
+    tables->pan_lut[i] = 0;
+    const unsigned int wins = tables->wins[i], orig = tables->orig[i], seg = tables->seg[i];
+    if (wins == 0 || orig == 0 || seg == 0) continue;
+    if ((double)wins / (double)orig < overlap_threshold) continue;
+    const int c = tables->pan_class[i];
+    const int label = label_ids[c];
+    int j;
+    if (isthing[c]) {
+      j = n_seg++;
+      tables->seg_id[j] = label * 1000 + ++thing_count[c];
+      tables->seg_class[j] = c;
+      tables->seg_score[j] = tables->pan_score[i];
+      tables->seg_area[j] = seg;
+    } else if (stuff_segment[c] < 0) {
+      j = stuff_segment[c] = n_seg++;
+      tables->seg_id[j] = label;
+      tables->seg_class[j] = c;
+      tables->seg_score[j] = tables->pan_score[i];
+      tables->seg_area[j] = seg;
+    } else {
+      j = stuff_segment[c];
+      tables->seg_score[j] = fmaxf(tables->seg_score[j], tables->pan_score[i]);
+      tables->seg_area[j] += seg;
+    }
+    tables->pan_lut[i] = tables->seg_id[j];
+  }
+  tables->n_seg = n_seg;
+}
