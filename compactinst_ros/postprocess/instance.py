@@ -37,7 +37,7 @@ def mask_scores(
 
     ``sum(sigmoid(m) * (m > T)) / (#(m > T) + 1e-6)``, accumulated in float64.
     """
-    m = mask_logits[:, :valid_h, :valid_w].reshape(len(mask_logits), -1)
+    m = mask_logits[:, :valid_h, :valid_w].reshape(len(mask_logits), valid_h * valid_w)
     on = m > threshold
     total = np.where(on, sigmoid(m), np.float32(0.0)).sum(axis=1, dtype=np.float64)
     return (total / (on.sum(axis=1) + 1e-6)).astype(np.float32)
@@ -83,7 +83,7 @@ def select_instances(
 
 def cull_margin(grids: np.ndarray) -> np.ndarray:
     """(N,) logit margin that covers float rounding of a bilinear blend of each grid's texels."""
-    peak = np.abs(grids).reshape(len(grids), -1).max(axis=1, initial=0.0)
+    peak = np.abs(grids).max(axis=(1, 2), initial=0.0)
     return (np.float32(1e-4) + np.float32(1e-6) * peak).astype(np.float32)
 
 
