@@ -40,8 +40,6 @@ def test_raw_topic_preferred_and_explicit_choice(scenes, tmp_path) -> None:
     path = tmp_path / "two"
     with BagWriter(path, "mcap") as w:
         for s in scenes:
-            from compactinst_ros.eval.bags import compressed_message, image_message
-
             w.write(
                 "/a/compressed", COMPRESSED, s.stamp_ns, compressed_message(s.image, s.stamp_ns)
             )
