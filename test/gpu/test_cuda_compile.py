@@ -39,3 +39,29 @@ def test_nvcc_rejects_broken_source(tmp_path: Path) -> None:
     out = str(tmp_path / "b.o")
     cmd = [str(NVCC), "-c", "-arch=sm_87", "-I", str(CUDA_DIR), "-o", out, str(bad)]
     assert subprocess.run(cmd, capture_output=True, timeout=300).returncode != 0
+
+
+def test_tables_layout_matches_host_dtype(tmp_path: Path) -> None:
+    """sizeof/offsetof of PPTables (compiled by nvcc, run on the CPU) equal TABLES_DTYPE's."""
+    from compactinst_ros.postprocess.cuda import TABLES_DTYPE
+
+    fields = TABLES_DTYPE.names
+    prints = "\n".join(
+        f'  std::printf("{f} %zu\\n", offsetof(PPTables, {f}));' for f in fields
+    )
+    prog = tmp_path / "layout.cu"
+    prog.write_text(
+        "#include <cstddef>\n#include <cstdio>\n#include \"postprocess.cu\"\n"
+        "int main() {\n"
+        '  std::printf("sizeof %zu\\n", sizeof(PPTables));\n'
+        f"{prints}\n  return 0;\n}}\n"
+    )
+    exe = tmp_path / "layout"
+    cmd = [str(NVCC), "-arch=sm_87", "-I", str(CUDA_DIR), "-o", str(exe), str(prog)]
+    build = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout
+    got = dict(line.split() for line in out.strip().splitlines())
+    assert int(got["sizeof"]) == TABLES_DTYPE.itemsize
+    for f in fields:
+        assert int(got[f]) == TABLES_DTYPE.fields[f][1], f
