@@ -45,7 +45,7 @@ def adaptive_pool_matrix(n: int, bins: int) -> torch.Tensor:
     for i in range(bins):
         start, end = (i * n) // bins, -((-(i + 1) * n) // bins)
         rows.append([1.0 / (end - start) if start <= j < end else 0.0 for j in range(n)])
-    return torch.tensor(rows)
+    return torch.tensor(rows, dtype=torch.float64)
 
 
 class MatrixAdaptiveAvgPool2d(nn.Module):

@@ -1,0 +1,28 @@
+"""``compactinst info``: the table, the paper column and errors through the real CLI."""
+
+from __future__ import annotations
+
+from compactinst_ros.cli import main
+
+
+def test_info_prints_components_and_paper_figures(capsys) -> None:  # noqa: ANN001
+    assert main(["info", "fastinst_r18_d3", "--size", "1024x2048", "--num-classes", "8"]) == 0
+    text = capsys.readouterr().out
+    for label in ("backbone", "pixel decoder", "decoder (after pixel decoder)", "total"):
+        assert label in text
+    assert "paper   103.2" in text and "paper   205.8" in text
+
+
+def test_info_params_paper_figure_for_k80(capsys) -> None:  # noqa: ANN001
+    assert main(["info", "compactinst_r50", "--size", "640x640"]) == 0
+    assert "params paper    35.9" in capsys.readouterr().out
+
+
+def test_info_unknown_config_and_bad_size(capsys) -> None:  # noqa: ANN001
+    assert main(["info", "fastinst_r34"]) == 1
+    err = capsys.readouterr().err
+    assert "fastinst_r34" in err and "compactinst_r18_m4" in err
+    assert main(["info", "compactinst_r18", "--size", "1000x2000"]) == 1
+    assert "multiple of 32" in capsys.readouterr().err
+    assert main(["info", "compactinst_r18", "--size", "big"]) == 1
+    assert "HEIGHTxWIDTH" in capsys.readouterr().err
