@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from compactinst_ros.cli import main
 
 
-def test_info_prints_components_and_paper_figures(capsys) -> None:  # noqa: ANN001
+def test_info_prints_components_and_paper_figures(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", "fastinst_r18_d3", "--size", "1024x2048", "--num-classes", "8"]) == 0
     text = capsys.readouterr().out
     for label in ("backbone", "pixel decoder", "decoder (after pixel decoder)", "total"):
@@ -13,12 +15,12 @@ def test_info_prints_components_and_paper_figures(capsys) -> None:  # noqa: ANN0
     assert "paper   103.2" in text and "paper   205.8" in text
 
 
-def test_info_params_paper_figure_for_k80(capsys) -> None:  # noqa: ANN001
+def test_info_params_paper_figure_for_k80(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", "compactinst_r50", "--size", "640x640"]) == 0
     assert "params paper    35.9" in capsys.readouterr().out
 
 
-def test_info_unknown_config_and_bad_size(capsys) -> None:  # noqa: ANN001
+def test_info_unknown_config_and_bad_size(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", "fastinst_r34"]) == 1
     err = capsys.readouterr().err
     assert "fastinst_r34" in err and "compactinst_r18_m4" in err
