@@ -1,0 +1,47 @@
+"""Realtime replay against the real node subprocess over ROS (DDS on loopback)."""
+
+from __future__ import annotations
+
+import os
+
+from eval_helpers import make_scenes, scene_bag
+
+from compactinst_ros.eval.bags import ImageBag
+from compactinst_ros.eval.realtime import run_realtime
+
+
+def test_realtime_reports_drops_when_the_node_is_slower_than_the_bag(random_bundle, tmp_path):
+    scenes = make_scenes(16, 96, 128, seed=5)  # recorded at 10 Hz
+    bag = scene_bag(scenes, tmp_path / "bag", "mcap")
+    domain = 150 + os.getpid() % 50
+    out_bag = tmp_path / "outputs"
+    with ImageBag(bag) as b:
+        block, facts = run_realtime(
+            b,
+            random_bundle,
+            "onnxruntime",
+            rate=20.0,
+            output_bag=out_bag,
+            warmup=1,
+            progress=False,
+            domain_id=domain,
+            log_path=tmp_path / "node.log",
+            node_params={"ort_threads": "1"},
+        )
+    log = (tmp_path / "node.log").read_text()
+    frames = block["frames"]
+    assert frames["sent"] == 16, log
+    assert 1 <= frames["processed"] < 16, (frames, log)
+    assert frames["dropped"] == 16 - frames["processed"] > 0
+    assert frames["drop_pct"] > 0
+    assert block["throughput"]["target_input_fps"] == 200.0
+    assert "end_to_end" in block["latency"] and "encoder" in block["latency"]
+    assert block["latency"]["end_to_end"]["p50"] >= block["latency"]["encoder"]["p50"]
+    assert facts["backend"] == "onnxruntime" and facts["model_fingerprint"]
+    assert block["node_exit_code"] == 0, log
+    with ImageBag(out_bag, "/compactinst/instance_mask") as outputs:
+        assert outputs.count >= 1
+        assert set(outputs.image_topics) >= {
+            "/compactinst/instance_mask",
+            "/compactinst_replay/image",
+        }
