@@ -1,0 +1,104 @@
+"""Latency bench: size parsing/padding, the alternating protocol, and a tiny real ORT sweep."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from compactinst_ros.bench.latency import (
+    NAMED_SIZES,
+    WallRunner,
+    format_tables,
+    measure,
+    pad32,
+    parse_sizes,
+)
+from compactinst_ros.cli import main
+from compactinst_ros.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sizes_are_named_or_hxw_and_padded_to_32() -> None:
+    assert len(NAMED_SIZES) == 6
+    assert {(480, 640), (1080, 1920), (1024, 2048)} <= set(NAMED_SIZES.values())
+    assert parse_sizes("vga,1080x1920") == [("vga", (480, 640)), ("1080x1920", (1080, 1920))]
+    assert pad32(1080, 1920) == (1088, 1920)
+    assert pad32(480, 640) == (480, 640)
+    with pytest.raises(ConfigError, match="HxW"):
+        parse_sizes("big")
+    with pytest.raises(ConfigError, match="160"):
+        parse_sizes("64x64")
+
+
+def test_trials_alternate_the_config_order() -> None:
+    calls: list[str] = []
+    runners = {name: WallRunner(lambda n=name: calls.append(n)) for name in ("a", "b", "c")}
+    times = measure(runners, warmup=1, iters=2, trials=3, progress=lambda _: None)
+    assert all(len(v) == 3 and all(t >= 0 for t in v) for v in times.values())
+    timed = calls[3:]  # after one warm-up call each
+    rounds = [timed[i:i + 6:2] for i in range(0, len(timed), 6)]
+    assert rounds == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
+
+
+def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["bench", "--configs", "fastinst_r18_d3,compactinst_r18", "--sizes", "250x320",
+            "--backends", "onnxruntime,torch-cuda", "--decoder-only", "--trials", "2",
+            "--iters", "1", "--warmup", "1", "--threads", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "padded from 250x320" in text
+    assert "onnxruntime / decoder" in text and "(1.00x)" in text
+    record = json.loads((tmp_path / "bench.json").read_text())
+    assert set(record) == {"protocol", "host", "results", "unavailable"}
+    assert record["protocol"]["baseline"] == "fastinst_r18_d3"
+    rows = record["results"]
+    assert [r["config"] for r in rows] == ["fastinst_r18_d3", "compactinst_r18"]
+    for r in rows:
+        assert r["backend"] == "onnxruntime" and r["stage"] == "decoder"
+        assert r["size"] == [256, 320] and r["requested_size"] == [250, 320]
+        assert len(r["trials_ms"]) == 2 and r["median_ms"] > 0
+    assert rows[0]["speedup"] == pytest.approx(1.0)
+    assert rows[1]["speedup"] == pytest.approx(rows[0]["median_ms"] / rows[1]["median_ms"])
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "CUDA" in record["unavailable"]["torch-cuda"]
+    assert (tmp_path / "latency_decoder_onnxruntime.png").stat().st_size > 10_000
+    assert (tmp_path / "onnx" / "compactinst_r18_256x320_decoder.onnx").exists()
+    assert "compactinst_r18" in format_tables(record)
+
+
+def test_unknown_backend_is_named(capsys: pytest.CaptureFixture) -> None:
+    assert main(["bench", "--backends", "tpu"]) == 1
+    assert "tpu" in capsys.readouterr().err
+
+
+def _gpu_bench():
+    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "scripts" / "gpu_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_script_cpu_parts(capsys: pytest.CaptureFixture) -> None:
+    gpu_bench = _gpu_bench()
+    assert gpu_bench.device_preset("NVIDIA H200").name.startswith("NVIDIA H200")
+    assert gpu_bench.device_preset("NVIDIA RTX A4000").bandwidth_gbs == 448.0
+    record = {"results": [
+        {"stage": "decoder", "config": c, "size": [1088, 1920], "median_ms": ms, "speedup": s}
+        for c, ms, s in (("fastinst_r18_d3", 4.0, 1.0), ("compactinst_r18", 2.0, 2.0))
+    ]}
+    lines = gpu_bench.speedup_table(record)
+    assert lines[0].startswith("decoder") and "2.00x" in lines[1] and "1088x1920" in lines[1]
+    import torch
+
+    if not torch.cuda.is_available():
+        assert gpu_bench.main([]) == 2  # refuses to "measure" a GPU on the CPU
+        gpu_bench.ncu_target("compactinst_r18", (256, 320), "cpu")
+        assert "profiled one compactinst_r18" in capsys.readouterr().out
