@@ -1,0 +1,213 @@
+"""TensorRT + pycuda backend: the whole frame stays on the GPU, one synchronisation per frame.
+
+Threading: the backend owns one GPU thread. It retains the device's primary context and pushes
+it in that thread; engines, buffers, streams and events are created there at construction (node
+configure time, which is also when missing engines are built), every ``infer`` runs there, and
+``close`` frees everything there before popping the context. Callers on any thread (an rclpy
+executor may hop threads) hand frames over and wait for the result.
+
+Per frame, on one stream: pinned upload of the raw image -> preprocessing kernel -> encoder
+engine -> decoder engine (inputs bound to the encoder's output buffers) -> fused
+post-processing -> one device-to-host copy; CUDA events between the stages give the stage times;
+the host waits once, on the last (blocking-sync) event.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import BackendError
+from .engine_cache import EngineCache, default_cache_dir
+from .trt_build import BuildOptions, device_info, ensure_engines, import_pycuda, import_tensorrt
+
+if TYPE_CHECKING:
+    from ..bundle import ModelBundle
+    from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions
+
+#: Stage-time keys reported per frame, as the CPU backend's.
+TIMED_STAGES = ("preprocess", "encoder", "decoder", "postprocess")
+
+
+class TensorRTBackend:
+    """Backend protocol implementation on TensorRT 10 engines and pycuda."""
+
+    name = "tensorrt"
+
+    def __init__(
+        self,
+        bundle: ModelBundle,
+        engine_cache_dir: str | Path | None = None,
+        allow_build: bool = True,
+        device: int = 0,
+        build_options: BuildOptions | None = None,
+    ) -> None:
+        self._trt = import_tensorrt()
+        self._cuda = import_pycuda()
+        self.bundle = bundle
+        self.device = device
+        self.cache = EngineCache(engine_cache_dir or default_cache_dir())
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactinst-gpu")
+        self._ctx: Any = None
+        self._closed = False
+        try:
+            self._run(self._setup, allow_build, build_options or BuildOptions())
+        except BaseException:
+            self.close()
+            raise
+
+    # -- thread plumbing ------------------------------------------------------------------
+    def _run(self, fn: Any, *args: Any) -> Any:
+        if self._closed:
+            raise BackendError("the TensorRT backend is closed; create a new one")
+        return self._executor.submit(fn, *args).result()
+
+    def _setup(self, allow_build: bool, options: BuildOptions) -> None:
+        """GPU thread: context, engines, buffers, kernels, stream and events."""
+        from ..postprocess.cuda import GpuPostprocessor, GpuPreprocessor
+
+        cuda, trt = self._cuda, self._trt
+        self.info = device_info(self.device)
+        self._ctx = cuda.Device(self.device).retain_primary_context()
+        self._ctx.push()
+        self._logger = trt.Logger(trt.Logger.WARNING)
+        self._runtime = trt.Runtime(self._logger)
+        engines = ensure_engines(
+            self.bundle,
+            self.cache,
+            self._runtime.deserialize_cuda_engine,
+            self.info,
+            allow_build,
+            options,
+        )
+        self._engines = [engines[s.name] for s in self.bundle.stages]
+        self._contexts = [e.create_execution_context() for e in self._engines]
+        self._buffers: dict[str, Any] = {}
+        for engine, context in zip(self._engines, self._contexts, strict=True):
+            self._bind(engine, context)
+        image = self.bundle.stages[0].inputs[0].name
+        self._image_ptr = int(self._buffers[image][0])
+        logits_ptr, masks_ptr = (int(self._buffers[n][0]) for n in ("pred_logits", "pred_masks"))
+        self._logits_ptr, self._masks_ptr = logits_ptr, masks_ptr
+        q, mask_h, mask_w = self._buffers["pred_masks"][1][-3:]
+        self._pre = GpuPreprocessor(self.bundle.pad_value)
+        self._post = GpuPostprocessor(
+            self.bundle.labels, q, mask_h, mask_w, self.bundle.mask_stride
+        )
+        self._stream = cuda.Stream()
+        self._events = [cuda.Event() for _ in TIMED_STAGES] + [
+            cuda.Event(cuda.event_flags.BLOCKING_SYNC)
+        ]
+
+    def _bind(self, engine: Any, context: Any) -> None:
+        """Allocate (or reuse, for an earlier stage's output) a device buffer per I/O tensor."""
+        trt, cuda = self._trt, self._cuda
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            shape = tuple(context.get_tensor_shape(name))
+            dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+            if any(d < 0 for d in shape):
+                raise BackendError(
+                    f"engine tensor '{name}' has dynamic shape {shape}; rebuild from a bundle "
+                    "exported with static shapes"
+                )
+            if name in self._buffers:
+                _, known_shape, known_dtype = self._buffers[name]
+                if (known_shape, known_dtype) != (shape, dtype):
+                    raise BackendError(
+                        f"tensor '{name}' is {known_shape} {known_dtype} where produced but "
+                        f"{shape} {dtype} where consumed; re-export the bundle"
+                    )
+            else:
+                if name in ("image", "pred_logits", "pred_masks") and dtype != np.float32:
+                    raise BackendError(
+                        f"engine tensor '{name}' is {dtype}; the GPU path needs FP32 I/O "
+                        "(build without I/O precision overrides)"
+                    )
+                nbytes = int(np.prod(shape)) * dtype.itemsize
+                self._buffers[name] = (cuda.mem_alloc(max(1, nbytes)), shape, dtype)
+            context.set_tensor_address(name, int(self._buffers[name][0]))
+
+    # -- Backend protocol -------------------------------------------------------------------
+    def infer(
+        self,
+        image: np.ndarray,
+        encoding: str,
+        meta: FrameMeta,
+        options: PostprocessOptions,
+        outputs: OutputSet,
+    ) -> FrameResult:
+        """Run one validated frame on the GPU thread; stage times come from CUDA events."""
+        return self._run(self._infer, image, encoding, meta, options, outputs)
+
+    def _infer(
+        self,
+        image: np.ndarray,
+        encoding: str,
+        meta: FrameMeta,
+        options: PostprocessOptions,
+        outputs: OutputSet,
+    ) -> FrameResult:
+        stream, ev = self._stream, self._events
+        start = time.perf_counter()
+        ev[0].record(stream)
+        self._pre.enqueue(stream, image, encoding, meta, self._image_ptr)
+        ev[1].record(stream)
+        for stage, context, event in zip(
+            self.bundle.stages, self._contexts, ev[2:4], strict=True
+        ):
+            if not context.execute_async_v3(stream.handle):
+                raise BackendError(f"TensorRT failed to enqueue stage '{stage.name}'")
+            event.record(stream)
+        self._post.enqueue(stream, self._logits_ptr, self._masks_ptr, meta, options, outputs)
+        ev[4].record(stream)
+        enqueue_ms = (time.perf_counter() - start) * 1e3
+        ev[4].synchronize()
+        result = self._post.collect(meta, outputs)
+        result.timings_ms.update(
+            {name: ev[i].time_till(ev[i + 1]) for i, name in enumerate(TIMED_STAGES)}
+        )
+        result.timings_ms["enqueue"] = enqueue_ms
+        return result
+
+    def describe(self) -> dict:
+        """Backend, GPU, TensorRT version, engine cache and free/total GPU memory."""
+        info: dict[str, Any] = {"backend": self.name, "tensorrt": self._trt.__version__}
+        if self._closed or self._ctx is None:
+            return info
+        free, total = self._run(self._cuda.mem_get_info)
+        info.update(
+            {
+                "device": self.info.name,
+                "compute_capability": self.info.compute_capability,
+                "engine_cache": str(self.cache.root),
+                "gpu_memory_free_mib": free // 2**20,
+                "gpu_memory_total_mib": total // 2**20,
+            }
+        )
+        return info
+
+    def close(self) -> None:
+        """Free TensorRT objects and buffers, then pop the context, all on the GPU thread."""
+        if self._closed:
+            return
+        try:
+            self._executor.submit(self._teardown).result()
+        finally:
+            self._closed = True
+            self._executor.shutdown(wait=True)
+
+    def _teardown(self) -> None:
+        """GPU thread: reverse creation order (contexts, engines, runtime), then the context."""
+        for name in ("_contexts", "_engines", "_runtime", "_buffers", "_pre", "_post", "_events"):
+            if hasattr(self, name):
+                delattr(self, name)
+        if hasattr(self, "_stream"):
+            del self._stream
+        if self._ctx is not None:
+            self._ctx.pop()
+            self._ctx = None  # dropping the last reference releases the retained context

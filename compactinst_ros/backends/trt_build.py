@@ -1,0 +1,237 @@
+"""``compactinst build-engine BUNDLE``: FP16 TensorRT engines for every stage, cached per device.
+
+TensorRT 10 Python API only (named tensors, ``build_serialized_network``), ONNX parser, FP16
+builder flag with FP32 I/O, static shapes, a persistent timing cache and a progress display.
+tensorrt and pycuda are imported inside functions so the CPU path never needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..bundle import ModelBundle, StageSpec, sha256_file
+from ..errors import BackendError
+from .engine_cache import DeviceInfo, EngineCache, EngineKey, default_cache_dir
+
+MIN_TRT_MAJOR = 10
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """Builder settings that change the engine (all part of the cache key)."""
+
+    precision: str = "fp16"
+    opt_level: int = 3
+    workspace_mib: int = 1024
+
+    def key_options(self) -> dict[str, int | str]:
+        """The options as stored in the engine key."""
+        return {"opt_level": self.opt_level, "workspace_mib": self.workspace_mib}
+
+
+def import_tensorrt() -> Any:
+    """The tensorrt module, TensorRT >= 10; BackendError with the install hint otherwise."""
+    try:
+        import tensorrt as trt
+    except ImportError as exc:
+        raise BackendError(
+            f"TensorRT Python bindings are not importable ({exc}); on JetPack 6 install "
+            "python3-libnvinfer and create the venv with --system-site-packages, or use the "
+            "onnxruntime backend"
+        ) from None
+    major = int(str(trt.__version__).split(".")[0])
+    if major < MIN_TRT_MAJOR:
+        raise BackendError(
+            f"TensorRT {trt.__version__} is too old: the named-tensor API of TensorRT "
+            f">= {MIN_TRT_MAJOR} (JetPack 6) is required"
+        )
+    return trt
+
+
+def import_pycuda() -> Any:
+    """pycuda.driver, initialised; BackendError with the install hint otherwise."""
+    try:
+        import pycuda.driver as cuda
+    except ImportError as exc:
+        raise BackendError(
+            f"pycuda is not importable ({exc}); install it with 'pip install pycuda' (needs "
+            "nvcc and the CUDA headers on PATH), or use the onnxruntime backend"
+        ) from None
+    cuda.init()
+    return cuda
+
+
+def device_info(device: int = 0) -> DeviceInfo:
+    """Name, compute capability and SM count of CUDA device ``device`` (no context needed)."""
+    cuda = import_pycuda()
+    if device >= cuda.Device.count():
+        raise BackendError(f"CUDA device {device} does not exist ({cuda.Device.count()} found)")
+    dev = cuda.Device(device)
+    major, minor = dev.compute_capability()
+    sms = dev.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
+    return DeviceInfo(name=dev.name(), compute_capability=f"{major}.{minor}", sm_count=int(sms))
+
+
+def engine_key(
+    stage: StageSpec, trt_version: str, device: DeviceInfo, options: BuildOptions
+) -> EngineKey:
+    """Cache key of ``stage``: hashes the ONNX file itself (not the bundle's recorded hash)."""
+    return EngineKey(
+        stage=stage.name,
+        onnx_sha256=sha256_file(stage.path),
+        trt_version=str(trt_version),
+        gpu_name=device.name,
+        compute_capability=device.compute_capability,
+        sm_count=device.sm_count,
+        precision=options.precision,
+        input_shapes={t.name: list(t.shape) for t in stage.inputs},
+        options=options.key_options(),
+    )
+
+
+def _progress_monitor(trt: Any, label: str) -> Any:
+    """An IProgressMonitor printing top-level builder phases and their steps to stderr."""
+
+    class Monitor(trt.IProgressMonitor):
+        def __init__(self) -> None:
+            trt.IProgressMonitor.__init__(self)
+            self._lock = threading.Lock()
+            self._steps: dict[str, int] = {}
+            self._start = time.monotonic()
+
+        def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
+            with self._lock:
+                self._steps[phase_name] = num_steps
+                if parent_phase is None:
+                    sys.stderr.write(f"[{label}] {phase_name} ({num_steps} steps)\n")
+
+        def step_complete(self, phase_name: str, step: int) -> bool:
+            with self._lock:
+                total = self._steps.get(phase_name, 0)
+                elapsed = time.monotonic() - self._start
+                sys.stderr.write(f"\r[{label}] {phase_name}: {step + 1}/{total}  {elapsed:5.0f} s")
+                sys.stderr.flush()
+            return True
+
+        def phase_finish(self, phase_name: str) -> None:
+            with self._lock:
+                self._steps.pop(phase_name, None)
+                if not self._steps:
+                    sys.stderr.write("\n")
+
+    return Monitor()
+
+
+def build_serialized(
+    stage: StageSpec,
+    key: EngineKey,
+    timing_cache: Path,
+    options: BuildOptions,
+    progress: bool = True,
+) -> bytes:
+    """Parse ``stage``'s ONNX, build an FP16 engine with static shapes; returns plan bytes."""
+    trt = import_tensorrt()
+    logger = trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(stage.path)):
+        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
+        raise BackendError(f"TensorRT cannot parse {stage.path}: {errors}")
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        if any(d < 0 for d in tensor.shape):
+            raise BackendError(
+                f"{stage.path}: input '{tensor.name}' has dynamic shape {tuple(tensor.shape)}; "
+                "export the bundle with static shapes (one engine per input size)"
+            )
+    config = builder.create_builder_config()
+    if options.precision == "fp16":
+        config.set_flag(trt.BuilderFlag.FP16)
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
+    config.builder_optimization_level = options.opt_level
+    cache_bytes = timing_cache.read_bytes() if timing_cache.is_file() else b""
+    cache = config.create_timing_cache(cache_bytes)
+    config.set_timing_cache(cache, False)
+    if progress:
+        config.progress_monitor = _progress_monitor(trt, key.stage)
+    plan = builder.build_serialized_network(network, config)
+    if plan is None:
+        raise BackendError(
+            f"TensorRT failed to build an engine for {stage.path} (see the log above); check "
+            "free GPU memory (stop other GPU work) and the ONNX opset (17)"
+        )
+    timing_cache.parent.mkdir(parents=True, exist_ok=True)
+    timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
+    return bytes(plan)
+
+
+def ensure_engines(
+    bundle: ModelBundle,
+    cache: EngineCache,
+    deserialize: Callable[[bytes], Any],
+    device: DeviceInfo,
+    allow_build: bool = True,
+    options: BuildOptions | None = None,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Deserialized engine per stage: from the cache, or built now (never per frame)."""
+    trt = import_tensorrt()
+    options = options or BuildOptions()
+    engines: dict[str, Any] = {}
+    for stage in bundle.stages:
+        key = engine_key(stage, trt.__version__, device, options)
+
+        def build(k: EngineKey, timing: Path, stage: StageSpec = stage) -> bytes:
+            return build_serialized(stage, k, timing, options)
+
+        engines[stage.name] = cache.resolve(key, deserialize, build if allow_build else None, log)
+    return engines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``compactinst build-engine``."""
+    parser.add_argument("bundle", help="model bundle folder (bundle.json + stage ONNX files)")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help=f"engine cache folder (default ${'{'}COMPACTINST_ENGINE_CACHE{'}'} or "
+        f"{default_cache_dir()})",
+    )
+    parser.add_argument("--device", type=int, default=0, help="CUDA device index")
+    parser.add_argument("--opt-level", type=int, default=3, choices=range(6), metavar="0-5")
+    parser.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace cap")
+    parser.add_argument("--fp32", action="store_true", help="build FP32 engines (parity checks)")
+    parser.add_argument("--force", action="store_true", help="rebuild even if cached")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build (or validate) the engines of a bundle for this GPU and print where they are."""
+    bundle = ModelBundle.load(args.bundle)
+    cache = EngineCache(args.cache_dir or default_cache_dir())
+    trt = import_tensorrt()
+    device = device_info(args.device)
+    options = BuildOptions(
+        precision="fp32" if args.fp32 else "fp16",
+        opt_level=args.opt_level,
+        workspace_mib=args.workspace_mib,
+    )
+    if args.force:
+        for stage in bundle.stages:
+            for path in cache.paths(engine_key(stage, trt.__version__, device, options)):
+                path.unlink(missing_ok=True)
+    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+    ensure_engines(bundle, cache, runtime.deserialize_cuda_engine, device, True, options)
+    print(f"TensorRT {trt.__version__} on {device.name} (sm {device.compute_capability}):")
+    for stage in bundle.stages:
+        path, _ = cache.paths(engine_key(stage, trt.__version__, device, options))
+        print(f"  {stage.name:8s} {path}  {path.stat().st_size / 2**20:.1f} MiB")
+    return 0

@@ -1,0 +1,101 @@
+"""The TensorRT backend and builder import lazily: the CPU path never needs tensorrt/pycuda, and
+using them where they are missing fails with a BackendError that names the fix."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compactinst_ros.backends import create_backend, resolve_backend_name
+from compactinst_ros.bundle import ModelBundle
+from compactinst_ros.cli import main as cli_main
+from compactinst_ros.errors import BackendError
+from compactinst_ros.labels import SYNTHETIC_LABELS
+
+HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
+HAVE_PYCUDA = importlib.util.find_spec("pycuda") is not None
+
+
+def tiny_bundle(root: Path) -> Path:
+    """A schema-valid bundle folder with placeholder stage files (never parsed here)."""
+    root.mkdir()
+    k1 = SYNTHETIC_LABELS.num_classes + 1
+    stages = []
+    for name, inputs, outputs in (
+        ("encoder", [("image", [1, 3, 64, 128])], [("e3", [1, 32, 8, 16]), ("e4", [1, 32, 4, 8])]),
+        (
+            "decoder",
+            [("e3", [1, 32, 8, 16]), ("e4", [1, 32, 4, 8])],
+            [("pred_logits", [1, 10, k1]), ("pred_masks", [1, 10, 8, 16])],
+        ),
+    ):
+        (root / f"{name}.onnx").write_bytes(b"placeholder")
+        stages.append(
+            {
+                "name": name,
+                "file": f"{name}.onnx",
+                "sha256": "",
+                "inputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in inputs],
+                "outputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in outputs],
+            }
+        )
+    meta = {
+        "format": 1,
+        "architecture": {"name": "tiny", "mask_stride": 8},
+        "input": {"height": 64, "width": 128, "pad_value": [123.675, 116.28, 103.53]},
+        "labels": SYNTHETIC_LABELS.to_json(),
+        "stages": stages,
+    }
+    (root / "bundle.json").write_text(json.dumps(meta))
+    return root
+
+
+def test_modules_import_without_tensorrt_or_pycuda() -> None:
+    code = (
+        "import sys\n"
+        "import compactinst_ros.backends.trt, compactinst_ros.backends.trt_build\n"
+        "import compactinst_ros.backends.engine_cache, compactinst_ros.postprocess.cuda\n"
+        "bad = [m for m in ('tensorrt', 'pycuda', 'torch') if m in sys.modules]\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(HAVE_TRT, reason="TensorRT is installed here")
+def test_constructing_without_tensorrt_names_the_fix(tmp_path: Path) -> None:
+    from compactinst_ros.backends.trt import TensorRTBackend
+
+    bundle = ModelBundle.load(tiny_bundle(tmp_path / "b"))
+    with pytest.raises(BackendError, match="TensorRT Python bindings are not importable"):
+        TensorRTBackend(bundle, engine_cache_dir=tmp_path / "cache")
+    with pytest.raises(BackendError, match="onnxruntime backend"):
+        create_backend("tensorrt", bundle)
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.skipif(HAVE_TRT and HAVE_PYCUDA, reason="TensorRT and pycuda are installed here")
+def test_auto_falls_back_to_onnxruntime() -> None:
+    assert resolve_backend_name("auto") == "onnxruntime"
+
+
+@pytest.mark.skipif(HAVE_TRT, reason="TensorRT is installed here")
+def test_build_engine_cli_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bundle = tiny_bundle(tmp_path / "b")
+    code = cli_main(["build-engine", str(bundle), "--cache-dir", str(tmp_path / "c")])
+    assert code == 1
+    assert "TensorRT Python bindings are not importable" in capsys.readouterr().err
+
+
+def test_build_engine_cli_help(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["build-engine", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "--cache-dir" in out and "--force" in out
