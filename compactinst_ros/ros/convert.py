@@ -93,7 +93,7 @@ def image_from_compressed(msg: CompressedImage) -> tuple[np.ndarray, str]:
 
 def _payload(values: np.ndarray) -> array.array:
     out = array.array("B")
-    out.frombytes(np.ascontiguousarray(values))
+    out.frombytes(np.ascontiguousarray(values).reshape(-1).view(np.uint8))
     return out
 
 

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -463,7 +464,10 @@ class CompactInstCore:
             return
         except Exception as exc:
             self.stats.on_error(f"{type(exc).__name__}: {exc}", input_error=False)
-            self.log.error(f"frame failed: {type(exc).__name__}: {exc}", throttle_duration_sec=2.0)
+            self.log.error(
+                f"frame failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
+                throttle_duration_sec=2.0,
+            )
             return
         timings = dict(result.timings_ms)
         timings["decode"] = (decoded - start) * 1e3

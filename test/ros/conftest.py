@@ -1,0 +1,193 @@
+"""ROS test harness: the node in a subprocess, a client rclpy context in this process.
+
+DDS stays on loopback, each fixture gets its own ROS_DOMAIN_ID, and both sides use the
+shipped FastDDS shared-memory profile (config/fastdds_shm.xml).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FASTDDS_PROFILE = REPO / "config" / "fastdds_shm.xml"
+
+os.environ.update(
+    ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+    ROS_LOCALHOST_ONLY="1",
+    RMW_IMPLEMENTATION="rmw_fastrtps_cpp",
+    FASTDDS_DEFAULT_PROFILES_FILE=str(FASTDDS_PROFILE),
+)
+
+_DOMAINS = itertools.count(30 + (os.getpid() % 40) * 4)
+
+
+def next_domain() -> int:
+    """A ROS_DOMAIN_ID no other fixture of this run uses."""
+    return next(_DOMAINS) % 200 + 1
+
+
+def ros_env(domain: int) -> dict[str, str]:
+    """Environment of a node subprocess on ``domain``."""
+    env = dict(os.environ)
+    env.update(ROS_DOMAIN_ID=str(domain), PYTHONUNBUFFERED="1")
+    return env
+
+
+class NodeProcess:
+    """``compactinst_node`` (or the lifecycle variant) running in a subprocess."""
+
+    def __init__(self, domain: int, params: dict[str, Any], lifecycle: bool = False) -> None:
+        entry = "lifecycle_main" if lifecycle else "main"
+        args = [
+            sys.executable,
+            "-c",
+            f"import sys; from compactinst_ros.ros.node import {entry}; sys.exit({entry}())",
+            "--ros-args",
+        ]
+        for key, value in params.items():
+            args += ["-p", f"{key}:={_param_text(value)}"]
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"compactinst_node_{domain}.log"
+        self._log = open(self.log_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            args, env=ros_env(domain), stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO
+        )
+
+    def log(self) -> str:
+        """Everything the node printed so far."""
+        return self.log_path.read_text()
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """Ctrl-C the node and wait; returns its exit code (kills it only after ``timeout``)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self._log.close()
+                raise AssertionError(
+                    f"node did not exit within {timeout} s:\n{self.log()}"
+                ) from None
+        self._log.close()
+        return self.proc.returncode
+
+
+def _param_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+class Client:
+    """A test-side rclpy context and node, spun on a background thread; records messages."""
+
+    def __init__(self, domain: int) -> None:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+
+        self.rclpy = rclpy
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain)
+        self.node = rclpy.create_node("compactinst_test_client", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.lock = threading.Lock()
+        self.messages: dict[str, list] = defaultdict(list)
+        self.subs: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        with contextlib.suppress(ExternalShutdownException):
+            self.executor.spin()
+
+    def subscribe(self, msg_type: type, topic: str, qos: Any = None) -> None:
+        """Record every message on ``topic``."""
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+        qos = qos or QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+
+        def record(msg: Any) -> None:
+            with self.lock:
+                self.messages[topic].append(msg)
+
+        self.subs[topic] = self.node.create_subscription(msg_type, topic, record, qos)
+
+    def publisher(self, msg_type: type, topic: str, reliable: bool = True, depth: int = 50) -> Any:
+        """A publisher on ``topic`` with the given reliability."""
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+        rel = ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT
+        return self.node.create_publisher(msg_type, topic, QoSProfile(depth=depth, reliability=rel))
+
+    def received(self, topic: str) -> list:
+        """Copy of the messages recorded on ``topic``."""
+        with self.lock:
+            return list(self.messages[topic])
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+        """Poll ``predicate`` until it returns a truthy value; AssertionError after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.02)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+
+    def stamped(self, topic: str, sec: int) -> Any:
+        """The first message on ``topic`` whose header stamp has ``sec``, or None."""
+        for msg in self.received(topic):
+            if msg.header.stamp.sec == sec:
+                return msg
+        return None
+
+    def latest_diagnostics(self) -> dict[str, str]:
+        """Key/values of the newest /diagnostics status (empty dict before the first one)."""
+        msgs = self.received("/diagnostics")
+        if not msgs or not msgs[-1].status:
+            return {}
+        status = msgs[-1].status[0]
+        return {"_level": status.level, "_message": status.message} | {
+            kv.key: kv.value for kv in status.values
+        }
+
+    def close(self) -> None:
+        """Stop spinning and shut the context down."""
+        self.executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
+        self.rclpy.try_shutdown(context=self.context)
+        self._thread.join(timeout=5.0)
+
+
+@pytest.fixture
+def make_client() -> Iterator[Callable[[int], Client]]:
+    """Factory of clients, all closed at teardown."""
+    clients: list[Client] = []
+
+    def make(domain: int) -> Client:
+        client = Client(domain)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
