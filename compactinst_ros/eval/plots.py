@@ -37,9 +37,9 @@ def write_plots(report: dict, out_dir: str | Path) -> list[str]:
 def latency_breakdown(modes: dict, path: Path) -> str:
     """Stacked bars of mean and p90 time per stage, one bar pair per mode."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.9 * len(modes)))
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.9 * len(modes)))
     colours = plt.get_cmap("tab10")
-    labels = []
+    labels, labelled = [], set()
     for row, (mode, block) in enumerate(modes.items()):
         for j, stat in enumerate(("mean", "p90")):
             y = row * 2.4 + j
@@ -48,21 +48,15 @@ def latency_breakdown(modes: dict, path: Path) -> str:
                 value = block["latency"].get(stage, {}).get(stat)
                 if not value:
                     continue
-                ax.barh(
-                    y,
-                    value,
-                    left=left,
-                    color=colours(k),
-                    label=stage if (row, j) == (0, 0) else None,
-                )
+                label = stage if stage not in labelled else None
+                labelled.add(stage)
+                ax.barh(y, value, left=left, color=colours(k), label=label)
                 left += value
             labels.append((y, f"{mode} {stat}"))
     ax.set_yticks([y for y, _ in labels], [t for _, t in labels])
     ax.set_xlabel("ms per frame")
     ax.set_title("Per-stage latency (warm-up excluded)")
-    handles, names = ax.get_legend_handles_labels()
-    seen = dict(zip(names, handles, strict=True))
-    ax.legend(seen.values(), seen.keys(), loc="lower right", fontsize=8, ncol=2)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -232,7 +232,8 @@ def replay(args: argparse.Namespace) -> dict:
     with ImageBag(args.bag, args.topic) as bag:
         report = {
             "created": now_iso(),
-            "command": "compactinst replay " + " ".join(sys.argv[2:]),
+            "command": getattr(args, "command_line", None)
+            or "compactinst replay " + " ".join(sys.argv[2:]),
             "bag": bag_block(bag, args.bag),
         }
         if args.mode in ("lockstep", "both"):
