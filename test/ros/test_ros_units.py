@@ -1,0 +1,144 @@
+"""Unit tests of the ROS shell's pieces: mailbox, worker, conversions, QoS matching, config."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import cv2
+import numpy as np
+import pytest
+
+pytest.importorskip("rclpy")
+from rclpy.qos import ReliabilityPolicy
+from std_msgs.msg import Header
+
+from compactinst_ros.errors import ConfigError, InputError
+from compactinst_ros.ros import convert
+from compactinst_ros.ros.node import PARAMETERS, read_config
+from compactinst_ros.ros.qos import matched_reliability
+from compactinst_ros.ros.worker import Frame, Mailbox, Worker
+from compactinst_ros.structures import Instances, Segments
+
+
+def test_mailbox_keeps_only_the_newest_frame():
+    box = Mailbox()
+    assert box.put(Frame("a", False)) is False
+    assert box.put(Frame("b", False)) is True
+    assert box.get(0).msg == "b"
+    assert box.get(0.01) is None
+    box.put(Frame("c", False))
+    box.close()
+    assert box.get(0) is None
+
+
+def test_worker_builds_and_closes_the_pipeline_on_its_own_thread():
+    threads = {}
+
+    class Owned:
+        def __init__(self) -> None:
+            threads["built"] = threading.get_ident()
+
+        def close(self) -> None:
+            threads["closed"] = threading.get_ident()
+
+    seen = []
+    worker = Worker(Owned, lambda p, f: seen.append((threading.get_ident(), f.msg)))
+    worker.start(5)
+    worker.mailbox.put(Frame("x", False))
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.stop(5)
+    assert threads["built"] == threads["closed"] == seen[0][0] != threading.get_ident()
+
+
+def test_worker_start_reraises_the_load_error():
+    def fail() -> None:
+        raise ConfigError("bad bundle")
+
+    with pytest.raises(ConfigError, match="bad bundle"):
+        Worker(fail, lambda p, f: None).start(5)
+
+
+@pytest.mark.parametrize("ext", [".png", ".jpg"])
+def test_compressed_size_is_read_from_the_header(ext):
+    ok, data = cv2.imencode(ext, np.zeros((37, 53, 3), np.uint8))
+    assert ok
+    assert convert.compressed_image_size(data.tobytes()) == (37, 53)
+    msg = SimpleNamespace(data=data.tobytes(), format=ext[1:])
+    image, encoding = convert.image_from_compressed(msg)
+    assert image.shape == (37, 53, 3) and encoding == "bgr8"
+
+
+def test_oversized_png_is_refused_before_decoding():
+    _ok, data = cv2.imencode(".png", np.zeros((8, 8), np.uint8))
+    raw = bytearray(data.tobytes())
+    raw[16:24] = (50000).to_bytes(4, "big") + (50000).to_bytes(4, "big")
+    with pytest.raises(InputError, match="side limit"):
+        convert.image_from_compressed(SimpleNamespace(data=bytes(raw), format="png"))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.int32])
+def test_raster_round_trip(dtype):
+    raster = (np.arange(6 * 7).reshape(6, 7) * 1000 % np.iinfo(dtype).max).astype(dtype)
+    header = Header(frame_id="cam")
+    msg = convert.image_msg(raster, header)
+    assert msg.encoding == convert.RASTER_ENCODINGS[np.dtype(dtype)]
+    assert msg.step == 7 * raster.itemsize and msg.header.frame_id == "cam"
+    np.testing.assert_array_equal(convert.raster_from_image(msg), raster)
+
+
+def test_tables_round_trip():
+    inst = Instances(
+        ids=np.array([1, 2], np.uint16),
+        class_index=np.array([0, 3], np.int32),
+        label_id=np.array([1, 4], np.int32),
+        score=np.array([0.9, 0.4], np.float32),
+        box=np.array([[0, 1, 5, 6], [2, 2, 4, 9]], np.float32),
+        area=np.array([20, 11], np.int64),
+    )
+    table = convert.table_from_msg(convert.instance_table_msg(Header(), inst))
+    assert table["id"].tolist() == [1, 2] and table["label_id"].tolist() == [1, 4]
+    assert table["x1"].tolist() == [5, 4] and table["area"].tolist() == [20, 11]
+    seg = Segments(
+        ids=np.array([5, 1001], np.int32),
+        label_id=np.array([5, 1], np.int32),
+        isthing=np.array([False, True]),
+        score=np.array([0.8, 0.7], np.float32),
+        area=np.array([3, 4], np.int64),
+    )
+    table = convert.table_from_msg(convert.segment_table_msg(Header(), seg))
+    assert table["id"].tolist() == [5, 1001] and table["isthing"].tolist() == [0, 1]
+    assert len(convert.table_from_msg(convert.instance_table_msg(Header(), Instances.empty()))) == 0
+
+
+def test_image_view_honours_step_padding():
+    pixels = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    padded = np.concatenate([pixels.reshape(4, 15), np.zeros((4, 3), np.uint8)], axis=1)
+    msg = SimpleNamespace(data=padded.tobytes(), height=4, width=5, step=18, encoding="BGR8")
+    image, encoding = convert.image_from_msg(msg)
+    assert encoding == "bgr8"
+    np.testing.assert_array_equal(image, pixels)
+
+
+def _info(rel: ReliabilityPolicy) -> SimpleNamespace:
+    return SimpleNamespace(qos_profile=SimpleNamespace(reliability=rel))
+
+
+def test_matched_reliability():
+    assert matched_reliability([]) is None
+    assert matched_reliability([_info(ReliabilityPolicy.RELIABLE)]) == ReliabilityPolicy.RELIABLE
+    mixed = [_info(ReliabilityPolicy.RELIABLE), _info(ReliabilityPolicy.BEST_EFFORT)]
+    assert matched_reliability(mixed) == ReliabilityPolicy.BEST_EFFORT
+
+
+def test_invalid_choices_fail_with_the_parameter_name():
+    values = {name: spec.default for name, spec in PARAMETERS.items()} | {"model": "/m"}
+    with pytest.raises(ConfigError, match="input_reliability"):
+        read_config(values | {"input_reliability": "sometimes"})
+    with pytest.raises(ConfigError, match="outputs"):
+        read_config(values | {"outputs": ["instance_mask", "depth"]})
+    with pytest.raises(ConfigError, match="max_instances"):
+        read_config(values | {"max_instances": 0})
