@@ -126,3 +126,24 @@ def test_malformed_outputs_raise_bundle_error(
     meta = FrameMeta.letterbox(90, 170, 128, 256)
     with pytest.raises(BundleError, match=message):
         postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
+
+
+def test_float16_outputs_give_the_float32_result() -> None:
+    meta = FrameMeta.letterbox(90, 170, 128, 256)
+    raw = random_frame(0, 24, (16, 32), SYNTHETIC_LABELS.num_classes)
+    half = RawOutputs(raw.class_logits.astype(np.float16), raw.mask_logits.astype(np.float16), 8)
+    exact = RawOutputs(half.class_logits.astype(np.float32), half.mask_logits.astype(np.float32), 8)
+    a = postprocess(half, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
+    b = postprocess(exact, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
+    np.testing.assert_array_equal(a.instance_raster, b.instance_raster)
+    np.testing.assert_array_equal(a.panoptic_raster, b.panoptic_raster)
+    np.testing.assert_array_equal(a.semantic_raster, b.semantic_raster)
+
+
+def test_zero_queries_give_empty_outputs() -> None:
+    meta = FrameMeta.letterbox(90, 170, 128, 256)
+    raw = RawOutputs(np.zeros((0, 9), np.float32), np.zeros((0, 16, 32), np.float32), 8)
+    result = postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
+    assert len(result.instances) == 0 and len(result.segments) == 0
+    for raster in (result.instance_raster, result.panoptic_raster, result.semantic_raster):
+        assert raster.shape == (90, 170) and not raster.any()
