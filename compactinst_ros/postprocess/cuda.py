@@ -66,6 +66,19 @@ TABLES_DTYPE = np.dtype(
 
 WANT_INSTANCE, WANT_PANOPTIC, WANT_SEMANTIC = 1, 2, 4
 
+#: pycuda ``prepare`` argument types of every kernel (P pointer, i int, f float, d double);
+#: test/gpu/test_cuda_compile.py checks them against the kernel signatures in the .cu files.
+SIGNATURES: dict[str, str] = {
+    "pp_query_stats": "PiiiifP",
+    "pp_select": "PiiPffiPP",
+    "pp_semantic_low": "PPiiiP",
+    "pp_fused": "iiPPiiiiiPPPPPPfPPPPPi",
+    "pp_finalize": "PPidP",
+    "pre_letterbox": "PiiiiiifffffiiP",
+    "ov_blend_u16": "PiiiiPPifP",
+    "ov_blend_i32": "PiiiiPPifP",
+}
+
 
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
@@ -83,6 +96,11 @@ def compile_module(name: str, cache_dir: str | None = None) -> Any:
         include_dirs=[str(CUDA_DIR)],
         cache_dir=cache_dir,
     )
+
+
+def _kernel(module: Any, name: str) -> Any:
+    """A prepared kernel function of ``module``."""
+    return module.get_function(name).prepare(SIGNATURES[name])
 
 
 @dataclass
@@ -115,11 +133,11 @@ class GpuPostprocessor:
         self.q, self.k = num_queries, labels.num_classes
         self.h, self.w, self.stride = mask_h, mask_w, stride
         module = compile_module("postprocess")
-        self.k_stats = module.get_function("pp_query_stats").prepare("PiiiifP")
-        self.k_select = module.get_function("pp_select").prepare("PiiPffiPP")
-        self.k_semantic = module.get_function("pp_semantic_low").prepare("PPiiiP")
-        self.k_fused = module.get_function("pp_fused").prepare("iiPPiiiiiPPPPPPfPPPPPi")
-        self.k_finalize = module.get_function("pp_finalize").prepare("PPidP")
+        self.k_stats = _kernel(module, "pp_query_stats")
+        self.k_select = _kernel(module, "pp_select")
+        self.k_semantic = _kernel(module, "pp_semantic_low")
+        self.k_fused = _kernel(module, "pp_fused")
+        self.k_finalize = _kernel(module, "pp_finalize")
         self.label_ids = cuda.to_device(labels.id_array.astype(np.int32))
         self.isthing = cuda.to_device(labels.thing_mask.astype(np.uint8))
         self.prob = cuda.mem_alloc(4 * self.q * (self.k + 1))
@@ -197,26 +215,27 @@ class GpuPostprocessor:
         )  # fmt: skip
         self.k_select.prepared_async_call(
             (1, 1), (256, 1, 1), stream,
-            class_logits_ptr, self.q, self.k + 1, self.isthing,
+            class_logits_ptr, self.q, self.k + 1, int(self.isthing),
             np.float32(options.score_threshold), np.float32(options.object_mask_threshold),
-            options.max_instances, self.prob, tables,
+            options.max_instances, int(self.prob), tables,
         )  # fmt: skip
         if outputs.semantic:
             self.k_semantic.prepared_async_call(
                 (-(-hw // 256), self.k), (256, 1, 1), stream,
-                mask_logits_ptr, self.prob, self.q, self.k + 1, hw, self.sem,
+                mask_logits_ptr, int(self.prob), self.q, self.k + 1, hw, int(self.sem),
             )  # fmt: skip
         grid = (-(-meta.src_w // TILE), -(-meta.src_h // TILE))
         fused_args = (
-            want, mask_logits_ptr, self.sem, self.h, self.w, self.k, meta.src_h, meta.src_w,
-            *g.taps_ptr, threshold, self.label_ids, tables,
+            want, mask_logits_ptr, int(self.sem), self.h, self.w, self.k, meta.src_h, meta.src_w,
+            *g.taps_ptr, threshold, int(self.label_ids), tables,
             base + offsets.get("instance", 0), base + offsets.get("panoptic", 0),
             base + offsets.get("semantic", 0), int(self.sem_dtype == np.uint16),
         )  # fmt: skip
         self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 0, *fused_args)
         self.k_finalize.prepared_async_call(
             (1, 1), (1, 1, 1), stream,
-            self.label_ids, self.isthing, self.k, float(options.overlap_threshold), tables,
+            int(self.label_ids), int(self.isthing), self.k,
+            float(options.overlap_threshold), tables,
         )  # fmt: skip
         self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 1, *fused_args)
         self.cuda.memcpy_dtoh_async(g.host[:used], g.arena, stream)
@@ -273,9 +292,7 @@ class GpuPreprocessor:
 
         self.cuda = cuda
         self.pad = tuple(np.float32(v) for v in pad_value)
-        self.kernel = compile_module("preprocess").get_function("pre_letterbox").prepare(
-            "PiiiiiifffffiiP"
-        )
+        self.kernel = _kernel(compile_module("preprocess"), "pre_letterbox")
         self.capacity = 0
         self.host: np.ndarray | None = None
         self.device: Any = None
@@ -297,7 +314,7 @@ class GpuPreprocessor:
         grid = (-(-meta.input_w // 32), -(-meta.input_h // 8))
         self.kernel.prepared_async_call(
             grid, (32, 8, 1), stream,
-            self.device, h, w, row, ENCODING_CODES[encoding.lower()],
+            int(self.device), h, w, row, ENCODING_CODES[encoding.lower()],
             meta.resized_h, meta.resized_w,
             np.float32(h / meta.resized_h), np.float32(w / meta.resized_w),
             *self.pad, meta.input_h, meta.input_w, dst_ptr,

@@ -65,3 +65,35 @@ def test_tables_layout_matches_host_dtype(tmp_path: Path) -> None:
     assert int(got["sizeof"]) == TABLES_DTYPE.itemsize
     for f in fields:
         assert int(got[f]) == TABLES_DTYPE.fields[f][1], f
+
+
+def _c_signature(params: str) -> str:
+    """pycuda prepare string of a C parameter list (pointers P, int i, float f, double d)."""
+    out = []
+    for param in params.split(","):
+        decl = " ".join(param.replace("__restrict__", "").split())
+        if "*" in decl:
+            out.append("P")
+        elif decl.startswith("int "):
+            out.append("i")
+        elif decl.startswith("float "):
+            out.append("f")
+        elif decl.startswith("double "):
+            out.append("d")
+        else:
+            raise AssertionError(f"unexpected kernel parameter '{decl}'")
+    return "".join(out)
+
+
+def test_prepared_signatures_match_kernels() -> None:
+    """The host's prepare() strings equal the parameter lists of the extern "C" kernels."""
+    import re
+
+    from compactinst_ros.postprocess.cuda import SIGNATURES
+
+    found = {}
+    for source in SOURCES:
+        text = source.read_text()
+        for m in re.finditer(r'extern "C" __global__ void (\w+)\(([^)]*)\)', text):
+            found[m.group(1)] = _c_signature(m.group(2))
+    assert found == SIGNATURES

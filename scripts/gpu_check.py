@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""GPU check for a machine with an NVIDIA GPU (TensorRT optional): kernel parity, then the
+post-processing benchmark; a short table comes last.
+
+1. environment: GPU, CUDA driver, pycuda, PyTorch, TensorRT;
+2. preprocessing kernel vs its numpy twin and vs the OpenCV letterbox, every encoding;
+3. fused post-processing kernels vs the numpy twin (bit-exact up to float ties) and vs the numpy
+   reference (>= 99.9 % of pixels), on random, blob and constructed frames, tables included;
+4. with --bundle and TensorRT: the TensorRT backend end to end vs the onnxruntime backend;
+5. the post-processing benchmark (scripts/bench_postprocess_gpu.py).
+
+    .venv/bin/python scripts/gpu_check.py [--bundle models/default] [--reps 30] [--quick]
+
+Exit status 0 when every check passed, 1 otherwise; 2 when there is no usable GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "test" / "gpu"))
+
+import bench_postprocess_gpu as bench  # noqa: E402
+
+from compactinst_ros.labels import SYNTHETIC_LABELS  # noqa: E402
+from compactinst_ros.postprocess import gpu_twin, reference  # noqa: E402
+from compactinst_ros.preprocess import letterbox  # noqa: E402
+from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions  # noqa: E402
+
+RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
+PAD = (123.675, 116.28, 103.53)
+
+
+class Checks:
+    """Collects (name, ok, detail) lines and prints them as they come."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, bool, str]] = []
+
+    def add(self, name: str, ok: bool, detail: str) -> None:
+        self.rows.append((name, ok, detail))
+        print(f"  [{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
+
+    @property
+    def passed(self) -> bool:
+        return all(ok for _, ok, _ in self.rows)
+
+
+def environment() -> dict[str, str]:
+    """Versions of what the GPU path uses (missing ones say so)."""
+    env = {"python": sys.version.split()[0]}
+    for mod in ("pycuda", "torch", "tensorrt", "cupy"):
+        spec = importlib.util.find_spec(mod)
+        if spec is None:
+            env[mod] = "missing"
+            continue
+        try:
+            env[mod] = str(getattr(__import__(mod), "__version__", "present"))
+        except Exception as exc:  # a broken install is reported, not fatal
+            env[mod] = f"broken ({type(exc).__name__})"
+    return env
+
+
+def check_preprocess(cuda, stream, checks: Checks) -> None:
+    """Kernel vs twin (tight) and vs OpenCV (grey-level tolerance) for every encoding."""
+    from test_gpu_preprocess_twin import ENCODINGS, GEOMETRIES, encode, smooth_rgb
+
+    from compactinst_ros.postprocess.cuda import GpuPreprocessor
+
+    pre = GpuPreprocessor(PAD)
+    worst_twin = worst_cv = 0.0
+    for encoding in ENCODINGS:
+        for src_h, src_w, in_h, in_w in GEOMETRIES:
+            raw = encode(smooth_rgb(src_h, src_w, 0), encoding)
+            meta = FrameMeta.letterbox(src_h, src_w, in_h, in_w)
+            dst = cuda.mem_alloc(4 * 3 * in_h * in_w)
+            pre.enqueue(stream, raw, encoding, meta, int(dst))
+            out = np.empty((1, 3, in_h, in_w), np.float32)
+            stream.synchronize()
+            cuda.memcpy_dtoh(out, dst)
+            twin = gpu_twin.letterbox(raw, encoding, meta, PAD)
+            cpu = letterbox(raw, encoding, meta, PAD)
+            worst_twin = max(worst_twin, float(np.abs(out - twin).max()))
+            worst_cv = max(worst_cv, float(np.abs(out - cpu).max()))
+    checks.add("preprocess kernel vs twin", worst_twin <= 1e-3, f"max |diff| {worst_twin:.2e}")
+    checks.add("preprocess kernel vs OpenCV", worst_cv <= 2.5, f"max |diff| {worst_cv:.3f} levels")
+
+
+def _run_post(cuda, stream, raw, meta, labels, options, outputs):
+    from compactinst_ros.postprocess.cuda import GpuPostprocessor
+
+    q, h, w = raw.mask_logits.shape
+    post = GpuPostprocessor(labels, q, h, w, raw.mask_stride)
+    d_cls = cuda.to_device(np.ascontiguousarray(raw.class_logits, np.float32))
+    d_masks = cuda.to_device(np.ascontiguousarray(raw.mask_logits, np.float32))
+    post.enqueue(stream, int(d_cls), int(d_masks), meta, options, outputs)
+    stream.synchronize()
+    return post.collect(meta, outputs)
+
+
+def check_postprocess(cuda, stream, checks: Checks, quick: bool) -> None:
+    """Fused kernels vs twin and reference on the unit-test frames and a benchmark frame."""
+    from test_gpu_twin import CASES, OPTIONS, blob_frame, random_frame
+
+    cases = [
+        (raw, FrameMeta.letterbox(a, b, c, d), SYNTHETIC_LABELS, OPTIONS)
+        for raw, a, b, c, d in CASES
+    ]
+    for seed in range(4 if quick else 12):
+        if seed % 2:
+            raw = random_frame(seed, q=40, h=16, w=32)
+        else:
+            raw = blob_frame(seed, q=60, h=32, w=64)
+        h, w = raw.mask_logits.shape[1:]
+        meta = FrameMeta.letterbox(h * 8 + 7 * seed, w * 8 - 3 * seed, h * 8, w * 8)
+        cases.append((raw, meta, SYNTHETIC_LABELS, OPTIONS))
+    raw, meta = bench.frame_for("512x1024")
+    cases.append((raw, meta, bench.BENCH_LABELS, PostprocessOptions()))
+    worst_twin, worst_ref, table_ok = 1.0, 1.0, True
+    for raw, meta, labels, options in cases:
+        for outputs in (OutputSet(), OutputSet(instance=False, semantic=False)):
+            gpu = _run_post(cuda, stream, raw, meta, labels, options, outputs)
+            twin = gpu_twin.postprocess(raw, meta, labels, options, outputs)
+            ref = reference.postprocess(raw, meta, labels, options, outputs)
+            for name in RASTERS:
+                a = getattr(gpu, name)
+                if a is None:
+                    table_ok &= getattr(ref, name) is None
+                    continue
+                worst_twin = min(worst_twin, bench.agreement(a, getattr(twin, name)))
+                worst_ref = min(worst_ref, bench.agreement(a, getattr(ref, name)))
+                table_ok &= a.dtype == getattr(ref, name).dtype
+            if outputs.instance:
+                table_ok &= len(gpu.instances) == len(ref.instances)
+                table_ok &= bool(np.allclose(gpu.instances.score, ref.instances.score, rtol=1e-4))
+                table_ok &= bool(np.array_equal(gpu.instances.box, ref.instances.box))
+                table_ok &= bool(np.array_equal(gpu.instances.area, ref.instances.area))
+            table_ok &= bool(np.array_equal(gpu.segments.ids, ref.segments.ids))
+            table_ok &= bool(np.array_equal(gpu.segments.area, ref.segments.area))
+    checks.add(
+        "postprocess kernels vs twin", worst_twin >= 0.9999, f"worst {100 * worst_twin:.4f}% equal"
+    )
+    detail = f"worst {100 * worst_ref:.4f}% equal"
+    checks.add("postprocess kernels vs reference", worst_ref >= 0.999, detail)
+    checks.add("postprocess tables vs reference", table_ok, "ids, scores, boxes, areas, dtypes")
+
+
+def check_backend(bundle_path: str, checks: Checks) -> None:
+    """TensorRT backend end to end vs onnxruntime on one synthetic frame."""
+    from test_gpu_preprocess_twin import smooth_rgb
+
+    from compactinst_ros.pipeline import Pipeline
+
+    frame = smooth_rgb(480, 640, 3)
+    gpu_pipe = Pipeline(bundle_path, backend="tensorrt")
+    cpu_pipe = Pipeline(bundle_path, backend="onnxruntime")
+    with gpu_pipe as gpu, cpu_pipe as cpu:
+        a, b = gpu(frame), cpu(frame)
+        for _ in range(20):
+            a = gpu(frame)
+        agree = min(bench.agreement(getattr(a, n), getattr(b, n)) for n in RASTERS)
+        times = ", ".join(f"{k} {v:.2f}" for k, v in a.timings_ms.items())
+        detail = f"{100 * agree:.2f}% equal; ms: {times}"
+        checks.add("TensorRT backend vs onnxruntime (FP16)", agree >= 0.99, detail)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every check that the machine supports; table last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bundle", help="model bundle for the TensorRT end-to-end check")
+    parser.add_argument("--reps", type=int, default=30, help="benchmark repetitions")
+    parser.add_argument("--quick", action="store_true", help="fewer parity frames, one bench size")
+    args = parser.parse_args(argv)
+    env = environment()
+    print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
+    if env["pycuda"] in ("missing",) or env["pycuda"].startswith("broken"):
+        print("pycuda is needed: pip install pycuda (with nvcc and CUDA headers on PATH)")
+        return 2
+    import pycuda.driver as cuda
+
+    cuda.init()
+    if cuda.Device.count() == 0:
+        print("no CUDA device")
+        return 2
+    ctx = cuda.Device(0).retain_primary_context()
+    ctx.push()
+    checks = Checks()
+    rows = []
+    try:
+        stream = cuda.Stream()
+        print(f"GPU: {cuda.Device(0).name()}, driver {cuda.get_driver_version()}")
+        for step in (
+            lambda: check_preprocess(cuda, stream, checks),
+            lambda: check_postprocess(cuda, stream, checks, args.quick),
+        ):
+            try:
+                step()
+            except Exception:
+                traceback.print_exc()
+                checks.add("check crashed", False, "see traceback above")
+        if args.bundle and env["tensorrt"] not in ("missing",):
+            try:
+                check_backend(args.bundle, checks)
+            except Exception:
+                traceback.print_exc()
+                checks.add("TensorRT backend", False, "see traceback above")
+        sizes = ["1024x2048"] if args.quick else list(bench.SIZES)
+        for size in sizes:
+            print(f"benchmarking {size} ...", flush=True)
+            rows.append(bench.bench_size(cuda, stream, size, args.reps, 1))
+    finally:
+        ctx.pop()
+    print()
+    print(f"checks: {sum(ok for _, ok, _ in checks.rows)}/{len(checks.rows)} passed")
+    for name, ok, detail in checks.rows:
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}: {detail}")
+    bench.print_table(rows)
+    return 0 if checks.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
