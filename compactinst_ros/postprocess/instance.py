@@ -14,8 +14,14 @@ import numpy as np
 
 from ..labels import LabelSet
 from ..structures import FrameMeta, Instances, PostprocessOptions
-from .resample import DEFAULT_CHUNK_BYTES, Resampler, logit_threshold, sigmoid, softmax
-from .resample import valid_region as _valid_region
+from .resample import (
+    DEFAULT_CHUNK_BYTES,
+    Resampler,
+    logit_threshold,
+    sigmoid,
+    softmax,
+    valid_region,
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ def select_instances(
     query = top // len(things)
     class_index = things[top % len(things)].astype(np.int32)
     unique_q, inverse = np.unique(query, return_inverse=True)
-    vh, vw = _valid_region(meta, stride, mask_logits.shape[1], mask_logits.shape[2])
+    vh, vw = valid_region(meta, stride, mask_logits.shape[1], mask_logits.shape[2])
     threshold = logit_threshold(options.mask_threshold)
     mscore = mask_scores(mask_logits[unique_q], vh, vw, threshold)
     score = (flat[top] * mscore[inverse.ravel()]).astype(np.float32)
