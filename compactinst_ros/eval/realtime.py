@@ -235,7 +235,15 @@ def run_realtime(
         domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0)
     frames = [f for f, _ in zip(bag.frames(), range(max_frames or bag.count), strict=False)]
     env = ros_environment(domain_id)
-    os.environ.update({k: v for k, v in env.items() if k.startswith(("ROS_", "RMW_", "FASTDDS"))})
+    # This process's own DDS participant needs the same loopback/SHM settings (domain: init arg).
+    for key in (
+        "ROS_AUTOMATIC_DISCOVERY_RANGE",
+        "ROS_LOCALHOST_ONLY",
+        "RMW_IMPLEMENTATION",
+        "FASTDDS_DEFAULT_PROFILES_FILE",
+    ):
+        if key in env:
+            os.environ.setdefault(key, env[key])
     params = {
         "model": str(Path(model).resolve()),
         "backend": backend,
