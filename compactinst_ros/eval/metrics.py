@@ -31,7 +31,7 @@ def encode_mask(mask: np.ndarray) -> dict:
     from pycocotools import mask as mask_utils
 
     rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-    rle["counts"] = rle["counts"].decode("ascii")
+    rle["counts"] = str(rle["counts"], "ascii")
     return rle
 
 

@@ -101,7 +101,10 @@ def write_gt(scenes: list[Scene], out: Path, stamps: bool = True) -> tuple[Path,
                         "id": len(anns) + 1,
                         "image_id": i,
                         "category_id": cat,
-                        "segmentation": {"size": rle["size"], "counts": rle["counts"].decode()},
+                        "segmentation": {
+                            "size": rle["size"],
+                            "counts": str(rle["counts"], "ascii"),
+                        },
                         "area": int(m.sum()),
                         "iscrowd": int(crowd),
                         "bbox": [
