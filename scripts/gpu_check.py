@@ -3,7 +3,8 @@
 post-processing benchmark; a short table comes last.
 
 1. environment: GPU, CUDA driver, pycuda, PyTorch, TensorRT;
-2. preprocessing kernel vs its numpy twin and vs the OpenCV letterbox, every encoding;
+2. preprocessing kernel vs its numpy twin and vs the OpenCV letterbox, every encoding, and the
+   overlay kernels vs their twin;
 3. fused post-processing kernels vs the numpy twin (bit-exact up to float ties) and vs the numpy
    reference (>= 99.9 % of pixels), on random, blob and constructed frames, tables included;
 4. with --bundle and TensorRT: the TensorRT backend end to end vs the onnxruntime backend;
@@ -93,6 +94,40 @@ def check_preprocess(cuda, stream, checks: Checks) -> None:
             worst_cv = max(worst_cv, float(np.abs(out - cpu).max()))
     checks.add("preprocess kernel vs twin", worst_twin <= 1e-3, f"max |diff| {worst_twin:.2e}")
     checks.add("preprocess kernel vs OpenCV", worst_cv <= 2.5, f"max |diff| {worst_cv:.3f} levels")
+
+
+def check_overlay(cuda, stream, checks: Checks) -> None:
+    """Overlay kernels vs their twin, instance and panoptic ids, rgb8 and uyvy frames."""
+    from test_gpu_preprocess_twin import encode, smooth_rgb
+
+    from compactinst_ros.postprocess.cuda import GpuOverlay
+
+    ov = GpuOverlay()
+    rng = np.random.default_rng(0)
+    h, w = 96, 160
+    inst = np.kron(rng.integers(0, 6, (12, 20)), np.ones((8, 8), int)).astype(np.uint16)
+    seg_ids = np.array([5, 1001, 1002, 6007], np.int32)
+    pan = seg_ids[rng.integers(0, 4, (12, 20))].repeat(8, 0).repeat(8, 1).astype(np.int32)
+    pan[:8] = 0
+    lut = rng.integers(0, 256, (6, 3), dtype=np.uint8)
+    worst = 0
+    for encoding in ("rgb8", "uyvy"):
+        raw = encode(smooth_rgb(h, w, 1), encoding)
+        d_raw = cuda.to_device(np.ascontiguousarray(raw))
+        d_out = cuda.mem_alloc(h * w * 3)
+        for ids, sorted_ids in ((inst, None), (pan, np.sort(seg_ids))):
+            d_ids = cuda.to_device(ids)
+            lut_used = lut[: 1 + (len(sorted_ids) if sorted_ids is not None else 5)]
+            ov.enqueue(
+                stream, int(d_raw), raw.shape, encoding, int(d_ids), lut_used, 0.45, int(d_out),
+                sorted_ids,
+            )  # fmt: skip
+            stream.synchronize()
+            out = np.empty((h, w, 3), np.uint8)
+            cuda.memcpy_dtoh(out, d_out)
+            twin = gpu_twin.overlay(raw, encoding, ids, lut_used, 0.45, sorted_ids)
+            worst = max(worst, int(np.abs(out.astype(int) - twin.astype(int)).max()))
+    checks.add("overlay kernels vs twin", worst <= 1, f"max |diff| {worst} levels")
 
 
 def _run_post(cuda, stream, raw, meta, labels, options, outputs):
@@ -201,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         for step in (
             lambda: check_preprocess(cuda, stream, checks),
             lambda: check_postprocess(cuda, stream, checks, args.quick),
+            lambda: check_overlay(cuda, stream, checks),
         ):
             try:
                 step()

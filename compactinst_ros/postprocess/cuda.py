@@ -75,8 +75,8 @@ SIGNATURES: dict[str, str] = {
     "pp_fused": "iiPPiiiiiPPPPPPfPPPPPi",
     "pp_finalize": "PPidP",
     "pre_letterbox": "PiiiiiifffffiiP",
-    "ov_blend_u16": "PiiiiPPifP",
-    "ov_blend_i32": "PiiiiPPifP",
+    "ov_instance": "PiiiiPiPffP",
+    "ov_panoptic": "PiiiiPPiPffP",
 }
 
 
@@ -318,4 +318,51 @@ class GpuPreprocessor:
             meta.resized_h, meta.resized_w,
             np.float32(h / meta.resized_h), np.float32(w / meta.resized_w),
             *self.pad, meta.input_h, meta.input_w, dst_ptr,
+        )  # fmt: skip
+
+
+class GpuOverlay:
+    """Overlay kernels on device-resident frames: instance ids or panoptic segment ids."""
+
+    def __init__(self) -> None:
+        import pycuda.driver as cuda
+
+        self.cuda = cuda
+        module = compile_module("overlay")
+        self.k_instance = _kernel(module, "ov_instance")
+        self.k_panoptic = _kernel(module, "ov_panoptic")
+        self._tables: list[Any] = []
+
+    def enqueue(
+        self,
+        stream: Any,
+        src_ptr: int,
+        shape: tuple[int, ...],
+        encoding: str,
+        ids_ptr: int,
+        lut: np.ndarray,
+        alpha: float,
+        out_ptr: int,
+        sorted_ids: np.ndarray | None = None,
+    ) -> None:
+        """Blend the id raster at ``ids_ptr`` (uint16 instance ids, or int32 panoptic ids with
+        ``sorted_ids``) over the raw frame at ``src_ptr`` into HxWx3 RGB at ``out_ptr``."""
+        h, w = shape[:2]
+        row = int(np.prod(shape[1:]))
+        lut_dev = self.cuda.to_device(np.ascontiguousarray(lut, np.uint8))
+        self._tables = [lut_dev]  # kept alive until the next call (the copy is synchronous)
+        weights = (np.float32(1.0 - alpha), np.float32(alpha))
+        grid, block = (-(-w // 32), -(-h // 8)), (32, 8, 1)
+        code = ENCODING_CODES[encoding.lower()]
+        if sorted_ids is None:
+            self.k_instance.prepared_async_call(
+                grid, block, stream, src_ptr, h, w, row, code,
+                ids_ptr, len(lut), int(lut_dev), *weights, out_ptr,
+            )  # fmt: skip
+            return
+        ids_dev = self.cuda.to_device(np.ascontiguousarray(sorted_ids, np.int32))
+        self._tables.append(ids_dev)
+        self.k_panoptic.prepared_async_call(
+            grid, block, stream, src_ptr, h, w, row, code,
+            ids_ptr, int(ids_dev), len(sorted_ids), int(lut_dev), *weights, out_ptr,
         )  # fmt: skip

@@ -523,3 +523,37 @@ def letterbox(
         )
     out[:, :rh, :rw] = rgb.transpose(2, 0, 1)
     return out[None]
+
+
+def overlay(
+    image: np.ndarray,
+    encoding: str,
+    ids: np.ndarray,
+    lut: np.ndarray,
+    alpha: float,
+    sorted_ids: np.ndarray | None = None,
+) -> np.ndarray:
+    """HxWx3 uint8 RGB: the overlay kernels' output (``ov_instance``, or ``ov_panoptic`` when
+    ``sorted_ids`` maps segment ids to LUT rows 1..S)."""
+    h, w = ids.shape
+    ys, xs = np.mgrid[0:h, 0:w]
+    rgb = fetch_rgb(image, encoding, ys, xs)
+    if sorted_ids is None:
+        index = np.where(ids < len(lut), ids, 0).astype(np.intp)
+    else:
+        pos = np.clip(np.searchsorted(sorted_ids, ids), 0, max(len(sorted_ids) - 1, 0))
+        found = len(sorted_ids) > 0 and sorted_ids[pos] == ids
+        index = np.where(found, pos + 1, 0).astype(np.intp)
+    fg = index > 0
+    edge = np.zeros((h, w), bool)
+    dx = index[:, :-1] != index[:, 1:]
+    dy = index[:-1, :] != index[1:, :]
+    edge[:, :-1] |= dx
+    edge[:, 1:] |= dx
+    edge[:-1, :] |= dy
+    edge[1:, :] |= dy
+    w_image, w_colour = np.float32(1.0 - alpha), np.float32(alpha)
+    blended = rgb * w_image + lut[index].astype(np.float32) * w_colour
+    out = np.where(fg[..., None], np.rint(blended), rgb)
+    out[edge & fg] = 255
+    return np.clip(out, 0, 255).astype(np.uint8)

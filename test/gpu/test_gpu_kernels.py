@@ -53,6 +53,14 @@ def test_preprocess_kernel_parity(gpu) -> None:
 
 
 @pytest.mark.gpu
+def test_overlay_kernel_parity(gpu) -> None:
+    cuda, stream, gpu_check = gpu
+    checks = gpu_check.Checks()
+    gpu_check.check_overlay(cuda, stream, checks)
+    assert checks.passed, checks.rows
+
+
+@pytest.mark.gpu
 def test_postprocess_kernel_parity(gpu) -> None:
     cuda, stream, gpu_check = gpu
     checks = gpu_check.Checks()
