@@ -1,13 +1,15 @@
 """Ground truth for replay: COCO instance JSON and/or COCO panoptic JSON + PNGs, matched to frames.
 
 A GT image matches a bag frame by header stamp when its entry carries one (``stamp_ns``: int
-nanoseconds, or ``stamp``: ``{"sec", "nanosec"}`` / int ns / float seconds), otherwise by
+nanoseconds, or ``stamp``: ``{"sec", "nanosec"}`` / int ns / float seconds, or a stamp-named
+``file_name`` such as ``1700000000123456789.png`` or ``1700000000.123456789.png``), otherwise by
 ``frame_index`` or, with ``match="index"``, by its position in id order.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import numpy as np
 from ..errors import DataError
 
 MATCH_MODES = ("auto", "stamp", "index")
+_STAMP_NAME = re.compile(r"^(?:(?P<ns>\d{16,20})|(?P<sec>\d{9,10})[._](?P<nsec>\d{9}))\.\w+$")
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,22 @@ def image_stamp_ns(entry: dict) -> int | None:
         return int(entry["stamp_ns"])
     stamp = entry.get("stamp")
     if stamp is None:
-        return None
+        return _stamp_from_file_name(str(entry.get("file_name", "")))
     if isinstance(stamp, dict):
         return int(stamp["sec"]) * 1_000_000_000 + int(stamp.get("nanosec", 0))
     if isinstance(stamp, float):
         return round(stamp * 1e9)
     return int(stamp)
+
+
+def _stamp_from_file_name(name: str) -> int | None:
+    """Stamp-named frames (bag extraction tools): ``<ns>.png`` or ``<sec>.<nanosec>.png``."""
+    match = _STAMP_NAME.match(Path(name).name)
+    if match is None:
+        return None
+    if match["nsec"] is not None:
+        return int(match["sec"]) * 1_000_000_000 + int(match["nsec"])
+    return int(match["ns"])
 
 
 def _read_json(path: Path, what: str) -> dict:

@@ -22,6 +22,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import BackendError, ConfigError
 from .bags import COMPRESSED, IMAGE, BagFrame, BagWriter, ImageBag
 from .replay import OUTPUT_NS, open_output_bag
@@ -317,7 +319,9 @@ def _summarise(
         samples.setdefault("end_to_end", []).append((received - send[stamp]) * 1e3)
     sent, processed = len(send), len(records)
     warm = min(warmup, max(processed - 1, 0))
-    last_receipt = max((r for r, _ in records.values()), default=start)
+    receipts = sorted(r for r, _ in records.values())
+    last_receipt = receipts[-1] if receipts else start
+    gaps = np.diff(receipts[warm:]) * 1e3 if len(receipts) > warm + 2 else None
     recorded_s = (frames[-1].bag_time_ns - frames[0].bag_time_ns) / 1e9 if frames else 0.0
     frames_block: dict[str, Any] = {
         "sent": sent,
@@ -347,6 +351,7 @@ def _summarise(
             "output_fps": round(processed / max(last_receipt - start, 1e-9), 2)
             if processed
             else None,
+            "jitter_ms": round(float(gaps.std()), 3) if gaps is not None else None,
             "target_input_fps": round((len(frames) - 1) / recorded_s * rate, 2)
             if recorded_s > 0
             else None,

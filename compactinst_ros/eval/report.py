@@ -164,7 +164,12 @@ def markdown(report: dict) -> str:
             "Frames: "
             + ", ".join(f"{k} {v}" for k, v in frames.items())
             + f". Throughput: input {_fmt(tput.get('input_fps'))} fps, "
-            f"output {_fmt(tput.get('output_fps'))} fps over {_fmt(tput.get('wall_s'), 2)} s."
+            f"output {_fmt(tput.get('output_fps'))} fps over {_fmt(tput.get('wall_s'), 2)} s"
+            + (
+                f", output jitter {_fmt(tput['jitter_ms'], 2)} ms."
+                if tput.get("jitter_ms")
+                else "."
+            )
         )
         if block.get("notes"):
             lines += ["", *[f"* {n}" for n in block["notes"]]]

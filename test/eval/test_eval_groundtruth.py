@@ -66,3 +66,15 @@ def test_semantic_and_instances_from_gt(scenes, gt_files) -> None:
     assert all(
         (m == (scenes[0].panoptic == k)).all() for (_, m), k in zip(masks, things, strict=True)
     )
+
+
+def test_stamp_named_files_match_by_stamp(scenes, tmp_path) -> None:
+    inst = write_gt(scenes, tmp_path / "named", stamps=False)[0]
+    coco = json.loads(inst.read_text())
+    for entry, scene in zip(coco["images"], scenes, strict=True):
+        sec, nsec = divmod(scene.stamp_ns, 1_000_000_000)
+        entry["file_name"] = f"frames/{sec}.{nsec:09d}.png"
+    inst.write_text(json.dumps(coco))
+    stamps = [s.stamp_ns for s in scenes][::-1]  # bag order reversed: index matching would fail
+    matched = GroundTruth(inst).match(stamps)
+    assert matched == {len(scenes) - 1 - i: i + 1 for i in range(len(scenes))}
