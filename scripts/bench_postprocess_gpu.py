@@ -89,7 +89,8 @@ class Row:
     """One benchmark line, milliseconds (nan where not measured)."""
 
     size: str
-    fused: float
+    fused: float  # kernels only, results left in device memory (like the naive path)
+    copy: float  # the one device-to-host copy of tables + rasters (pinned)
     naive: float
     reference: float
     floor: float
@@ -199,10 +200,12 @@ def bench_size(cuda, stream, size: str, reps: int, ref_reps: int) -> Row:
         agreement(gpu.semantic_raster, ref.semantic_raster),
     )
     timed = gpu_timer(cuda, stream)
-    fused_ms = _median_ms(
-        lambda: timed(lambda: post.enqueue(stream, int(d_cls), int(d_masks), meta, OPTIONS, ALL)),
-        reps,
-    )
+
+    def fused(copy: bool) -> None:
+        post.enqueue(stream, int(d_cls), int(d_masks), meta, OPTIONS, ALL, copy=copy)
+
+    fused_ms = _median_ms(lambda: timed(lambda: fused(False)), reps)
+    copy_ms = _median_ms(lambda: timed(lambda: fused(True)), reps) - fused_ms
     pixels = meta.src_h * meta.src_w
     sem_bytes = np.dtype(post.sem_dtype).itemsize
     essential = raw.mask_logits.nbytes + pixels * (2 + 4 + sem_bytes)
@@ -212,19 +215,21 @@ def bench_size(cuda, stream, size: str, reps: int, ref_reps: int) -> Row:
     except Exception as exc:  # torch missing or without CUDA: the row says n/a
         print(f"  naive path unavailable ({type(exc).__name__}: {exc})", file=sys.stderr)
         naive_ms = float("nan")
-    return Row(size, fused_ms, naive_ms, ref_ms, floor_ms, parity)
+    return Row(size, fused_ms, copy_ms, naive_ms, ref_ms, floor_ms, parity)
 
 
 def print_table(rows: list[Row]) -> None:
     """Side-by-side ms and ratios; targets: naive/fused >= 20, fused/floor <= 3 at 1024x2048."""
     head = (
-        f"{'size':>10} {'fused ms':>9} {'naive ms':>9} {'numpy ms':>9} {'floor ms':>9} "
+        f"{'size':>10} {'fused ms':>9} {'+D2H ms':>8} {'naive ms':>9} {'numpy ms':>9} "
+        f"{'floor ms':>9} "
         f"{'naive/fused':>11} {'fused/floor':>11} {'numpy/fused':>11} {'parity':>8}"
     )
     print(head)
     for r in rows:
         print(
-            f"{r.size:>10} {r.fused:9.3f} {r.naive:9.3f} {r.reference:9.1f} {r.floor:9.3f} "
+            f"{r.size:>10} {r.fused:9.3f} {r.copy:8.3f} {r.naive:9.3f} {r.reference:9.1f} "
+            f"{r.floor:9.3f} "
             f"{r.naive / r.fused:11.1f} {r.fused / r.floor:11.2f} {r.reference / r.fused:11.0f} "
             f"{100 * r.parity:7.3f}%"
         )

@@ -195,8 +195,10 @@ class GpuPostprocessor:
         meta: FrameMeta,
         options: PostprocessOptions,
         outputs: OutputSet,
+        copy: bool = True,
     ) -> None:
-        """Enqueue all post-processing kernels and one device-to-host copy of the results."""
+        """Enqueue all post-processing kernels and (``copy``) one device-to-host copy of the
+        tables and requested rasters."""
         g = self.geometry(meta)
         offsets, used = self.layout(meta, outputs)
         base = int(g.arena)
@@ -238,7 +240,8 @@ class GpuPostprocessor:
             float(options.overlap_threshold), tables,
         )  # fmt: skip
         self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 1, *fused_args)
-        self.cuda.memcpy_dtoh_async(g.host[:used], g.arena, stream)
+        if copy:
+            self.cuda.memcpy_dtoh_async(g.host[:used], g.arena, stream)
 
     def collect(self, meta: FrameMeta, outputs: OutputSet) -> FrameResult:
         """Read the host arena after the frame's final event (copies: the arena is reused)."""
