@@ -176,3 +176,17 @@ def test_miou_hand_computed() -> None:
     # class 1: tp 3, gt 4, pred 3 -> 3/4; class 2: tp 3, gt 3, pred 4 -> 3/4 (void pixel ignored)
     assert out["per_class"] == {"1": 75.0, "2": 75.0}
     assert out["mIoU"] == pytest.approx(75.0)
+
+
+def test_eval_modules_do_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import compactinst_ros.eval.replay, compactinst_ros.eval.realtime\n"
+        "import compactinst_ros.eval.metrics, compactinst_ros.eval.plots, compactinst_ros.demo\n"
+        "sys.exit(1 if 'torch' in sys.modules else 0)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
