@@ -77,6 +77,26 @@ def test_matches_dense_implementation(
     assert ours.semantic_raster.dtype == (np.uint16 if max(labels.ids) > 255 else np.uint8)
 
 
+def test_matches_dense_implementation_at_other_thresholds() -> None:
+    options = PostprocessOptions(
+        score_threshold=0.0,
+        mask_threshold=0.7,
+        object_mask_threshold=0.0,
+        overlap_threshold=0.3,
+        max_instances=5,
+    )
+    meta = FrameMeta.letterbox(120, 100, 128, 128)
+    raw = random_frame(7, 16, (16, 16), SYNTHETIC_LABELS.num_classes)
+    ours = postprocess(raw, meta, SYNTHETIC_LABELS, options, OutputSet(), chunk_bytes=8192)
+    dense = dense_postprocess(raw.class_logits, raw.mask_logits, 8, meta, SYNTHETIC_LABELS, options)
+    assert len(ours.instances) == 5
+    np.testing.assert_array_equal(ours.instance_raster, dense["instance_raster"])
+    np.testing.assert_array_equal(ours.instances.box, [row[5] for row in dense["instances"]])
+    np.testing.assert_array_equal(ours.panoptic_raster, dense["panoptic_raster"])
+    np.testing.assert_array_equal(ours.segments.ids, [s[0] for s in dense["segments"]])
+    np.testing.assert_array_equal(ours.semantic_raster, dense["semantic_raster"])
+
+
 def test_only_requested_outputs_are_computed() -> None:
     meta = FrameMeta.letterbox(90, 170, 128, 256)
     raw = random_frame(0, 24, (16, 32), SYNTHETIC_LABELS.num_classes)
