@@ -5,7 +5,9 @@ reads its inputs (activations and weights) once and writes its outputs once, at 
 i.e. no fusion and no cache reuse across ops. The predicted time of an op on a device is
 ``max(bytes / bandwidth, 2 * MACs / peak)``, with the tensor-core FP16 peak for convolutions and
 matrix products and the CUDA-core FP16 peak for everything else; an op is *bandwidth-bound* when
-the first term wins. Stage times are sums over ops (one kernel per op, no overlap).
+the first term wins. Stage times are sums over ops (one kernel per op, no overlap);
+``--op-overhead-us`` adds a fixed cost per op (launch and tail effects, which dilute the
+speed-up at small inputs).
 """
 
 from __future__ import annotations
@@ -46,12 +48,13 @@ def op_bytes(op: OpRecord) -> int:
     return op.bytes_read + op.bytes_written
 
 
-def op_time(op: OpRecord, device: Device) -> tuple[float, bool]:
-    """Roofline time (s) of one op on ``device`` and whether it is bandwidth-bound."""
+def op_time(op: OpRecord, device: Device, overhead_s: float = 0.0) -> tuple[float, bool]:
+    """Roofline time (s) of one op on ``device`` (+ a fixed per-kernel ``overhead_s``) and
+    whether it is bandwidth-bound."""
     peak = device.tensor_tflops if op.kind in TENSOR_KINDS else device.cuda_tflops
     t_mem = op_bytes(op) / (device.bandwidth_gbs * 1e9)
     t_math = 2.0 * op.macs / (peak * 1e12)
-    return max(t_mem, t_math), t_mem >= t_math
+    return max(t_mem, t_math) + overhead_s, t_mem >= t_math
 
 
 @dataclass
@@ -72,7 +75,8 @@ class StageCost:
         return self.activation_bytes + self.weight_bytes
 
 
-def stage_costs(records: Iterable[OpRecord], devices: dict[str, Device]) -> dict[str, StageCost]:
+def stage_costs(records: Iterable[OpRecord], devices: dict[str, Device],
+                overhead_s: float = 0.0) -> dict[str, StageCost]:
     """Sum op records into stages (plus ``total``) with predicted times per device."""
     costs = {s: StageCost(time_ms=dict.fromkeys(devices, 0.0),
                           bw_bound_share=dict.fromkeys(devices, 0.0))
@@ -86,7 +90,7 @@ def stage_costs(records: Iterable[OpRecord], devices: dict[str, Device]) -> dict
             c.activation_bytes += op_bytes(op) - op.weight_bytes
             c.weight_bytes += op.weight_bytes
             for name, device in devices.items():
-                t, bw_bound = op_time(op, device)
+                t, bw_bound = op_time(op, device, overhead_s)
                 c.time_ms[name] += t * 1e3
                 c.bw_bound_share[name] += t * 1e3 if bw_bound else 0.0
     for c in costs.values():
@@ -96,13 +100,14 @@ def stage_costs(records: Iterable[OpRecord], devices: dict[str, Device]) -> dict
     return costs
 
 
-def top_decoder_kinds(records: Iterable[OpRecord], device: Device, n: int) -> list[dict]:
+def top_decoder_kinds(records: Iterable[OpRecord], device: Device, n: int,
+                      overhead_s: float = 0.0) -> list[dict]:
     """Decoder time on ``device`` grouped by op kind, largest first (where the time goes)."""
     groups: dict[str, dict] = {}
     for op in records:
         if stage_of(op.component) != "decoder":
             continue
-        t, bw_bound = op_time(op, device)
+        t, bw_bound = op_time(op, device, overhead_s)
         g = groups.setdefault(op.kind, {"kind": op.kind, "ops": 0, "time_ms": 0.0, "bytes": 0,
                                         "macs": 0, "bw_bound_ms": 0.0})
         g["ops"] += 1
@@ -115,7 +120,8 @@ def top_decoder_kinds(records: Iterable[OpRecord], device: Device, n: int) -> li
 
 def analyze(configs: Sequence[str], sizes: Sequence[tuple[str, tuple[int, int]]],
             devices: dict[str, Device], elem_size: int = 2, num_classes: int | None = None,
-            top: int = 8, progress: Callable[[str], None] = print) -> dict:
+            top: int = 8, overhead_us: float = 0.0,
+            progress: Callable[[str], None] = print) -> dict:
     """Cost of every config at every (padded) size, and speed-ups vs the first config."""
     from ..model.flops import count_ops
 
@@ -128,7 +134,7 @@ def analyze(configs: Sequence[str], sizes: Sequence[tuple[str, tuple[int, int]]]
         for config in configs:
             progress(f"counting {config} at {size[0]}x{size[1]}")
             records = count_ops(config, size, elem_size=elem_size, **overrides)
-            per_config[config] = (stage_costs(records, devices), records)
+            per_config[config] = (stage_costs(records, devices, overhead_us * 1e-6), records)
         base = per_config[baseline][0]
         for config, (costs, records) in per_config.items():
             for name, device in devices.items():
@@ -141,9 +147,10 @@ def analyze(configs: Sequence[str], sizes: Sequence[tuple[str, tuple[int, int]]]
                     "model_speedup": base["total"].time_ms[name] / tot.time_ms[name],
                     "decoder_bw_bound_share": dec.bw_bound_share[name],
                     "stages": {s: asdict(c) | {"bytes": c.bytes} for s, c in costs.items()},
-                    "decoder_top_kinds": top_decoder_kinds(records, device, top),
+                    "decoder_top_kinds": top_decoder_kinds(records, device, top,
+                                                           overhead_us * 1e-6),
                 })
-    return {"baseline": baseline, "elem_size": elem_size,
+    return {"baseline": baseline, "elem_size": elem_size, "op_overhead_us": overhead_us,
             "devices": {n: asdict(d) for n, d in devices.items()}, "rows": rows}
 
 
@@ -203,6 +210,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-classes", type=int, default=8,
                         help="K (default 8: the paper's Cityscapes latency models)")
     parser.add_argument("--top", type=int, default=8, help="op kinds listed for the decoder")
+    parser.add_argument("--op-overhead-us", type=float, default=0.0,
+                        help="fixed time added per op (kernel launch/tail), e.g. 5; default 0 = "
+                             "pure roofline")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for costmodel.json and costmodel.png")
 
@@ -217,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
         device = get_device(spec)
         devices[spec if spec in DEVICES else device.name] = device
     result = analyze(configs, parse_sizes(args.sizes), devices, args.bytes_per_element,
-                     args.num_classes, args.top, lambda m: print(m, flush=True))
+                     args.num_classes, args.top, args.op_overhead_us,
+                     lambda m: print(m, flush=True))
     print()
     print(format_report(result))
     if args.out is not None:

@@ -166,16 +166,17 @@ def backend_status(name: str) -> str | None:
     if name == "onnxruntime":
         return None if importlib.util.find_spec("onnxruntime") else "onnxruntime not installed"
     if name == "torch-cpu":
-        return None if importlib.util.find_spec("torch") else "torch not installed"
+        return None
+    if name == "tensorrt":
+        for module, hint in (("tensorrt", "TensorRT Python bindings (JetPack: python3-libnvinfer)"),
+                             ("pycuda", "pycuda (pip install pycuda)")):
+            if importlib.util.find_spec(module) is None:
+                return f"{hint} not installed"
+        return None
     import torch
 
     if not torch.cuda.is_available():
         return "no CUDA device (needs an NVIDIA GPU and a CUDA build of torch)"
-    if name == "tensorrt":
-        if importlib.util.find_spec("tensorrt") is None:
-            return "TensorRT Python package not installed (JetPack provides it on the vehicle)"
-        if importlib.util.find_spec("compactinst_ros.backends.trt_build") is None:
-            return "compactinst_ros.backends.trt_build is not available in this tree"
     return None
 
 
@@ -198,27 +199,22 @@ def _synthetic(shapes: dict[str, tuple], seed: int = 0) -> dict[str, torch.Tenso
     return {n: torch.randn(s, generator=gen) for n, s in shapes.items()}
 
 
-def _ort_runner(model: torch.nn.Module, stage: str, size: tuple[int, int], workdir: Path,
-                tag: str, threads: int) -> Runner:
-    """Export the stage graph(s) to ONNX (opset 17, static) and time ONNX Runtime on the CPU."""
-    import numpy as np
-    import onnxruntime as ort
+def export_stages(model: torch.nn.Module, stage: str, size: tuple[int, int], workdir: Path,
+                  tag: str) -> list[Path]:
+    """Stage ONNX graphs (opset 17, static, the export module's wrappers), cached by ``tag``."""
     import torch
 
     from ..export.onnx_export import OPSET, wrap_decoder, wrap_encoder
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    shapes = feature_shapes(model, *size)
     names = list(model.encoder_outputs)
     graphs = []
     if stage == "model":
         graphs.append(("encoder", wrap_encoder(model), (torch.zeros(1, 3, *size),),
                        ["image"], names))
-    graphs.append(("decoder", wrap_decoder(model), tuple(_synthetic(shapes).values()), names,
+    graphs.append(("decoder", wrap_decoder(model),
+                   tuple(_synthetic(feature_shapes(model, *size)).values()), names,
                    ["pred_logits", "pred_masks"]))
-    sessions = []
+    paths = []
     for part, module, args, inputs, outputs in graphs:
         path = workdir / f"{tag}_{part}.onnx"
         if not path.exists():
@@ -226,9 +222,23 @@ def _ort_runner(model: torch.nn.Module, stage: str, size: tuple[int, int], workd
                 torch.onnx.export(module, args, str(path), dynamo=False, opset_version=OPSET,
                                   input_names=inputs, output_names=outputs,
                                   do_constant_folding=True)
-        sessions.append(ort.InferenceSession(str(path), opts,
-                                             providers=["CPUExecutionProvider"]))
-    feeds = {n: t.numpy() for n, t in _synthetic(shapes).items()}
+        paths.append(path)
+    return paths
+
+
+def _ort_runner(model: torch.nn.Module, stage: str, size: tuple[int, int], workdir: Path,
+                tag: str, threads: int) -> Runner:
+    """ONNX Runtime (CPU) on the exported stage graphs, fed preallocated inputs."""
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sessions = [ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"])
+                for p in export_stages(model, stage, size, workdir, tag)]
+    names = list(model.encoder_outputs)
+    feeds = {n: t.numpy() for n, t in _synthetic(feature_shapes(model, *size)).items()}
     if stage == "decoder":
         return WallRunner(lambda: sessions[0].run(None, feeds))
     image = {"image": np.full((1, 3, *size), 120.0, dtype=np.float32)}
@@ -247,6 +257,7 @@ def _torch_runner(model: torch.nn.Module, stage: str, size: tuple[int, int],
 
     dtype = torch.float16 if device == "cuda" else torch.float32
     model = model.to(device=device, dtype=dtype)
+    torch.backends.cudnn.benchmark = device == "cuda"  # static shapes: pick the fastest convs
     if stage == "decoder":
         feats = {n: t.to(device=device, dtype=dtype)
                  for n, t in _synthetic(feature_shapes(model, *size)).items()}
@@ -269,18 +280,75 @@ def _torch_runner(model: torch.nn.Module, stage: str, size: tuple[int, int],
     return WallRunner(eager)
 
 
-def _trt_runner(model: torch.nn.Module, stage: str, size: tuple[int, int], workdir: Path,
-                tag: str) -> Runner:
-    """FP16 TensorRT engines from the stage ONNX graphs, via the GPU engineer's builder."""
-    trt_build = importlib.import_module("compactinst_ros.backends.trt_build")
-    if not hasattr(trt_build, "bench_runner"):
-        raise BackendError("compactinst_ros.backends.trt_build has no bench_runner(onnx_paths, "
-                           "feeds) helper; time engines with trtexec meanwhile")
-    _ort_runner(model, stage, size, workdir, tag, threads=1)  # writes the ONNX graphs
-    parts = ["encoder", "decoder"] if stage == "model" else ["decoder"]
-    shapes = feature_shapes(model, *size)
-    feeds = ({"image": (1, 3, *size)} if stage == "model" else shapes)
-    return trt_build.bench_runner([workdir / f"{tag}_{p}.onnx" for p in parts], feeds)
+class TrtRunner:
+    """FP16 TensorRT engines of the stage graphs, chained on one stream, timed with CUDA events.
+
+    Engines come from ``backends.trt_build.build_serialized`` (the deployment builder: FP16,
+    static shapes, timing cache) and are kept next to the ONNX files as ``.plan``.
+    """
+
+    def __init__(self, onnx_paths: Sequence[Path], workdir: Path, seed: int = 0) -> None:
+        import numpy as np
+
+        from ..backends.trt_build import (
+            BuildOptions,
+            build_serialized,
+            device_info,
+            engine_key,
+            import_pycuda,
+            import_tensorrt,
+        )
+        from ..export.onnx_export import stage_spec
+
+        trt, cuda = import_tensorrt(), import_pycuda()
+        self.cuda = cuda
+        self.ctx = cuda.Device(0).retain_primary_context()
+        self.ctx.push()
+        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        info, options = device_info(0), BuildOptions()
+        rng = np.random.default_rng(seed)
+        self.buffers: dict[str, object] = {}
+        self.engines, self.contexts = [], []
+        for path in onnx_paths:
+            plan_path = path.with_suffix(".plan")
+            if not plan_path.exists():
+                spec = stage_spec(path.stem, path)
+                key = engine_key(spec, trt.__version__, info, options)
+                plan_path.write_bytes(build_serialized(spec, key, workdir / "timing.cache",
+                                                       options))
+            engine = runtime.deserialize_cuda_engine(plan_path.read_bytes())
+            context = engine.create_execution_context()
+            for i in range(engine.num_io_tensors):
+                name = engine.get_tensor_name(i)
+                if name not in self.buffers:
+                    shape = tuple(context.get_tensor_shape(name))
+                    dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+                    host = rng.standard_normal(shape).astype(dtype)
+                    if name == "image":
+                        host = np.full(shape, 120.0, dtype=dtype)
+                    self.buffers[name] = cuda.mem_alloc(max(1, host.nbytes))
+                    cuda.memcpy_htod(self.buffers[name], host)
+                context.set_tensor_address(name, int(self.buffers[name]))
+            self.engines.append(engine)
+            self.contexts.append(context)
+        self.stream = cuda.Stream()
+        self.ctx.pop()
+
+    def time(self, iters: int) -> float:
+        """Mean device milliseconds per run (all stages) between two CUDA events."""
+        self.ctx.push()
+        try:
+            start, end = self.cuda.Event(), self.cuda.Event()
+            start.record(self.stream)
+            for _ in range(iters):
+                for context in self.contexts:
+                    if not context.execute_async_v3(self.stream.handle):
+                        raise BackendError("TensorRT failed to enqueue a bench engine")
+            end.record(self.stream)
+            end.synchronize()
+            return end.time_since(start) / iters
+        finally:
+            self.ctx.pop()
 
 
 def make_runner(backend: str, model: torch.nn.Module, stage: str, size: tuple[int, int],
@@ -293,7 +361,7 @@ def make_runner(backend: str, model: torch.nn.Module, stage: str, size: tuple[in
     if backend == "torch-cpu":
         return _torch_runner(model, stage, size, "cpu")
     if backend == "tensorrt":
-        return _trt_runner(model, stage, size, workdir, tag)
+        return TrtRunner(export_stages(model, stage, size, workdir, tag), workdir)
     raise ConfigError(f"unknown backend '{backend}'; choose from {', '.join(BACKEND_NAMES)}")
 
 

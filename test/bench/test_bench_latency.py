@@ -48,7 +48,7 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     argv = ["bench", "--configs", "fastinst_r18_d3,compactinst_r18", "--sizes", "250x320",
-            "--backends", "onnxruntime,torch-cuda", "--decoder-only", "--trials", "2",
+            "--backends", "onnxruntime,torch-cuda,tensorrt", "--decoder-only", "--trials", "2",
             "--iters", "1", "--warmup", "1", "--threads", "1", "--out", str(tmp_path)]
     assert main(argv) == 0
     text = capsys.readouterr().out
@@ -69,6 +69,8 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
 
     if not torch.cuda.is_available():
         assert "CUDA" in record["unavailable"]["torch-cuda"]
+    if importlib.util.find_spec("tensorrt") is None:
+        assert "TensorRT" in record["unavailable"]["tensorrt"]
     assert (tmp_path / "latency_decoder_onnxruntime.png").stat().st_size > 10_000
     assert (tmp_path / "onnx" / "compactinst_r18_256x320_decoder.onnx").exists()
     assert "compactinst_r18" in format_tables(record)
