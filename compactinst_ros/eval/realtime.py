@@ -42,8 +42,9 @@ def ros_environment(domain_id: int | None = None) -> dict[str, str]:
     env.setdefault("ROS_LOCALHOST_ONLY", "1")
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     profile = REPO / "config" / "fastdds_shm.xml"
-    if profile.is_file():
-        env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(profile))
+    current = env.get("FASTDDS_DEFAULT_PROFILES_FILE")
+    if profile.is_file() and (not current or not Path(current).is_file()):
+        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)  # unset, or set to a missing file
     if domain_id is not None:
         env["ROS_DOMAIN_ID"] = str(domain_id)
     env.setdefault("ROS_DOMAIN_ID", "0")
@@ -244,8 +245,8 @@ def run_realtime(
         "RMW_IMPLEMENTATION",
         "FASTDDS_DEFAULT_PROFILES_FILE",
     ):
-        if key in env:
-            os.environ.setdefault(key, env[key])
+        if key in env and (key not in os.environ or key == "FASTDDS_DEFAULT_PROFILES_FILE"):
+            os.environ[key] = env[key]
     params = {
         "model": str(Path(model).resolve()),
         "backend": backend,
