@@ -20,7 +20,14 @@ ROS_WHEELS = [
     "ros-kilted-diagnostic-msgs",
     "ros-kilted-visualization-msgs",
 ]
-DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6"]
+# colcon pieces from PyPI: the packaging test builds the package with colcon like CI does.
+COLCON = [
+    "colcon-core>=0.15",
+    "colcon-python-setup-py>=0.2.8",
+    "colcon-ros>=0.4",
+    "colcon-library-path>=0.2",
+]
+DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", *COLCON]
 
 setup(
     name=PACKAGE,
