@@ -463,6 +463,8 @@ class CompactInstCore:
             self.log.warning(f"skipping a bad input frame: {exc}", throttle_duration_sec=2.0)
             return
         except Exception as exc:
+            if not self.node.context.ok():
+                return  # shutting down (Ctrl-C): publishers are gone, nothing to report
             self.stats.on_error(f"{type(exc).__name__}: {exc}", input_error=False)
             self.log.error(
                 f"frame failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
