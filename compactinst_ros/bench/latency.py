@@ -15,6 +15,7 @@ path where there is no GPU).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -127,7 +128,8 @@ class CudaGraphRunner:
         except RuntimeError as exc:
             print(f"  CUDA graph capture failed ({str(exc).splitlines()[0]}); timing eager",
                   flush=True)
-            torch.cuda.synchronize()
+            with contextlib.suppress(RuntimeError):
+                torch.cuda.synchronize()
         self.graphed = self.graph is not None
 
     def time(self, iters: int) -> float:
@@ -149,8 +151,9 @@ def measure(runners: dict[str, Runner], warmup: int, iters: int, trials: int,
             progress: Callable[[str], None] = print) -> dict[str, list[float]]:
     """Warm every runner up, then ``trials`` alternating rounds; ms per run, per config."""
     for name, runner in runners.items():
-        runner.time(warmup)
-        progress(f"    warmed up {name}")
+        if warmup:
+            runner.time(warmup)
+            progress(f"    warmed up {name}")
     order = list(runners)
     times: dict[str, list[float]] = {name: [] for name in order}
     for trial in range(trials):
@@ -180,7 +183,7 @@ def backend_status(name: str) -> str | None:
     return None
 
 
-def _build(config: str, num_classes: int | None, seed: int = 0) -> torch.nn.Module:
+def build_bench_model(config: str, num_classes: int | None, seed: int = 0) -> torch.nn.Module:
     """A randomly initialised model in eval mode (latency does not depend on the weights)."""
     import torch
 
@@ -191,7 +194,7 @@ def _build(config: str, num_classes: int | None, seed: int = 0) -> torch.nn.Modu
     return build_model(config, **overrides).eval()
 
 
-def _synthetic(shapes: dict[str, tuple], seed: int = 0) -> dict[str, torch.Tensor]:
+def synthetic_features(shapes: dict[str, tuple], seed: int = 0) -> dict[str, torch.Tensor]:
     """Preallocated N(0, 1) feature maps, float32 on the CPU."""
     import torch
 
@@ -212,7 +215,7 @@ def export_stages(model: torch.nn.Module, stage: str, size: tuple[int, int], wor
         graphs.append(("encoder", wrap_encoder(model), (torch.zeros(1, 3, *size),),
                        ["image"], names))
     graphs.append(("decoder", wrap_decoder(model),
-                   tuple(_synthetic(feature_shapes(model, *size)).values()), names,
+                   tuple(synthetic_features(feature_shapes(model, *size)).values()), names,
                    ["pred_logits", "pred_masks"]))
     paths = []
     for part, module, args, inputs, outputs in graphs:
@@ -238,7 +241,7 @@ def _ort_runner(model: torch.nn.Module, stage: str, size: tuple[int, int], workd
     sessions = [ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"])
                 for p in export_stages(model, stage, size, workdir, tag)]
     names = list(model.encoder_outputs)
-    feeds = {n: t.numpy() for n, t in _synthetic(feature_shapes(model, *size)).items()}
+    feeds = {n: t.numpy() for n, t in synthetic_features(feature_shapes(model, *size)).items()}
     if stage == "decoder":
         return WallRunner(lambda: sessions[0].run(None, feeds))
     image = {"image": np.full((1, 3, *size), 120.0, dtype=np.float32)}
@@ -260,7 +263,7 @@ def _torch_runner(model: torch.nn.Module, stage: str, size: tuple[int, int],
     torch.backends.cudnn.benchmark = device == "cuda"  # static shapes: pick the fastest convs
     if stage == "decoder":
         feats = {n: t.to(device=device, dtype=dtype)
-                 for n, t in _synthetic(feature_shapes(model, *size)).items()}
+                 for n, t in synthetic_features(feature_shapes(model, *size)).items()}
 
         def fn() -> object:
             return model.decode(feats)
@@ -425,8 +428,8 @@ def _sweep_backend(backend: str, opts: BenchOptions,
             note = f" (padded from {requested[0]}x{requested[1]})" if size != requested else ""
             progress(f"[{backend}] {stage} at {size[0]}x{size[1]}{note}")
             runners = {
-                c: make_runner(backend, _build(c, opts.num_classes), stage, size, opts.workdir,
-                               f"{c}_{size[0]}x{size[1]}", opts.threads)
+                c: make_runner(backend, build_bench_model(c, opts.num_classes), stage, size,
+                               opts.workdir, f"{c}_{size[0]}x{size[1]}", opts.threads)
                 for c in opts.configs
             }
             times = measure(runners, opts.warmup, opts.iters, opts.trials, progress)
