@@ -278,6 +278,11 @@ def run_realtime(
             bar.update(i + 1, f"{recorder.processed()} processed")
         sent_at = time.monotonic()
         bar.close()
+        if node.proc.poll() is not None:
+            raise BackendError(
+                f"compactinst_node exited with code {node.proc.returncode} during the replay; "
+                f"its log ({node.log_path}) ends with:\n{node.tail()}"
+            )
         last, quiet_since = -1, time.monotonic()
         while time.monotonic() - quiet_since < drain_s and recorder.processed() < len(frames):
             done = recorder.processed()
@@ -288,6 +293,16 @@ def run_realtime(
             seen = len(recorder.diagnostics)
             _wait(lambda: len(recorder.diagnostics) > seen, 2.5, None, "/diagnostics")
         block, facts = _summarise(recorder, frames, start, sent_at, warmup, rate)
+        if "model_fingerprint" not in facts:  # no /diagnostics came: describe from the bundle
+            from ..bundle import ModelBundle
+
+            bundle = ModelBundle.load(model)
+            facts = {
+                "model": bundle.name,
+                "model_fingerprint": bundle.fingerprint,
+                "input_size": f"{bundle.input_h}x{bundle.input_w}",
+                "backend": backend,
+            }
     finally:
         if recorder is not None:
             recorder.close()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from eval_helpers import make_scenes, scene_bag
 
+from compactinst_ros.errors import BackendError
 from compactinst_ros.eval.bags import ImageBag
 from compactinst_ros.eval.realtime import run_realtime
 
@@ -45,3 +47,21 @@ def test_realtime_reports_drops_when_the_node_is_slower_than_the_bag(random_bund
             "/compactinst/instance_mask",
             "/compactinst_replay/image",
         }
+
+
+def test_realtime_node_that_cannot_start_is_a_clear_error(tmp_path):
+    scenes = make_scenes(2, 48, 64)
+    bag = scene_bag(scenes, tmp_path / "bag", "sqlite3")
+    broken = tmp_path / "broken_bundle"
+    broken.mkdir()
+    with ImageBag(bag) as b, pytest.raises(BackendError, match=r"exited with code 1 before") as err:
+        run_realtime(
+            b,
+            broken,
+            "onnxruntime",
+            progress=False,
+            domain_id=199,
+            log_path=tmp_path / "node.log",
+            ready_timeout=60,
+        )
+    assert "bundle.json is missing" in str(err.value)
