@@ -121,15 +121,23 @@ class CudaGraphRunner:
                 fn()
         torch.cuda.current_stream().wait_stream(stream)
         try:
+            # A host sync (e.g. a pageable host->device copy in forward) would break the
+            # capture and can leave CUDA in a bad state: probe for one first.
+            torch.cuda.set_sync_debug_mode("error")
+            with torch.no_grad():
+                fn()
+            torch.cuda.set_sync_debug_mode("default")
             graph = torch.cuda.CUDAGraph()
             with torch.no_grad(), torch.cuda.graph(graph):
                 fn()
             self.graph = graph
         except RuntimeError as exc:
-            print(f"  CUDA graph capture failed ({str(exc).splitlines()[0]}); timing eager",
-                  flush=True)
+            print(f"  not capturable as a CUDA graph ({str(exc).splitlines()[0]}); timing "
+                  "eager launches", flush=True)
             with contextlib.suppress(RuntimeError):
                 torch.cuda.synchronize()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
         self.graphed = self.graph is not None
 
     def time(self, iters: int) -> float:
