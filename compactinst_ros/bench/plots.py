@@ -83,19 +83,24 @@ def plot_roofline(kernels: Sequence[Kernel], device: Device, path: Path) -> None
 def plot_costmodel(rows: Sequence[dict], path: Path) -> None:
     """Predicted decoder speed-up vs resolution, one line per device and config."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        series.setdefault((r["device"], r["config"]), []).append(r)
-    for (device, config), pts in sorted(series.items()):
+        series.setdefault((r["config"], r["device"]), []).append(r)
+    configs = list(dict.fromkeys(c for c, _ in series))
+    devices = list(dict.fromkeys(d for _, d in series))
+    styles = ("-", "--", ":", "-.")
+    for (config, device), pts in series.items():
         pts = sorted(pts, key=lambda r: r["size"][0] * r["size"][1])
         ax.plot([r["size"][0] * r["size"][1] / 1e6 for r in pts],
-                [r["decoder_speedup"] for r in pts], marker="o", label=f"{config} on {device}")
+                [r["decoder_speedup"] for r in pts], marker="o",
+                color=f"C{configs.index(config) % 10}",
+                ls=styles[devices.index(device) % len(styles)], label=f"{config} on {device}")
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set(xlabel="padded input (megapixels)", ylabel="predicted decoder speed-up vs baseline",
            title="cost model (per-op roofline)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
