@@ -210,6 +210,14 @@ def macs_by_component(records: list[OpRecord]) -> dict[str, int]:
     return totals
 
 
+def bytes_by_component(records: list[OpRecord]) -> dict[str, int]:
+    """Bytes read + written per component, each op in isolation (no fusion, no cache reuse)."""
+    totals: dict[str, int] = dict.fromkeys(COMPONENTS, 0)
+    for r in records:
+        totals[r.component] += r.bytes_read + r.bytes_written
+    return totals
+
+
 def params_by_component(model: nn.Module) -> dict[str, int]:
     """Trainable + frozen parameter counts per component (buffers such as FrozenBN excluded)."""
     totals: dict[str, int] = defaultdict(int)

@@ -47,35 +47,47 @@ def report(config: str, size: tuple[int, int], num_classes: int | None = None) -
     import torch
 
     from .compactinst import build_model
-    from .flops import COMPONENTS, count_ops, decoder_total, macs_by_component, params_by_component
+    from .flops import (
+        COMPONENTS,
+        bytes_by_component,
+        count_ops,
+        decoder_total,
+        macs_by_component,
+        params_by_component,
+    )
 
     overrides = {} if num_classes is None else {"num_classes": num_classes}
     with torch.device("meta"):
         model = build_model(config, **overrides)
     model.check_input_size(*size)
     cfg = model.cfg
-    macs = macs_by_component(count_ops(model, size))
+    records = count_ops(model, size, elem_size=2)
+    macs, traffic = macs_by_component(records), bytes_by_component(records)
     params = params_by_component(model)
     paper = cfg.paper or {}
     same_setting = paper.get("size") == size and paper.get("num_classes") == cfg.num_classes
     lines = [f"{cfg.name} at {size[0]}x{size[1]}, K={cfg.num_classes} "
              f"(GMACs: 1 multiply-add = 1 FLOP, fvcore convention)",
-             f"{'component':28s} {'params (M)':>10s} {'GMACs':>9s}"]
+             f"{'component':28s} {'params (M)':>10s} {'GMACs':>9s} {'GB fp16':>8s}"]
     for comp in COMPONENTS:
         if comp == "proposal":
             dec_p, dec_m = decoder_total(params), decoder_total(macs)
             ref = paper.get("decoder_gmacs") if same_setting else None
             lines.append(f"{'decoder (after pixel decoder)':28s} {dec_p / 1e6:10.2f} "
-                         f"{dec_m / 1e9:9.2f}  {_paper(ref, dec_m / 1e9)}")
+                         f"{dec_m / 1e9:9.2f} {decoder_total(traffic) / 1e9:8.2f}  "
+                         f"{_paper(ref, dec_m / 1e9)}")
         if params[comp] or macs[comp]:
-            lines.append(f"{_LABELS[comp]:28s} {params[comp] / 1e6:10.2f} {macs[comp] / 1e9:9.2f}")
+            lines.append(f"{_LABELS[comp]:28s} {params[comp] / 1e6:10.2f} "
+                         f"{macs[comp] / 1e9:9.2f} {traffic[comp] / 1e9:8.2f}")
     total_p, total_m = sum(params.values()), sum(macs.values())
     ref_p = paper.get("params_m") if cfg.num_classes == 80 else None
     ref_m = paper.get("total_gmacs") if same_setting else None
-    lines.append(f"{'total':28s} {total_p / 1e6:10.2f} {total_m / 1e9:9.2f}  "
-                 f"{_paper(ref_m, total_m / 1e9)}")
+    lines.append(f"{'total':28s} {total_p / 1e6:10.2f} {total_m / 1e9:9.2f} "
+                 f"{sum(traffic.values()) / 1e9:8.2f}  {_paper(ref_m, total_m / 1e9)}")
     if ref_p is not None:
         lines.append(f"{'':28s} params {_paper(ref_p, total_p / 1e6)}")
+    lines.append("(GB fp16: bytes read + written per op in isolation, no fusion; "
+                 "see docs/model.md)")
     if same_setting and "note" in paper:
         lines.append(f"({paper['note']})")
     if "size" in paper and not same_setting:

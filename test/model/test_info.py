@@ -10,7 +10,7 @@ from compactinst_ros.cli import main
 def test_info_prints_components_and_paper_figures(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", "fastinst_r18_d3", "--size", "1024x2048", "--num-classes", "8"]) == 0
     text = capsys.readouterr().out
-    for label in ("backbone", "pixel decoder", "decoder (after pixel decoder)", "total"):
+    for label in ("backbone", "pixel decoder", "decoder (after pixel decoder)", "total", "GB fp16"):
         assert label in text
     assert "paper   103.2" in text and "paper   205.8" in text
 
