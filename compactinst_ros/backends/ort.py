@@ -39,11 +39,16 @@ def create_session(
     path: str | Path,
     threads: int | None = None,
     providers: list[str] | tuple[str, ...] | None = None,
+    optimize: bool = True,
 ) -> onnxruntime.InferenceSession:
-    """One ONNX Runtime session for ``path``; BackendError names the file and the cause."""
+    """One ONNX Runtime session for ``path``; BackendError names the file and the cause.
+
+    ``optimize=False`` runs the graph exactly as exported (no fusions), for parity checks.
+    """
     ort = _import_ort()
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    level = ort.GraphOptimizationLevel
+    options.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
     if threads is not None:
         if threads < 1:
             raise BackendError(f"threads={threads} must be >= 1 (or None for all cores)")

@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import json
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -196,13 +197,13 @@ def stage_spec(name: str, path: Path) -> StageSpec:
 
 def architecture_of(model: torch.nn.Module, config_name: str) -> dict:
     """JSON-able architecture record: the model's config fields plus name and mask stride."""
-    config = getattr(model, "config", None)
+    config = getattr(model, "cfg", None) or getattr(model, "config", None)
     arch: dict = {}
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         arch = {
             k: v
             for k, v in dataclasses.asdict(config).items()
-            if isinstance(v, (str, int, float, bool, list, tuple)) or v is None
+            if isinstance(v, (str, int, float, bool, list, tuple))
         }
     arch["name"] = config_name
     arch["mask_stride"] = int(model.mask_stride)
@@ -219,7 +220,11 @@ def _export_stage(
 ) -> None:
     import torch
 
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # Static shapes are the point: Python ints taken from shapes are meant to become constants.
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message="Constant folding - Only steps=1")
+        warnings.filterwarnings("ignore", message="You are using the legacy TorchScript")
         torch.onnx.export(
             module,
             args,

@@ -1,13 +1,24 @@
 """ONNX Runtime vs PyTorch (fp32) parity of an exported bundle.
 
 Relative error of one output = ``max|ort - torch| / max|torch|`` (the largest absolute deviation
-over the tensor, scaled by the tensor's largest magnitude; 0 when both are all-zero). A bundle
-passes when every output of every check stays within ``tolerance`` (1e-4 by default).
+over the tensor, scaled by the tensor's largest magnitude; 0 when both are all-zero). The
+tolerance is 1e-4.
 
 The check runs on an image unlike the trace input (smooth gradients, a letterbox band of mean
-colour, a different seed), as torchvision's export tests do, so that constants baked in at trace
-time show up. Three comparisons: encoder alone, decoder alone fed with PyTorch's features (the
-stage contract), and the chained ORT encoder -> decoder against ``model.decode(model.encode(x))``.
+colour, another seed), as torchvision's export tests do, so that constants baked in at trace time
+show up, and with ONNX Runtime's graph rewrites off, so it judges the exported graph. Rows:
+
+* ``encoder``: ORT encoder vs ``model.encode`` (gating).
+* ``decoder``: ORT decoder fed PyTorch's features vs ``model.decode`` — the stage contract (gating).
+* ``stability``: PyTorch vs PyTorch on features perturbed by ``STABILITY_NOISE`` x max|feature|,
+  the size of ORT's rounding in the encoder (informational).
+* ``chain``: ORT encoder -> ORT decoder vs PyTorch end to end; gating only where ``stability``
+  holds.
+
+Why the stability rows: the decoder is not continuous. The top-k query proposal and the attention
+masks (mask logit < 0 blocks a pixel) flip when a value sits within rounding of its threshold, and
+then one query moves by ~1e-3 in PyTorch itself. Automatic test images try seeds 1, 2, ... and use
+the first one where PyTorch is stable (else the least unstable).
 """
 
 from __future__ import annotations
@@ -24,28 +35,36 @@ if TYPE_CHECKING:
     import torch
 
 DEFAULT_TOLERANCE = 1e-4
+#: Relative size of the feature perturbation that probes PyTorch for decision-boundary inputs.
+STABILITY_NOISE = 2e-6
 
 
 @dataclass(frozen=True)
 class ParityResult:
-    """Deviation of one ONNX Runtime output from PyTorch."""
+    """Deviation of one output from its PyTorch reference."""
 
-    check: str  # "encoder", "decoder" or "chain"
+    check: str  # "encoder", "decoder", "stability" or "chain"
     output: str
     max_abs: float
     max_ref: float
     rel_err: float
     tolerance: float
+    gating: bool = True  # False: reported, but does not decide the verdict
 
     @property
-    def ok(self) -> bool:
+    def within(self) -> bool:
         """True when the relative error is within tolerance."""
         return bool(self.rel_err <= self.tolerance)
 
+    @property
+    def ok(self) -> bool:
+        """True unless this row is gating and out of tolerance."""
+        return self.within or not self.gating
+
     def __str__(self) -> str:
-        verdict = "ok" if self.ok else "FAIL"
+        verdict = "ok" if self.within else ("FAIL" if self.gating else "unstable (info)")
         return (
-            f"{self.check:8s} {self.output:12s} rel_err {self.rel_err:.2e} "
+            f"{self.check:9s} {self.output:12s} rel_err {self.rel_err:.2e} "
             f"(max|d| {self.max_abs:.2e}, max|ref| {self.max_ref:.2e}) <= {self.tolerance:.0e}: "
             f"{verdict}"
         )
@@ -78,40 +97,77 @@ def parity_image(
     return image[None]
 
 
+def _torch_reference(
+    model: torch.nn.Module, image: np.ndarray, probes: int = 2
+) -> tuple[dict, dict, dict]:
+    """(features, decoder outputs, worst stability error per output) of ``model`` on ``image``."""
+    import torch
+
+    names = list(model.encoder_outputs)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        features = model.encode(torch.from_numpy(image))
+        out = model.decode(features)
+        ref_feats = {n: features[n].numpy() for n in names}
+        ref_dec = {n: out[n].numpy() for n in DECODER_OUTPUTS}
+        stability: dict[str, tuple[float, float, float]] = {}
+        for _ in range(probes):
+            noisy = {
+                n: f + STABILITY_NOISE * f.abs().amax() * torch.randn(f.shape, generator=gen)
+                for n, f in features.items()
+            }
+            probe = model.decode(noisy)
+            for n in DECODER_OUTPUTS:
+                err = relative_error(probe[n].numpy(), ref_dec[n])
+                if n not in stability or err[0] > stability[n][0]:
+                    stability[n] = err
+    return ref_feats, ref_dec, stability
+
+
 def check_parity(
     model: torch.nn.Module,
     bundle: ModelBundle,
     image: np.ndarray | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     threads: int | None = 2,
+    max_tries: int = 4,
 ) -> list[ParityResult]:
-    """Compare the bundle's ONNX Runtime outputs with ``model`` in fp32 on ``image``."""
-    import torch
-
-    if image is None:
-        image = parity_image(bundle.input_h, bundle.input_w, bundle.pad_value)
-    names = list(model.encoder_outputs)
+    """Compare the bundle's ONNX Runtime outputs with ``model`` in fp32 (see module docstring)."""
     model = model.eval()
-    with torch.no_grad():
-        features = model.encode(torch.from_numpy(image))
-        ref_feats = {n: features[n].numpy() for n in names}
-        ref_out = model.decode(features)
-        ref_dec = {n: ref_out[n].numpy() for n in DECODER_OUTPUTS}
+    names = list(model.encoder_outputs)
+    if image is not None:
+        ref_feats, ref_dec, stability = _torch_reference(model, image)
+    else:
+        best = None
+        for seed in range(1, max_tries + 1):
+            candidate = parity_image(bundle.input_h, bundle.input_w, bundle.pad_value, seed)
+            ref = _torch_reference(model, candidate)
+            worst = max(err[0] for err in ref[2].values())
+            if best is None or worst < best[0]:
+                best = (worst, candidate, ref)
+            if worst <= tolerance:
+                break
+        _, image, (ref_feats, ref_dec, stability) = best
+    stable = all(err[0] <= tolerance for err in stability.values())
 
-    encoder = create_session(bundle.stage("encoder").path, threads)
-    decoder = create_session(bundle.stage("decoder").path, threads)
+    encoder = create_session(bundle.stage("encoder").path, threads, optimize=False)
+    decoder = create_session(bundle.stage("decoder").path, threads, optimize=False)
     ort_feats = dict(zip(names, encoder.run(names, {"image": image}), strict=True))
-    isolated = decoder.run(list(DECODER_OUTPUTS), ref_feats)
-    chained = decoder.run(list(DECODER_OUTPUTS), ort_feats)
+    outputs = list(DECODER_OUTPUTS)
+    isolated = dict(zip(outputs, decoder.run(outputs, ref_feats), strict=True))
+    chained = dict(zip(outputs, decoder.run(outputs, ort_feats), strict=True))
 
     results = []
-    comparisons = [
-        ("encoder", ort_feats, ref_feats),
-        ("decoder", dict(zip(DECODER_OUTPUTS, isolated, strict=True)), ref_dec),
-        ("chain", dict(zip(DECODER_OUTPUTS, chained, strict=True)), ref_dec),
-    ]
-    for check, actual, reference in comparisons:
+    for check, actual, reference, gating in (
+        ("encoder", ort_feats, ref_feats, True),
+        ("decoder", isolated, ref_dec, True),
+        ("chain", chained, ref_dec, stable),
+    ):
         for name, ref in reference.items():
             rel, max_abs, max_ref = relative_error(actual[name], ref)
-            results.append(ParityResult(check, name, max_abs, max_ref, rel, tolerance))
+            results.append(ParityResult(check, name, max_abs, max_ref, rel, tolerance, gating))
+    results += [
+        ParityResult("stability", n, err[1], err[2], err[0], tolerance, gating=False)
+        for n, err in stability.items()
+    ]
     return results

@@ -1,0 +1,90 @@
+"""OrtBackend on the session's random bundle: stage chaining, timings, describe, load errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import pytest
+
+from compactinst_ros.backends import create_backend
+from compactinst_ros.backends.ort import OrtBackend
+from compactinst_ros.bundle import ModelBundle
+from compactinst_ros.errors import BackendError
+from compactinst_ros.postprocess.reference import postprocess
+from compactinst_ros.preprocess import letterbox
+from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions, RawOutputs
+
+
+@pytest.fixture(scope="module")
+def backend(random_bundle: Path) -> OrtBackend:
+    return OrtBackend(ModelBundle.load(random_bundle), threads=1)
+
+
+def _frame(h: int = 200, w: int = 240) -> np.ndarray:
+    return np.random.default_rng(5).integers(0, 256, (h, w, 3), dtype=np.uint8)
+
+
+def test_describe_names_runtime_and_device(backend: OrtBackend) -> None:
+    info = backend.describe()
+    assert info["backend"] == "onnxruntime" == backend.name
+    assert info["onnxruntime_version"] == onnxruntime.__version__
+    assert info["providers"] == ["CPUExecutionProvider"] and info["device"] == "cpu"
+    assert info["threads"] == 1
+
+
+def test_infer_chains_stages_and_times_them(backend: OrtBackend) -> None:
+    image = _frame()
+    meta = FrameMeta.letterbox(200, 240, backend.bundle.input_h, backend.bundle.input_w)
+    options = PostprocessOptions(score_threshold=0.0)
+    result = backend.infer(image, "rgb8", meta, options, OutputSet())
+    assert set(result.timings_ms) >= {"preprocess", "encoder", "decoder", "postprocess"}
+    assert all(v > 0 for v in result.timings_ms.values())
+    assert result.instance_raster.shape == (200, 240)
+    assert len(result.instances) > 0  # threshold 0 keeps the best candidates of random weights
+
+
+def test_matches_hand_chained_stages(backend: OrtBackend, random_bundle: Path) -> None:
+    """The backend equals letterbox -> encoder.onnx -> decoder.onnx (by name) -> postprocess."""
+    image = _frame()
+    bundle = backend.bundle
+    meta = FrameMeta.letterbox(200, 240, bundle.input_h, bundle.input_w)
+    options = PostprocessOptions(score_threshold=0.0)
+    x = letterbox(image, "rgb8", meta, bundle.pad_value)
+    enc = onnxruntime.InferenceSession(str(random_bundle / "encoder.onnx"))
+    dec = onnxruntime.InferenceSession(str(random_bundle / "decoder.onnx"))
+    names = [o.name for o in enc.get_outputs()]
+    feats = dict(zip(names, enc.run(None, {"image": x}), strict=True))
+    logits, masks = dec.run(["pred_logits", "pred_masks"], feats)
+    raw = RawOutputs(logits[0], masks[0], bundle.mask_stride)
+    expected = postprocess(raw, meta, bundle.labels, options, OutputSet())
+    result = backend.infer(image, "rgb8", meta, options, OutputSet())
+    np.testing.assert_array_equal(result.instance_raster, expected.instance_raster)
+    np.testing.assert_allclose(result.instances.score, expected.instances.score, rtol=1e-4)
+
+
+def test_create_backend_by_name(random_bundle: Path) -> None:
+    backend = create_backend("onnxruntime", ModelBundle.load(random_bundle), threads=1)
+    assert isinstance(backend, OrtBackend)
+    backend.close()
+
+
+def test_corrupt_onnx_is_a_backend_error(random_bundle: Path, tmp_path: Path) -> None:
+    root = Path(shutil.copytree(random_bundle, tmp_path / "b"))
+    (root / "decoder.onnx").write_bytes(b"garbage")
+    with pytest.raises(BackendError, match=r"cannot load .*decoder\.onnx.*re-export"):
+        OrtBackend(ModelBundle.load(root))
+
+
+def test_mixed_stage_files_are_refused(random_bundle: Path, tmp_path: Path) -> None:
+    root = Path(shutil.copytree(random_bundle, tmp_path / "b"))
+    shutil.copy(root / "encoder.onnx", root / "decoder.onnx")
+    with pytest.raises(BackendError, match="different exports"):
+        OrtBackend(ModelBundle.load(root))
+
+
+def test_bad_thread_count(random_bundle: Path) -> None:
+    with pytest.raises(BackendError, match="threads=0"):
+        OrtBackend(ModelBundle.load(random_bundle), threads=0)

@@ -1,0 +1,89 @@
+"""Pipeline end to end on CPU with the random bundle: camera-resolution outputs, timings, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from compactinst_ros.errors import ConfigError, InputError
+from compactinst_ros.pipeline import Pipeline
+from compactinst_ros.structures import OutputSet, PostprocessOptions
+
+
+@pytest.fixture(scope="module")
+def pipeline(random_bundle: Path) -> Pipeline:
+    with Pipeline(
+        random_bundle, backend="onnxruntime", options=PostprocessOptions(score_threshold=0.0),
+        threads=1,
+    ) as p:
+        yield p
+
+
+def _scene(h: int = 300, w: int = 500) -> np.ndarray:
+    """A bgr8 frame with a few shapes over a gradient (not the model's input size)."""
+    image = np.zeros((h, w, 3), np.uint8)
+    image[:] = np.linspace(40, 200, w, dtype=np.uint8)[None, :, None]
+    cv2.circle(image, (120, 150), 60, (30, 30, 220), -1)
+    cv2.rectangle(image, (300, 80), (450, 250), (20, 200, 40), -1)
+    return image
+
+
+def test_end_to_end_shapes_dtypes_timings(pipeline: Pipeline) -> None:
+    result = pipeline(_scene(), "bgr8")
+    assert (result.meta.src_h, result.meta.src_w) == (300, 500)
+    assert result.instance_raster.shape == (300, 500) and result.instance_raster.dtype == np.uint16
+    assert result.panoptic_raster.shape == (300, 500) and result.panoptic_raster.dtype == np.int32
+    assert result.semantic_raster.shape == (300, 500)
+    assert result.semantic_raster.dtype in (np.uint8, np.uint16)
+    n = len(result.instances)
+    assert n > 0
+    assert set(np.unique(result.instance_raster)) <= set(range(n + 1))
+    assert result.instances.box.shape == (n, 4)
+    for key in ("preprocess", "encoder", "decoder", "postprocess", "total"):
+        assert result.timings_ms[key] > 0
+    assert result.timings_ms["total"] >= result.timings_ms["encoder"]
+    labels = set(pipeline.bundle.labels.ids)
+    assert set(result.instances.label_id.tolist()) <= labels
+
+
+def test_same_frame_in_rgb_and_bgr_agrees(pipeline: Pipeline) -> None:
+    bgr = _scene()
+    a = pipeline(bgr, "bgr8")
+    b = pipeline(np.ascontiguousarray(bgr[:, :, ::-1]), "rgb8")
+    np.testing.assert_array_equal(a.instance_raster, b.instance_raster)
+    np.testing.assert_array_equal(a.instances.score, b.instances.score)
+
+
+def test_only_requested_outputs(pipeline: Pipeline) -> None:
+    result = pipeline(_scene(), "bgr8", OutputSet(instance=True, panoptic=False, semantic=False))
+    assert result.instance_raster is not None
+    assert result.panoptic_raster is None and result.semantic_raster is None
+
+
+def test_describe(pipeline: Pipeline) -> None:
+    info = pipeline.describe()
+    assert info["model"] == "compactinst_demo" and info["input_size"] == "256x320"
+    assert info["backend"] == "onnxruntime" == pipeline.backend_name
+
+
+@pytest.mark.parametrize(
+    ("image", "encoding", "message"),
+    [
+        (np.zeros((300, 500, 3), np.float32), "bgr8", "dtype float32"),
+        (np.zeros((300, 500, 4), np.uint8), "bgr8", "HxWx3"),
+        (np.zeros((300, 500), np.uint8), "rgb8", "HxWx3"),
+        (np.zeros((0, 500, 3), np.uint8), "rgb8", "zero size"),
+        (np.zeros((30, 50, 3), np.uint8), "rgb16", "unsupported image encoding"),
+    ],
+)
+def test_bad_frames_are_refused(pipeline: Pipeline, image, encoding, message) -> None:
+    with pytest.raises(InputError, match=message):
+        pipeline(image, encoding)
+
+
+def test_unknown_backend(random_bundle: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown backend 'cuda'"):
+        Pipeline(random_bundle, backend="cuda")
