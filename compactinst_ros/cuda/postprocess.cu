@@ -62,7 +62,7 @@ extern "C" __global__ void pp_query_stats(const float* __restrict__ masks, int h
   s_sum[threadIdx.x] = sum;
   s_cnt[threadIdx.x] = cnt;
   __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+  for (unsigned int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
     if (threadIdx.x < stride) {
       s_sum[threadIdx.x] += s_sum[threadIdx.x + stride];
       s_cnt[threadIdx.x] += s_cnt[threadIdx.x + stride];

@@ -1,0 +1,63 @@
+// Test-only: runs the real kernel sources on the CPU emulator, in the same order and with the
+// same launch shapes as compactinst_ros/postprocess/cuda.py. Built by test_kernel_emulation.py.
+#include "cuda_emu.h"
+
+#include "postprocess.cu"
+#include "preprocess.cu"
+#include "overlay.cu"
+
+static unsigned cdiv(int a, int b) { return (unsigned)((a + b - 1) / b); }
+
+extern "C" size_t emu_tables_size() { return sizeof(PPTables); }
+
+extern "C" void emu_postprocess(const float* cls, const float* masks, int q, int k1, int h, int w,
+                                const uint8_t* isthing, const int* label_ids, int vh, int vw,
+                                float threshold, float score_thr, float obj_thr, int max_inst,
+                                double overlap, int src_h, int src_w, const int* ri0,
+                                const int* ri1, const float* rw, const int* ci0, const int* ci1,
+                                const float* cw, int want, void* tables_out, uint16_t* inst,
+                                int* pan, void* sem_out, int sem_u16) {
+  PPTables* t = static_cast<PPTables*>(tables_out);
+  const int k = k1 - 1, hw = h * w;
+  std::vector<float> prob((size_t)q * k1), sem((size_t)std::max(1, k) * hw);
+  emu_launch({(unsigned)q, 1, 1}, {256, 1, 1},
+             [&] { pp_query_stats(masks, h, w, vh, vw, threshold, t); });
+  emu_launch({1, 1, 1}, {256, 1, 1}, [&] {
+    pp_select(cls, q, k1, isthing, score_thr, obj_thr, max_inst, prob.data(), t);
+  });
+  if (want & 4) {
+    emu_launch({cdiv(hw, 256), (unsigned)k, 1}, {256, 1, 1},
+               [&] { pp_semantic_low(masks, prob.data(), q, k1, hw, sem.data()); });
+  }
+  const dim3 grid{cdiv(src_w, kTile), cdiv(src_h, kTile), 1}, block{kTile, kTile, 1};
+  for (int mode = 0; mode < 2; ++mode) {
+    if (mode == 1) {
+      emu_launch({1, 1, 1}, {1, 1, 1}, [&] { pp_finalize(label_ids, isthing, k, overlap, t); });
+    }
+    emu_launch(grid, block, [&] {
+      pp_fused(mode, want, masks, sem.data(), h, w, k, src_h, src_w, ri0, ri1, rw, ci0, ci1, cw,
+               threshold, label_ids, t, inst, pan, sem_out, sem_u16);
+    });
+  }
+}
+
+extern "C" void emu_preprocess(const uint8_t* src, int src_h, int src_w, int step, int enc,
+                               int rh, int rw, float sy, float sx, float pr, float pg, float pb,
+                               int in_h, int in_w, float* dst) {
+  emu_launch({cdiv(in_w, 32), cdiv(in_h, 8), 1}, {32, 8, 1}, [&] {
+    pre_letterbox(src, src_h, src_w, step, enc, rh, rw, sy, sx, pr, pg, pb, in_h, in_w, dst);
+  });
+}
+
+extern "C" void emu_overlay(const uint8_t* src, int h, int w, int step, int enc,
+                            const void* ids, const int* sorted_ids, int n_sorted,
+                            const uint8_t* lut, int n_lut, float wi, float wc, uint8_t* out) {
+  emu_launch({cdiv(w, 32), cdiv(h, 8), 1}, {32, 8, 1}, [&] {
+    if (sorted_ids == nullptr) {
+      ov_instance(src, h, w, step, enc, static_cast<const uint16_t*>(ids), n_lut, lut, wi, wc, out);
+    } else {
+      ov_panoptic(src, h, w, step, enc, static_cast<const int*>(ids), sorted_ids, n_sorted, lut,
+                  wi, wc, out);
+    }
+  });
+}

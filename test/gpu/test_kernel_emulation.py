@@ -1,0 +1,211 @@
+"""Execute the real CUDA kernel sources on a CPU emulator (test/gpu/emu) and compare with the
+numpy twin and the reference. Catches logic, indexing, barrier and atomics mistakes in the .cu
+files without a GPU; it does not model warp timing, so races that a sequential block schedule
+hides are left to scripts/gpu_check.py."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compactinst_ros.labels import SYNTHETIC_LABELS, LabelSet
+from compactinst_ros.postprocess import gpu_twin, reference
+from compactinst_ros.postprocess.cuda import CUDA_DIR, TABLES_DTYPE
+from compactinst_ros.postprocess.resample import bilinear_taps, logit_threshold, valid_region
+from compactinst_ros.postprocess.semantic import semantic_dtype
+from compactinst_ros.structures import (
+    FrameMeta,
+    FrameResult,
+    Instances,
+    OutputSet,
+    PostprocessOptions,
+    RawOutputs,
+    Segments,
+)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_gpu_preprocess_twin import ENCODINGS, PAD, encode, smooth_rgb
+from test_gpu_twin import CASES, OPTIONS, blob_frame, random_frame
+
+EMU = Path(__file__).parent / "emu"
+GXX = shutil.which("g++")
+pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
+RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    out = tmp_path_factory.mktemp("emu") / "emu.so"
+    cmd = [
+        str(GXX), "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
+        "-I", str(CUDA_DIR), "-o", str(out), str(EMU / "runner.cpp"),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lib = ctypes.CDLL(str(out))
+    lib.emu_tables_size.restype = ctypes.c_size_t
+    lib.emu_postprocess.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 4 + [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_float,
+        ctypes.c_float, ctypes.c_float, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_int,
+    ] + [ctypes.c_void_p] * 6 + [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int]  # fmt: skip
+    lib.emu_preprocess.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 6 + [
+        ctypes.c_float
+    ] * 5 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.emu_overlay.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 4 + [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+        ctypes.c_float, ctypes.c_float, ctypes.c_void_p,
+    ]  # fmt: skip
+    return lib
+
+
+def _ptr(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
+
+
+def run_kernels(
+    lib: ctypes.CDLL,
+    raw: RawOutputs,
+    meta: FrameMeta,
+    labels: LabelSet,
+    options: PostprocessOptions,
+    outputs: OutputSet,
+) -> FrameResult:
+    """The kernels' FrameResult, assembled from tables and rasters as GpuPostprocessor does."""
+    assert lib.emu_tables_size() == TABLES_DTYPE.itemsize
+    cls = np.ascontiguousarray(raw.class_logits, np.float32)
+    masks = np.ascontiguousarray(raw.mask_logits, np.float32)
+    q, h, w = masks.shape
+    taps = [
+        np.ascontiguousarray(a.astype(dt))
+        for axis in (
+            bilinear_taps(meta.src_h, meta.resized_h, h, raw.mask_stride),
+            bilinear_taps(meta.src_w, meta.resized_w, w, raw.mask_stride),
+        )
+        for a, dt in zip(axis, (np.int32, np.int32, np.float32), strict=True)
+    ]
+    vh, vw = valid_region(meta, raw.mask_stride, h, w)
+    isthing = labels.thing_mask.astype(np.uint8)
+    ids = labels.id_array.astype(np.int32)
+    tables = np.zeros(1, TABLES_DTYPE)
+    shape = (meta.src_h, meta.src_w)
+    inst = np.zeros(shape, np.uint16)
+    pan = np.zeros(shape, np.int32)
+    sem_dt = semantic_dtype(labels)
+    sem = np.zeros(shape, sem_dt)
+    want = outputs.instance * 1 + outputs.panoptic * 2 + outputs.semantic * 4
+    lib.emu_postprocess(
+        _ptr(cls), _ptr(masks), q, cls.shape[1], h, w, _ptr(isthing), _ptr(ids), vh, vw,
+        float(logit_threshold(options.mask_threshold)), options.score_threshold,
+        options.object_mask_threshold, options.max_instances, options.overlap_threshold,
+        meta.src_h, meta.src_w, *[_ptr(t) for t in taps], want, _ptr(tables), _ptr(inst),
+        _ptr(pan), _ptr(sem), int(sem_dt == np.uint16),
+    )  # fmt: skip
+    t = tables[0]
+    result = FrameResult(meta=meta)
+    if outputs.instance:
+        slots = t["out_slot"][: t["n_inst_out"]]
+        c = t["inst_class"][slots]
+        box = t["inst_box"][slots].astype(np.float32)
+        box[:, 2:] += 1
+        result.instance_raster = inst
+        result.instances = Instances(
+            np.arange(1, len(slots) + 1, dtype=np.uint16), c, ids[c], t["inst_score"][slots],
+            box.reshape(-1, 4), t["inst_area"][slots].astype(np.int64),
+        )  # fmt: skip
+    if outputs.panoptic:
+        m = t["n_seg"]
+        c = t["seg_class"][:m]
+        result.panoptic_raster = pan
+        result.segments = Segments(
+            t["seg_id"][:m], ids[c], labels.thing_mask[c], t["seg_score"][:m],
+            t["seg_area"][:m].astype(np.int64),
+        )  # fmt: skip
+    if outputs.semantic:
+        result.semantic_raster = sem
+    return result
+
+
+def assert_same(a: FrameResult, b: FrameResult, min_equal: float = 1.0) -> None:
+    for name in RASTERS:
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert x.dtype == y.dtype, name
+            assert (x == y).mean() >= min_equal, (name, (x != y).sum())
+    np.testing.assert_array_equal(a.instances.ids, b.instances.ids)
+    np.testing.assert_array_equal(a.instances.class_index, b.instances.class_index)
+    np.testing.assert_allclose(a.instances.score, b.instances.score, rtol=1e-5)
+    np.testing.assert_array_equal(a.instances.box, b.instances.box)
+    np.testing.assert_array_equal(a.instances.area, b.instances.area)
+    np.testing.assert_array_equal(a.segments.ids, b.segments.ids)
+    np.testing.assert_array_equal(a.segments.label_id, b.segments.label_id)
+    np.testing.assert_array_equal(a.segments.isthing, b.segments.isthing)
+    np.testing.assert_array_equal(a.segments.area, b.segments.area)
+
+
+@pytest.mark.parametrize(("raw", "src_h", "src_w", "in_h", "in_w"), CASES[:4])
+def test_kernels_equal_twin_and_reference(emu, raw, src_h, src_w, in_h, in_w) -> None:
+    meta = FrameMeta.letterbox(src_h, src_w, in_h, in_w)
+    got = run_kernels(emu, raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
+    assert len(got.instances) > 0 and len(got.segments) > 0
+    assert_same(got, gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()))
+    ref = reference.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
+    assert_same(got, ref, min_equal=0.999)
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_kernels_on_near_ties(emu, seed: int) -> None:
+    """Unstructured logits (the culling's worst case) and a subset of outputs."""
+    raw = random_frame(seed, q=16, h=8, w=16)
+    meta = FrameMeta.letterbox(70, 120, 64, 128)
+    outputs = OutputSet(instance=False, semantic=seed == 3)
+    got = run_kernels(emu, raw, meta, SYNTHETIC_LABELS, OPTIONS, outputs)
+    assert_same(got, gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, outputs))
+
+
+def test_kernels_respect_max_instances(emu) -> None:
+    raw = blob_frame(5, q=30)
+    meta = FrameMeta.letterbox(100, 200, 128, 256)
+    options = PostprocessOptions(score_threshold=0.1, object_mask_threshold=0.5, max_instances=3)
+    got = run_kernels(emu, raw, meta, SYNTHETIC_LABELS, options, OutputSet())
+    assert 0 < len(got.instances) <= 3
+    assert_same(got, reference.postprocess(raw, meta, SYNTHETIC_LABELS, options, OutputSet()))
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_preprocess_kernel_equals_twin(emu, encoding: str) -> None:
+    raw = np.ascontiguousarray(encode(smooth_rgb(50, 150, 2), encoding))
+    meta = FrameMeta.letterbox(50, 150, 64, 128)
+    out = np.zeros((1, 3, 64, 128), np.float32)
+    h, w = raw.shape[:2]
+    emu.emu_preprocess(
+        _ptr(raw), h, w, int(np.prod(raw.shape[1:])), gpu_twin.ENCODING_CODES[encoding],
+        meta.resized_h, meta.resized_w, h / meta.resized_h, w / meta.resized_w, *PAD,
+        64, 128, _ptr(out),
+    )  # fmt: skip
+    np.testing.assert_allclose(out, gpu_twin.letterbox(raw, encoding, meta, PAD), atol=1e-3)
+
+
+def test_overlay_kernels_equal_twin(emu) -> None:
+    rng = np.random.default_rng(1)
+    image = np.ascontiguousarray(encode(smooth_rgb(40, 64, 4), "yuyv"))
+    inst = np.kron(rng.integers(0, 4, (5, 8)), np.ones((8, 8), int)).astype(np.uint16)
+    seg_ids = np.array([7, 1001, 2003], np.int32)
+    pan = seg_ids[rng.integers(0, 3, (40, 64))].astype(np.int32)
+    pan[:5] = 0
+    lut = rng.integers(0, 256, (4, 3), dtype=np.uint8)
+    for ids, sorted_ids in ((inst, None), (pan, seg_ids)):
+        out = np.zeros((40, 64, 3), np.uint8)
+        emu.emu_overlay(
+            _ptr(image), 40, 64, 128, gpu_twin.ENCODING_CODES["yuyv"], _ptr(ids),
+            _ptr(sorted_ids), 0 if sorted_ids is None else len(sorted_ids), _ptr(lut), len(lut),
+            np.float32(0.6), np.float32(0.4), _ptr(out),
+        )  # fmt: skip
+        twin = gpu_twin.overlay(image, "yuyv", ids, lut, 0.4, sorted_ids)
+        assert np.abs(out.astype(int) - twin.astype(int)).max() <= 1
