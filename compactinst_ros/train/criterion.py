@@ -137,7 +137,11 @@ class SetCriterion(nn.Module):
         targets = [{"labels": t["labels"], "masks": t["masks"]} for t in targets]
         device = outputs["pred_logits"].device
         num_masks = self._num_masks(targets, device)
-        main_indices = outputs.get("pred_matching_indices") or self.matcher(outputs, targets)
+        main_indices = (
+            outputs.get("pred_matching_indices")
+            or outputs.get("final_matching_indices")
+            or self.matcher(outputs, targets)
+        )
         sets: list[tuple[str, dict, Indices]] = [("", outputs, main_indices)]
         for i, aux in enumerate(outputs.get("aux_outputs", [])):
             aux = {"query_locations": outputs.get("query_locations"), **aux}
