@@ -429,7 +429,9 @@ class CompactInstCore:
             for name, pub in self.pubs.items()
             if name not in ("labels", "label_info")
         }
-        wanted["latency"] = any(p.get_subscription_count() > 0 for p in self.latency_pubs.values())
+        wanted["latency"] = wanted.get("latency_frame", False) or any(
+            p.get_subscription_count() > 0 for p in self.latency_pubs.values()
+        )
         return wanted
 
     def _process(self, pipeline: Any, frame: Frame) -> None:
