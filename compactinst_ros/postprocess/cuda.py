@@ -120,14 +120,14 @@ class GpuPostprocessor:
     def __init__(
         self, labels: LabelSet, num_queries: int, mask_h: int, mask_w: int, stride: int
     ) -> None:
-        import pycuda.driver as cuda
-
-        if num_queries > MAX_QUERIES or labels.num_classes > MAX_CLASSES:
+        if not 1 <= num_queries <= MAX_QUERIES or labels.num_classes > MAX_CLASSES:
             raise BackendError(
-                f"the GPU post-processing supports up to {MAX_QUERIES} queries and "
+                f"the GPU post-processing supports 1 to {MAX_QUERIES} queries and up to "
                 f"{MAX_CLASSES} classes, this model has {num_queries} and {labels.num_classes}; "
                 "use the onnxruntime backend or raise kMaxQueries/kMaxClasses in cuda/common.cuh"
             )
+        import pycuda.driver as cuda
+
         self.cuda = cuda
         self.labels = labels
         self.q, self.k = num_queries, labels.num_classes

@@ -99,3 +99,12 @@ def test_build_engine_cli_help(capsys: pytest.CaptureFixture) -> None:
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--cache-dir" in out and "--force" in out
+
+
+@pytest.mark.parametrize("queries", [0, 257])
+def test_gpu_postprocessor_refuses_unsupported_models(queries: int) -> None:
+    """Capacity limits fail with the limit and the way out, before touching CUDA."""
+    from compactinst_ros.postprocess.cuda import GpuPostprocessor
+
+    with pytest.raises(BackendError, match="supports 1 to 256 queries"):
+        GpuPostprocessor(SYNTHETIC_LABELS, queries, 16, 32, 8)
