@@ -209,3 +209,20 @@ def test_overlay_kernels_equal_twin(emu) -> None:
         )  # fmt: skip
         twin = gpu_twin.overlay(image, "yuyv", ids, lut, 0.4, sorted_ids)
         assert np.abs(out.astype(int) - twin.astype(int)).max() <= 1
+
+
+def test_kernels_uint16_semantic_and_instance_only(emu) -> None:
+    """Label ids above 255 (uint16 semantic raster); instance-only output set."""
+    labels = LabelSet(names=("a", "b", "c"), ids=(300, 7, 1000), isthing=(True, False, True))
+    rng = np.random.default_rng(9)
+    raw = RawOutputs(
+        rng.normal(0, 3, (10, 4)).astype(np.float32),
+        rng.normal(0, 2, (10, 8, 16)).astype(np.float32),
+        8,
+    )
+    meta = FrameMeta.letterbox(40, 100, 64, 128)
+    options = PostprocessOptions(score_threshold=0.1, object_mask_threshold=0.4)
+    for outputs in (OutputSet(), OutputSet(panoptic=False, semantic=False)):
+        got = run_kernels(emu, raw, meta, labels, options, outputs)
+        assert_same(got, reference.postprocess(raw, meta, labels, options, outputs), 0.999)
+    assert got.panoptic_raster is None and got.instance_raster is not None
