@@ -108,13 +108,10 @@ class OrtBackend:
         t0 = time.perf_counter()
         tensor = letterbox(image, encoding, meta, self.bundle.pad_value)
         t1 = time.perf_counter()
-        features = self._encoder.run(self._feature_names, {self._image_input: tensor})
+        features = self._run_encoder(tensor)
         t2 = time.perf_counter()
-        logits, masks = self._decoder.run(
-            list(DECODER_OUTPUTS), dict(zip(self._feature_names, features, strict=True))
-        )
+        raw = self._run_decoder(features)
         t3 = time.perf_counter()
-        raw = RawOutputs(logits[0], masks[0], self.bundle.mask_stride)
         result = postprocess(raw, meta, self.bundle.labels, options, outputs)
         t4 = time.perf_counter()
         result.timings_ms.update(
@@ -124,6 +121,19 @@ class OrtBackend:
             postprocess=(t4 - t3) * 1e3,
         )
         return result
+
+    def raw_outputs(self, image: np.ndarray, encoding: str, meta: FrameMeta) -> RawOutputs:
+        """Decoder outputs for one validated frame, without post-processing (checks, replay)."""
+        tensor = letterbox(image, encoding, meta, self.bundle.pad_value)
+        return self._run_decoder(self._run_encoder(tensor))
+
+    def _run_encoder(self, tensor: np.ndarray) -> list[np.ndarray]:
+        return self._encoder.run(self._feature_names, {self._image_input: tensor})
+
+    def _run_decoder(self, features: list[np.ndarray]) -> RawOutputs:
+        feed = dict(zip(self._feature_names, features, strict=True))
+        logits, masks = self._decoder.run(list(DECODER_OUTPUTS), feed)
+        return RawOutputs(logits[0], masks[0], self.bundle.mask_stride)
 
     def describe(self) -> dict:
         """Backend name, onnxruntime version, providers and device."""

@@ -1,0 +1,107 @@
+"""ONNX Runtime CPU latency per stage for CompactInst-R18 vs FastInst-R18-D3 (random weights).
+
+Exports each config once (static size, K classes) into a temporary folder, checks the decoder
+outputs against the bundle's shapes and for finiteness, then times the OrtBackend stages
+(preprocess, encoder, decoder, postprocess) on a synthetic frame of the model's size, alternating
+the configs run by run, and prints the medians side by side with the CompactInst/FastInst ratio.
+
+    .venv/bin/python scripts/bench_ort_stages.py --size 512x1024 --runs 5 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from compactinst_ros.backends.ort import OrtBackend
+from compactinst_ros.labels import LabelSet
+from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions
+
+STAGES = ("preprocess", "encoder", "decoder", "postprocess")
+CONFIGS = ("compactinst_r18", "fastinst_r18_d3")
+
+
+def _labels(k: int) -> LabelSet:
+    return LabelSet(
+        names=tuple(f"class{i}" for i in range(k)),
+        ids=tuple(range(1, k + 1)),
+        isthing=tuple(i < k // 2 or k == 1 for i in range(k)),
+    )
+
+
+def prepare(config: str, size: tuple[int, int], k: int, threads: int, root: Path) -> OrtBackend:
+    """Export a random-weight bundle of ``config`` and open it, after a shape/finiteness check."""
+    from compactinst_ros.export.onnx_export import build_for_export, export_bundle
+
+    model, labels, source = build_for_export(config, _labels(k), None, seed=0)
+    bundle = export_bundle(model, config, size, labels, root / config, source)
+    backend = OrtBackend(bundle, threads=threads)
+    frame = _frame(size)
+    raw = backend.raw_outputs(frame, "rgb8", FrameMeta.letterbox(*size, *size))
+    expected = [t.shape[1:] for t in bundle.stage("decoder").outputs]
+    got = [raw.class_logits.shape, raw.mask_logits.shape]
+    finite = np.isfinite(raw.class_logits).all() and np.isfinite(raw.mask_logits).all()
+    if got != expected or not finite:
+        raise SystemExit(f"{config}: decoder outputs {got} are not finite or not {expected}")
+    return backend
+
+
+def _frame(size: tuple[int, int]) -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 256, (*size, 3), dtype=np.uint8)
+
+
+def time_interleaved(backends: dict[str, OrtBackend], size: tuple[int, int], runs: int) -> dict:
+    """Median ms per stage per config; configs alternate run by run so load hits both alike."""
+    frame = _frame(size)
+    meta = FrameMeta.letterbox(*size, *size)
+    options = PostprocessOptions()
+    times = {c: {s: [] for s in STAGES} for c in backends}
+    for i in range(runs + 1):
+        for config, backend in backends.items():
+            result = backend.infer(frame, "rgb8", meta, options, OutputSet())
+            if i:  # run 0 warms up allocations
+                for s in STAGES:
+                    times[config][s].append(result.timings_ms[s])
+            print(f"  run {i}/{runs} {config}: encoder {result.timings_ms['encoder']:.0f} ms, "
+                  f"decoder {result.timings_ms['decoder']:.0f} ms", file=sys.stderr, flush=True)
+    return {c: {s: statistics.median(v) for s, v in t.items()} for c, t in times.items()}
+
+
+def main() -> int:
+    """Export, check and time both configs; print a Markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="512x1024")
+    parser.add_argument("--classes", type=int, default=8, help="K foreground classes")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs (after one warm-up)")
+    parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
+    args = parser.parse_args()
+
+    import onnxruntime
+    import torch
+
+    from compactinst_ros.export.onnx_export import parse_size
+
+    size = parse_size(args.size)
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    with tempfile.TemporaryDirectory() as tmp:
+        backends = {c: prepare(c, size, args.classes, args.threads, Path(tmp)) for c in CONFIGS}
+        medians = time_interleaved(backends, size, args.runs)
+    a, b = CONFIGS
+    print(f"\nONNX Runtime {onnxruntime.__version__} CPU, {args.threads} threads, "
+          f"{size[0]}x{size[1]}, K={args.classes}, random weights, median of {args.runs} runs (ms)")
+    print(f"| stage | {a} | {b} | {a}/{b} |")
+    print("|---|---:|---:|---:|")
+    for s in (*STAGES, "total"):
+        va = sum(medians[a].values()) if s == "total" else medians[a][s]
+        vb = sum(medians[b].values()) if s == "total" else medians[b][s]
+        print(f"| {s} | {va:.1f} | {vb:.1f} | {va / vb:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
