@@ -16,6 +16,7 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def _median_ms(fn, reps: int) -> float:
     return statistics.median(fn() for _ in range(reps))
 
 
-def gpu_timer(cuda, stream):
+def gpu_timer(cuda, stream) -> Callable[[Callable[[], None]], float]:
     """Returns time(fn) -> ms between two events around fn's enqueue on ``stream``."""
     start, stop = cuda.Event(), cuda.Event()
 

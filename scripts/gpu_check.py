@@ -48,11 +48,13 @@ class Checks:
         self.rows: list[tuple[str, bool, str]] = []
 
     def add(self, name: str, ok: bool, detail: str) -> None:
+        """Record and print one check result."""
         self.rows.append((name, ok, detail))
         print(f"  [{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
 
     @property
     def passed(self) -> bool:
+        """True when every recorded check passed."""
         return all(ok for _, ok, _ in self.rows)
 
 

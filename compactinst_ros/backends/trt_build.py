@@ -100,6 +100,8 @@ def _progress_monitor(trt: Any, label: str) -> Any:
     """An IProgressMonitor printing top-level builder phases and their steps to stderr."""
 
     class Monitor(trt.IProgressMonitor):
+        """TensorRT calls these from its builder threads; output is serialised by a lock."""
+
         def __init__(self) -> None:
             trt.IProgressMonitor.__init__(self)
             self._lock = threading.Lock()
@@ -107,12 +109,14 @@ def _progress_monitor(trt: Any, label: str) -> Any:
             self._start = time.monotonic()
 
         def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
+            """A builder phase began; top-level phases get a line of their own."""
             with self._lock:
                 self._steps[phase_name] = num_steps
                 if parent_phase is None:
                     sys.stderr.write(f"[{label}] {phase_name} ({num_steps} steps)\n")
 
         def step_complete(self, phase_name: str, step: int) -> bool:
+            """One step done: rewrite the progress line; True lets the build continue."""
             with self._lock:
                 total = self._steps.get(phase_name, 0)
                 elapsed = time.monotonic() - self._start
@@ -121,6 +125,7 @@ def _progress_monitor(trt: Any, label: str) -> Any:
             return True
 
         def phase_finish(self, phase_name: str) -> None:
+            """A phase ended; end the progress line when no phase is open."""
             with self._lock:
                 self._steps.pop(phase_name, None)
                 if not self._steps:
