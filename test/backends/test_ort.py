@@ -88,3 +88,13 @@ def test_mixed_stage_files_are_refused(random_bundle: Path, tmp_path: Path) -> N
 def test_bad_thread_count(random_bundle: Path) -> None:
     with pytest.raises(BackendError, match="threads=0"):
         OrtBackend(ModelBundle.load(random_bundle), threads=0)
+
+
+def test_raw_outputs_follow_the_bundle(backend: OrtBackend) -> None:
+    bundle = backend.bundle
+    meta = FrameMeta.letterbox(200, 240, bundle.input_h, bundle.input_w)
+    raw = backend.raw_outputs(_frame(), "rgb8", meta)
+    logits_spec, masks_spec = bundle.stage("decoder").outputs
+    assert raw.class_logits.shape == logits_spec.shape[1:]
+    assert raw.mask_logits.shape == masks_spec.shape[1:]
+    assert raw.mask_stride == 8 and raw.class_logits.dtype == np.float32
