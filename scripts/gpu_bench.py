@@ -84,6 +84,24 @@ def ncu_target(config: str, size: tuple[int, int], device: str) -> None:
     print(f"profiled one {config} decoder pass at {size[0]}x{size[1]}", flush=True)
 
 
+def run_with_heartbeat(cmd: list[str], timeout_s: float, log: Path) -> tuple[int, str]:
+    """Run ``cmd``, printing elapsed time and ``log``'s size every 15 s; kill it at timeout."""
+    start = time.monotonic()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc:
+        while True:
+            try:
+                output, _ = proc.communicate(timeout=15)
+                return proc.returncode, output
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - start
+                size = log.stat().st_size // 1024 if log.exists() else 0
+                print(f"  ncu running {elapsed:.0f} s, log {size} KiB", flush=True)
+                if elapsed > timeout_s:
+                    proc.kill()
+                    raise
+
+
 def profile_decoder(ncu: str, config: str, out: Path, timeout_s: float) -> Path:
     """Run ``ncu`` on one decoder pass; retries with fewer metrics if the GPU lacks some."""
     csv_path = out / f"ncu_{config}_{NCU_SIZE[0]}x{NCU_SIZE[1]}.csv"
@@ -100,11 +118,11 @@ def profile_decoder(ncu: str, config: str, out: Path, timeout_s: float) -> Path:
                sys.executable, str(Path(__file__).resolve()), "--ncu-target", config]
         print("  $ " + " ".join(cmd), flush=True)
         csv_path.unlink(missing_ok=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        returncode, output = run_with_heartbeat(cmd, timeout_s, csv_path)
         text = csv_path.read_text(errors="replace") if csv_path.exists() else ""
-        if proc.returncode == 0 and '"ID"' in text:
+        if returncode == 0 and '"ID"' in text:
             return csv_path
-        print(f"  ncu exit {proc.returncode}: {(proc.stderr or proc.stdout)[-600:]}", flush=True)
+        print(f"  ncu exit {returncode}: {(output or text)[-600:]}", flush=True)
     raise RuntimeError(f"ncu produced no kernel table for {config} (see the messages above; "
                        "ERR_NVGPUCTRPERM means profiling needs root or "
                        "NVreg_RestrictProfilingToAdminUsers=0)")
