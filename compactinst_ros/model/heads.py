@@ -65,7 +65,7 @@ class PredictionHead(nn.Module):
         embed = self.mask_embed(q)
         if self.mask_features is not None:
             pixels = self.mask_features(pixels)
-        masks = torch.einsum("bqc,bnc->bqn", embed, pixels)
+        masks = torch.matmul(embed, pixels.transpose(1, 2))  # b, Q, N (MatMul, not Einsum)
         return logits, masks.reshape(masks.shape[0], masks.shape[1], *grid)
 
 
