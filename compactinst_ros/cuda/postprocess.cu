@@ -177,18 +177,36 @@ extern "C" __global__ void pp_select(const float* __restrict__ class_logits, int
   }
 }
 
-// grid (ceil(h*w / 256), K): S[c, t] = sum_q p[q, c] * sigmoid(m[q, t]).
+// S[c, t] = sum_q p[q, c] * sigmoid(m[q, t]) for a chunk of kSemChunk classes per block row:
+// grid (ceil(h*w / 256), ceil(K / kSemChunk)), 256 threads, one texel per thread. Each logit is
+// read and passed through the sigmoid once per class chunk (once in all for K <= 32).
+constexpr int kSemChunk = 32;
+
 extern "C" __global__ void pp_semantic_low(const float* __restrict__ masks,
                                            const float* __restrict__ prob, int nq, int k1, int hw,
                                            float* __restrict__ sem) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  const int c = blockIdx.y;
-  if (t >= hw) return;
-  float acc = 0.0f;
-  for (int q = 0; q < nq; ++q) {
-    acc += __ldg(prob + (size_t)q * k1 + c) * sigmoid(__ldg(masks + (size_t)q * hw + t));
+  __shared__ float s_p[kMaxQueries][kSemChunk];
+  const int c0 = blockIdx.y * kSemChunk;
+  const int nc = min(kSemChunk, k1 - 1 - c0);
+  for (int i = threadIdx.x; i < nq * kSemChunk; i += blockDim.x) {
+    const int q = i / kSemChunk, c = i % kSemChunk;
+    s_p[q][c] = c < nc ? prob[(size_t)q * k1 + c0 + c] : 0.0f;
   }
-  sem[(size_t)c * hw + t] = acc;
+  __syncthreads();
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= hw) return;
+  float acc[kSemChunk];
+#pragma unroll
+  for (int c = 0; c < kSemChunk; ++c) acc[c] = 0.0f;
+  for (int q = 0; q < nq; ++q) {
+    const float s = sigmoid(__ldg(masks + (size_t)q * hw + t));
+#pragma unroll
+    for (int c = 0; c < kSemChunk; ++c) acc[c] += s_p[q][c] * s;
+  }
+#pragma unroll
+  for (int c = 0; c < kSemChunk; ++c) {
+    if (c < nc) sem[(size_t)(c0 + c) * hw + t] = acc[c];
+  }
 }
 
 struct Footprint {

@@ -31,6 +31,7 @@ from .semantic import semantic_dtype
 CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
 MAX_QUERIES = 256  # ci::kMaxQueries
 MAX_CLASSES = 256  # ci::kMaxClasses
+SEM_CHUNK = 32  # kSemChunk in postprocess.cu: classes per pp_semantic_low block row
 NVCC_OPTIONS = ["-std=c++17", "-O3"]
 ALIGN = 256
 
@@ -223,7 +224,7 @@ class GpuPostprocessor:
         )  # fmt: skip
         if outputs.semantic:
             self.k_semantic.prepared_async_call(
-                (-(-hw // 256), self.k), (256, 1, 1), stream,
+                (-(-hw // 256), -(-self.k // SEM_CHUNK)), (256, 1, 1), stream,
                 mask_logits_ptr, int(self.prob), self.q, self.k + 1, hw, int(self.sem),
             )  # fmt: skip
         grid = (-(-meta.src_w // TILE), -(-meta.src_h // TILE))

@@ -226,3 +226,20 @@ def test_kernels_uint16_semantic_and_instance_only(emu) -> None:
         got = run_kernels(emu, raw, meta, labels, options, outputs)
         assert_same(got, reference.postprocess(raw, meta, labels, options, outputs), 0.999)
     assert got.panoptic_raster is None and got.instance_raster is not None
+
+
+def test_kernels_many_classes_span_semantic_chunks(emu) -> None:
+    """K = 40 > 32 classes: pp_semantic_low runs two class chunks."""
+    labels = LabelSet(
+        names=tuple(f"c{i}" for i in range(40)),
+        ids=tuple(range(1, 41)),
+        isthing=tuple(i % 2 == 0 for i in range(40)),
+    )
+    rng = np.random.default_rng(4)
+    logits = rng.normal(0, 1, (12, 41)).astype(np.float32)
+    logits[np.arange(12), rng.integers(0, 40, 12)] += 6
+    raw = RawOutputs(logits, rng.normal(0, 2, (12, 8, 16)).astype(np.float32), 8)
+    meta = FrameMeta.letterbox(60, 110, 64, 128)
+    got = run_kernels(emu, raw, meta, labels, OPTIONS, OutputSet())
+    assert len(np.unique(got.semantic_raster)) > 3
+    assert_same(got, gpu_twin.postprocess(raw, meta, labels, OPTIONS, OutputSet()))

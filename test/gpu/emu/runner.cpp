@@ -26,7 +26,7 @@ extern "C" void emu_postprocess(const float* cls, const float* masks, int q, int
     pp_select(cls, q, k1, isthing, score_thr, obj_thr, max_inst, prob.data(), t);
   });
   if (want & 4) {
-    emu_launch({cdiv(hw, 256), (unsigned)k, 1}, {256, 1, 1},
+    emu_launch({cdiv(hw, 256), cdiv(k, kSemChunk), 1}, {256, 1, 1},
                [&] { pp_semantic_low(masks, prob.data(), q, k1, hw, sem.data()); });
   }
   const dim3 grid{cdiv(src_w, kTile), cdiv(src_h, kTile), 1}, block{kTile, kTile, 1};
