@@ -1,8 +1,9 @@
 """Message <-> numpy conversion for the node: our own, no cv_bridge on the hot path.
 
 Incoming Image data becomes a zero-copy view (``array_from_buffer``); outgoing rasters are
-copied once into an ``array.array('B')``, the fast path of the generated message setters (a
-numpy array or a list is checked element by element and is hundreds of times slower).
+copied once into an ``array.array('B')``, the fast path of the generated message setters on
+every distro (a numpy array, and ``bytes`` where setters check fields as Humble's do, is checked
+element by element: about 400 ms for 2 MB instead of 0.2 ms).
 """
 
 from __future__ import annotations
