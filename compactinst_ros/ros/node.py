@@ -29,7 +29,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import ReliabilityPolicy
 from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2
-from std_msgs.msg import Float64, String
+from std_msgs.msg import Float64, Header, String
 
 from ..errors import CompactInstError, ConfigError, InputError
 from ..image_formats import to_rgb
@@ -245,7 +245,8 @@ class CompactInstCore:
         self.reliability: dict[str, ReliabilityPolicy] = {}
         self.timers: list[Any] = []
         self.active = False
-        self._vision_missing_logged = False
+        self.diag_pub: Any = None
+        self._match_timer: Any = None
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -288,7 +289,7 @@ class CompactInstCore:
                 info_pub = self.node.create_publisher(
                     vision_msgs.LabelInfo, "~/label_info", latched_qos()
                 )
-                header = convert.Header()
+                header = Header()
                 header.stamp = self.node.get_clock().now().to_msg()
                 info_pub.publish(
                     convert.label_info_msg(header, labels, cfg.options.score_threshold, vision_msgs)
@@ -329,10 +330,9 @@ class CompactInstCore:
         for sub in self.subs.values():
             self.node.destroy_subscription(sub)
         self.subs.clear()
-        match_timer = getattr(self, "_match_timer", None)
-        if match_timer is not None:
-            self.node.destroy_timer(match_timer)
-            self.timers.remove(match_timer)
+        if self._match_timer is not None:
+            self.node.destroy_timer(self._match_timer)
+            self.timers.remove(self._match_timer)
             self._match_timer = None
         if self.worker is not None and self.worker.mailbox.clear():
             self.stats.on_dropped()
@@ -351,7 +351,7 @@ class CompactInstCore:
             self.node.destroy_publisher(pub)
         self.pubs.clear()
         self.latency_pubs.clear()
-        if getattr(self, "diag_pub", None) is not None:
+        if self.diag_pub is not None:
             self.node.destroy_publisher(self.diag_pub)
             self.diag_pub = None
 

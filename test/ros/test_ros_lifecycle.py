@@ -62,6 +62,9 @@ def test_lifecycle_transitions_and_incompatible_qos(random_bundle, make_client):
         assert diag["state"] == "inactive" and diag["backend"] == "onnxruntime"
 
         _transition(client, Transition.TRANSITION_ACTIVATE)
+        client.wait_for(
+            lambda: "no publisher" in client.latest_diagnostics()["_message"], 10, "no publisher"
+        )
         best_effort = client.publisher(Image, topic, reliable=False)
         client.wait_for(
             lambda: (
@@ -70,7 +73,9 @@ def test_lifecycle_transitions_and_incompatible_qos(random_bundle, make_client):
             20,
             "incompatible QoS on /diagnostics",
         )
-        assert "incompatible QoS" in client.latest_diagnostics()["last_error"]
+        diag = client.latest_diagnostics()
+        assert "incompatible QoS" in diag["last_error"]
+        assert "input silent" in diag["_message"] and diag["_level"] == b"\x01"  # WARN
         client.node.destroy_publisher(best_effort)
 
         reliable = client.publisher(Image, topic)
