@@ -86,6 +86,10 @@ PARAMETERS: dict[str, ParamSpec] = {
     "model": ParamSpec("", "model bundle folder; empty = the installed models/default"),
     "backend": ParamSpec("auto", "inference backend", choices=BACKEND_CHOICES),
     "engine_cache_dir": ParamSpec("", "TensorRT engine cache folder; empty = backend default"),
+    "allow_engine_build": ParamSpec(
+        True, "tensorrt: build a missing or stale engine at start (minutes) instead of failing"
+    ),
+    "gpu_device": ParamSpec(0, "tensorrt: CUDA device index", None, (0, 15)),
     "ort_threads": ParamSpec(
         0, "ONNX Runtime intra-op threads; 0 = runtime default", None, (0, 64)
     ),
@@ -146,6 +150,8 @@ class NodeConfig:
     model: Path
     backend: str
     engine_cache_dir: str
+    allow_engine_build: bool
+    gpu_device: int
     ort_threads: int
     options: PostprocessOptions
     outputs: frozenset[str]
@@ -209,6 +215,8 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         model=model,
         backend=values["backend"],
         engine_cache_dir=values["engine_cache_dir"],
+        allow_engine_build=bool(values["allow_engine_build"]),
+        gpu_device=int(values["gpu_device"]),
         ort_threads=int(values["ort_threads"]),
         options=options,
         outputs=frozenset(values["outputs"]),
@@ -419,8 +427,11 @@ class CompactInstCore:
         kwargs: dict[str, Any] = {}
         if backend == "onnxruntime" and cfg.ort_threads:
             kwargs["threads"] = cfg.ort_threads
-        if backend == "tensorrt" and cfg.engine_cache_dir:
-            kwargs["engine_cache_dir"] = cfg.engine_cache_dir
+        if backend == "tensorrt":
+            kwargs["allow_build"] = cfg.allow_engine_build
+            kwargs["device"] = cfg.gpu_device
+            if cfg.engine_cache_dir:
+                kwargs["engine_cache_dir"] = cfg.engine_cache_dir
         return Pipeline(cfg.model, backend=backend, options=cfg.options, **kwargs)
 
     def _wanted(self) -> dict[str, bool]:
