@@ -192,7 +192,18 @@ class DualPathDecoder(nn.Module):
         out = {"pred_logits": predictions[-1][0], "pred_masks": predictions[-1][1]}
         if not train:
             return out
-        locations = QueryProposal.locations(indices, int(e4.shape[-2]), int(e4.shape[-1]))
+        state = (q_pos, x_pos, grid, skip, tokens)
+        return self._training_outputs(out, predictions, memory, state, proposal_logits, indices,
+                                      e4.shape[-2:], targets, matcher)
+
+    def _training_outputs(self, out: dict, predictions: list, memory: list, state: tuple,
+                          proposal_logits: torch.Tensor, indices: torch.Tensor,
+                          proposal_grid: torch.Size, targets: list[dict] | None,
+                          matcher: Matcher | None) -> dict:
+        """Training-only outputs: deep supervision, proposal logits, seed locations and, with
+        targets, the GT-mask-guided re-application of every layer (FastInst's order)."""
+        q_pos, x_pos, grid, skip, tokens = state
+        locations = QueryProposal.locations(indices, int(proposal_grid[0]), int(proposal_grid[1]))
         aux = [{"pred_logits": lg, "pred_masks": m, "query_locations": locations,
                 "pred_matching_indices": None} for lg, m in predictions[:-1]]
         guided = []
@@ -202,7 +213,7 @@ class DualPathDecoder(nn.Module):
                 raise ConfigError("decode(targets=...) needs matcher=callable(outputs, targets) "
                                   "to match the final predictions for the GT-guided stream")
             matching = matcher({**out, "query_locations": locations}, targets)
-            gt_mask = self._gt_attention_mask(targets, matching, b, grid, tokens)
+            gt_mask = self._gt_attention_mask(targets, matching, tokens.shape[0], grid, tokens)
             for i, layer in enumerate(self.layers):
                 gq, gx = layer(memory[i][0], q_pos, memory[i][1], x_pos, gt_mask)
                 lg, m = self._predict(i + 1, gq, gx, grid, skip, with_class=True)
