@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import torch
 
 OPSET = 17
-#: Mean colour used for letterbox padding (normalises to 0 inside the encoder).
+#: Letterbox padding when the model does not say otherwise (ImageNet mean, normalises to 0).
 PAD_VALUE = (123.675, 116.28, 103.53)
 NAMED_LABELS: dict[str, LabelSet] = {
     "synthetic": SYNTHETIC_LABELS,
@@ -211,6 +211,13 @@ def architecture_of(model: torch.nn.Module, config_name: str) -> dict:
     return arch
 
 
+def pad_value_of(model: torch.nn.Module) -> tuple[float, float, float]:
+    """Letterbox colour = the model's pixel mean, which the encoder normalises to exactly 0."""
+    config = getattr(model, "cfg", None) or getattr(model, "config", None)
+    mean = getattr(config, "pixel_mean", PAD_VALUE)
+    return (float(mean[0]), float(mean[1]), float(mean[2]))
+
+
 def _export_stage(
     module: torch.nn.Module,
     args: tuple,
@@ -278,7 +285,7 @@ def export_bundle(
         architecture=architecture_of(model, config_name),
         input_h=height,
         input_w=width,
-        pad_value=PAD_VALUE,
+        pad_value=pad_value_of(model),
         labels=labels,
         stages=stages,
         source={
