@@ -43,6 +43,10 @@ struct PPTables {
   unsigned int seg_area[kMaxQueries];
 };
 
+// pp_fused's candidate judging and scans give thread tid query/class tid: one per thread.
+static_assert(kTile * kTile == kMaxQueries && kMaxClasses == kMaxQueries,
+              "pp_fused needs one thread per query slot and per class");
+
 enum Want : int { kWantInstance = 1, kWantPanoptic = 2, kWantSemantic = 4 };
 
 extern "C" __global__ void pp_query_stats(const float* __restrict__ masks, int h, int w, int vh,
@@ -227,13 +231,19 @@ __device__ __forceinline__ void grid_bounds(const float* __restrict__ grid, int 
   *hi = b;
 }
 
-// Indices i < n with flags[i] set, ascending, into list; returns how many (one thread).
-__device__ __forceinline__ int compact(const uint8_t* flags, int n, uint16_t* list) {
-  int m = 0;
-  for (int i = 0; i < n; ++i) {
-    if (flags[i]) list[m++] = (uint16_t)i;
+// Block-wide inclusive scan of `value` over the 256 threads (tid order), via shared memory.
+// Each value packs two 16-bit counters, so one scan serves two candidate lists.
+__device__ __forceinline__ unsigned int block_scan(unsigned int value, unsigned int* scratch,
+                                                   int tid) {
+  scratch[tid] = value;
+  __syncthreads();
+  for (int off = 1; off < kMaxQueries; off <<= 1) {
+    const unsigned int add = tid >= off ? scratch[tid - off] : 0u;
+    __syncthreads();
+    scratch[tid] += add;
+    __syncthreads();
   }
-  return m;
+  return scratch[tid];
 }
 
 // mode 0 = count (areas, boxes, overlap counts), mode 1 = write rasters through the LUTs.
@@ -245,10 +255,6 @@ extern "C" __global__ void pp_fused(
     const float* __restrict__ col_w, float threshold, const int* __restrict__ label_ids,
     PPTables* tables, uint16_t* __restrict__ inst_out, int* __restrict__ pan_out,
     void* __restrict__ sem_out, int sem_u16) {
-  __shared__ uint8_t s_flag_inst[kMaxQueries];
-  __shared__ uint8_t s_flag_orig[kMaxQueries];
-  __shared__ uint8_t s_flag_pan[kMaxQueries];
-  __shared__ uint8_t s_flag_sem[kMaxClasses];
   __shared__ uint16_t s_inst[kMaxQueries];  // candidate slots, in slot order
   __shared__ uint16_t s_pan[kMaxQueries];
   __shared__ uint16_t s_orig[kMaxQueries];
@@ -256,8 +262,8 @@ extern "C" __global__ void pp_fused(
   __shared__ const float* s_inst_grid[kMaxQueries];  // grid of each candidate, list order
   __shared__ const float* s_pan_grid[kMaxQueries];
   __shared__ float s_pan_weight[kMaxQueries];
-  __shared__ float s_upper[kMaxQueries];
-  __shared__ float s_sem_hi[kMaxClasses];
+  __shared__ unsigned int s_scan_a[kMaxQueries];
+  __shared__ unsigned int s_scan_b[kMaxQueries];
   __shared__ int s_pan_lower, s_sem_lower;
   __shared__ int s_n_inst, s_n_pan, s_n_orig, s_n_sem;
   __shared__ unsigned int s_area[kMaxQueries];
@@ -303,43 +309,56 @@ extern "C" __global__ void pp_fused(
   // texels of its tile's footprint. Instance i can paint here only if max > T; panoptic k can
   // win only if score_k * sigmoid(max_k) reaches max_j score_j * sigmoid(min_j); it can count
   // in `orig` only if max_k > T; class c can win only if max S_c >= max_j min S_j.
-  for (int i = tid; i < n_inst; i += nthreads) {
+  // Thread tid judges instance slot tid, panoptic slot tid and class tid (all < 256 = threads).
+  bool f_inst = false, f_orig = false, f_pan = false, f_sem = false;
+  float pan_upper = 0.0f, sem_upper = 0.0f;
+  const float* inst_grid = nullptr;
+  const float* pan_grid = nullptr;
+  if (tid < n_inst) {
     float lo, hi;
-    grid_bounds(masks + (size_t)tables->inst_query[i] * hw, w, f, &lo, &hi);
-    s_flag_inst[i] = hi + kBoundEps > threshold;
+    inst_grid = masks + (size_t)tables->inst_query[tid] * hw;
+    grid_bounds(inst_grid, w, f, &lo, &hi);
+    f_inst = hi + kBoundEps > threshold;
   }
-  for (int i = tid; i < n_pan; i += nthreads) {
+  if (tid < n_pan) {
     float lo, hi;
-    grid_bounds(masks + (size_t)tables->pan_query[i] * hw, w, f, &lo, &hi);
-    const float s = tables->pan_score[i];
-    s_upper[i] = s * sigmoid(hi + kBoundEps);
+    pan_grid = masks + (size_t)tables->pan_query[tid] * hw;
+    grid_bounds(pan_grid, w, f, &lo, &hi);
+    const float s = tables->pan_score[tid];
+    pan_upper = s * sigmoid(hi + kBoundEps);
     atomicMax(&s_pan_lower, float_to_ordered(s * sigmoid(lo - kBoundEps)));
-    s_flag_orig[i] = hi + kBoundEps > threshold;
+    f_orig = hi + kBoundEps > threshold;
   }
-  for (int c = tid; c < n_sem; c += nthreads) {
+  if (tid < n_sem) {
     float lo, hi;
-    grid_bounds(sem + (size_t)c * hw, w, f, &lo, &hi);
-    s_sem_hi[c] = hi + kBoundEps;
+    grid_bounds(sem + (size_t)tid * hw, w, f, &lo, &hi);
+    sem_upper = hi + kBoundEps;
     atomicMax(&s_sem_lower, float_to_ordered(lo - kBoundEps));
   }
   __syncthreads();
-  const float pan_lower = ordered_to_float(s_pan_lower);
-  const float sem_lower = ordered_to_float(s_sem_lower);
-  for (int i = tid; i < n_pan; i += nthreads) s_flag_pan[i] = s_upper[i] >= pan_lower;
-  for (int c = tid; c < n_sem; c += nthreads) s_flag_sem[c] = s_sem_hi[c] >= sem_lower;
-  __syncthreads();
-  if (tid == 0) {
-    s_n_inst = compact(s_flag_inst, n_inst, s_inst);
-    s_n_orig = compact(s_flag_orig, n_pan, s_orig);
-    s_n_pan = compact(s_flag_pan, n_pan, s_pan);
-    s_n_sem = compact(s_flag_sem, n_sem, s_sem);
-    for (int j = 0; j < s_n_inst; ++j) {
-      s_inst_grid[j] = masks + (size_t)tables->inst_query[s_inst[j]] * hw;
-    }
-    for (int j = 0; j < s_n_pan; ++j) {
-      s_pan_grid[j] = masks + (size_t)tables->pan_query[s_pan[j]] * hw;
-      s_pan_weight[j] = tables->pan_score[s_pan[j]];
-    }
+  f_pan = tid < n_pan && pan_upper >= ordered_to_float(s_pan_lower);
+  f_sem = tid < n_sem && sem_upper >= ordered_to_float(s_sem_lower);
+  // Order-preserving compaction of the four candidate lists by two packed prefix sums.
+  const unsigned int a = block_scan((unsigned)f_inst | ((unsigned)f_orig << 16), s_scan_a, tid);
+  const unsigned int b = block_scan((unsigned)f_pan | ((unsigned)f_sem << 16), s_scan_b, tid);
+  if (f_inst) {
+    const int j = (int)(a & 0xFFFFu) - 1;
+    s_inst[j] = (uint16_t)tid;
+    s_inst_grid[j] = inst_grid;
+  }
+  if (f_orig) s_orig[(a >> 16) - 1] = (uint16_t)tid;
+  if (f_pan) {
+    const int j = (int)(b & 0xFFFFu) - 1;
+    s_pan[j] = (uint16_t)tid;
+    s_pan_grid[j] = pan_grid;
+    s_pan_weight[j] = tables->pan_score[tid];
+  }
+  if (f_sem) s_sem[(b >> 16) - 1] = (uint16_t)tid;
+  if (tid == kMaxQueries - 1) {
+    s_n_inst = (int)(a & 0xFFFFu);
+    s_n_orig = (int)(a >> 16);
+    s_n_pan = (int)(b & 0xFFFFu);
+    s_n_sem = (int)(b >> 16);
   }
   __syncthreads();
 

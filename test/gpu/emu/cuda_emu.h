@@ -1,18 +1,18 @@
 // Test-only CPU emulation of the CUDA subset our kernels use, so CI can *execute* the real
-// kernel sources without a GPU: each block runs as blockDim host threads sharing `static`
-// (= __shared__) variables, __syncthreads is a std::barrier, atomics are std::atomic_ref.
-// Blocks run one after another, which is one legal CUDA schedule. Floating point is IEEE
-// float32 without contraction (-ffp-contract=off); expf is the host's, not CUDA's.
+// kernel sources without a GPU: each block's threads are cooperative user contexts
+// (ucontext) on one OS thread, sharing `static` (= __shared__) variables; __syncthreads
+// switches to the next thread, and a block advances only when every thread has reached the
+// barrier (or returned). Blocks run one after another, which is one legal CUDA schedule.
+// Floating point is IEEE float32 without contraction (-ffp-contract=off); expf is the host's.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <thread>
+#include <ucontext.h>
 #include <vector>
 
 #define __global__
@@ -30,11 +30,26 @@ struct float3 {
 };
 inline float3 make_float3(float x, float y, float z) { return {x, y, z}; }
 
-inline thread_local dim3 threadIdx, blockIdx;
-inline dim3 blockDim, gridDim;
-inline thread_local std::barrier<>* emu_barrier = nullptr;
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
-inline void __syncthreads() { emu_barrier->arrive_and_wait(); }
+struct EmuFiber {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  bool done = false;
+};
+inline ucontext_t emu_scheduler;
+inline std::vector<EmuFiber> emu_fibers;
+inline unsigned emu_current = 0;
+inline const std::function<void()>* emu_kernel = nullptr;
+
+inline void __syncthreads() {
+  swapcontext(&emu_fibers[emu_current].ctx, &emu_scheduler);
+}
+
+inline void emu_fiber_main() {
+  (*emu_kernel)();
+  emu_fibers[emu_current].done = true;
+}
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
 inline float __fadd_rn(float a, float b) { return a + b; }
@@ -73,27 +88,38 @@ inline T atomicMax(T* p, T v) {
   return old;
 }
 
-// Run `kernel` over the grid: blockDim host threads step through the blocks in order, with a
-// barrier between blocks (so `static` shared memory is handed from block to block safely).
+// Run `kernel` over the grid. Per block: start blockDim fibers, then resume them round-robin;
+// a fiber runs until its next __syncthreads or its end, so every round is one barrier phase.
 inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kernel) {
   gridDim = grid;
   blockDim = block;
+  emu_kernel = &kernel;
   const unsigned n = block.x * block.y * block.z;
-  std::barrier<> bar((std::ptrdiff_t)n);
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (unsigned t = 0; t < n; ++t) {
-    threads.emplace_back([&, t] {
-      threadIdx = dim3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-      emu_barrier = &bar;
-      for (unsigned by = 0; by < grid.y; ++by) {
-        for (unsigned bx = 0; bx < grid.x; ++bx) {
-          blockIdx = dim3{bx, by, 1};
-          kernel();
-          bar.arrive_and_wait();
+  emu_fibers.resize(n);
+  for (auto& fiber : emu_fibers) fiber.stack.resize(1 << 16);
+  for (unsigned by = 0; by < grid.y; ++by) {
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      blockIdx = dim3{bx, by, 1};
+      for (unsigned t = 0; t < n; ++t) {
+        EmuFiber& fiber = emu_fibers[t];
+        fiber.done = false;
+        getcontext(&fiber.ctx);
+        fiber.ctx.uc_stack.ss_sp = fiber.stack.data();
+        fiber.ctx.uc_stack.ss_size = fiber.stack.size();
+        fiber.ctx.uc_link = &emu_scheduler;
+        makecontext(&fiber.ctx, emu_fiber_main, 0);
+      }
+      bool running = true;
+      while (running) {
+        running = false;
+        for (unsigned t = 0; t < n; ++t) {
+          if (emu_fibers[t].done) continue;
+          emu_current = t;
+          threadIdx = dim3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+          swapcontext(&emu_scheduler, &emu_fibers[t].ctx);
+          running = true;
         }
       }
-    });
+    }
   }
-  for (auto& th : threads) th.join();
 }
