@@ -68,24 +68,24 @@ def report(config: str, size: tuple[int, int], num_classes: int | None = None) -
     same_setting = paper.get("size") == size and paper.get("num_classes") == cfg.num_classes
     lines = [f"{cfg.name} at {size[0]}x{size[1]}, K={cfg.num_classes} "
              f"(GMACs: 1 multiply-add = 1 FLOP, fvcore convention)",
-             f"{'component':28s} {'params (M)':>10s} {'GMACs':>9s} {'GB fp16':>8s}"]
+             f"{'component':30s} {'params (M)':>10s} {'GMACs':>9s} {'GB fp16':>8s}"]
     for comp in COMPONENTS:
         if comp == "proposal":
             dec_p, dec_m = decoder_total(params), decoder_total(macs)
             ref = paper.get("decoder_gmacs") if same_setting else None
-            lines.append(f"{'decoder (after pixel decoder)':28s} {dec_p / 1e6:10.2f} "
+            lines.append(f"{'decoder (after pixel decoder)':30s} {dec_p / 1e6:10.2f} "
                          f"{dec_m / 1e9:9.2f} {decoder_total(traffic) / 1e9:8.2f}  "
                          f"{_paper(ref, dec_m / 1e9)}")
         if params[comp] or macs[comp]:
-            lines.append(f"{_LABELS[comp]:28s} {params[comp] / 1e6:10.2f} "
+            lines.append(f"{_LABELS[comp]:30s} {params[comp] / 1e6:10.2f} "
                          f"{macs[comp] / 1e9:9.2f} {traffic[comp] / 1e9:8.2f}")
     total_p, total_m = sum(params.values()), sum(macs.values())
     ref_p = paper.get("params_m") if cfg.num_classes == 80 else None
     ref_m = paper.get("total_gmacs") if same_setting else None
-    lines.append(f"{'total':28s} {total_p / 1e6:10.2f} {total_m / 1e9:9.2f} "
+    lines.append(f"{'total':30s} {total_p / 1e6:10.2f} {total_m / 1e9:9.2f} "
                  f"{sum(traffic.values()) / 1e9:8.2f}  {_paper(ref_m, total_m / 1e9)}")
     if ref_p is not None:
-        lines.append(f"{'':28s} params {_paper(ref_p, total_p / 1e6)}")
+        lines.append(f"{'':30s} params {_paper(ref_p, total_p / 1e6)}")
     lines.append("(GB fp16: bytes read + written per op in isolation, no fusion; "
                  "see docs/model.md)")
     if same_setting and "note" in paper:
