@@ -26,6 +26,7 @@ from compactinst_ros.export.parity import (  # noqa: E402
     relative_error,
 )
 from compactinst_ros.labels import CITYSCAPES_INSTANCE_LABELS, SYNTHETIC_LABELS  # noqa: E402
+from compactinst_ros.pipeline import Pipeline  # noqa: E402
 
 
 def _assert_parity(results) -> None:
@@ -72,12 +73,24 @@ def test_parity_catches_other_weights(random_export) -> None:
     assert not all(r.ok for r in results)
 
 
-@pytest.mark.parametrize("config", ["compactinst_r18", "fastinst_r18_d3"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        "compactinst_r18",
+        "fastinst_r18_d3",
+        pytest.param("compactinst_r18_m4", marks=pytest.mark.slow),
+    ],
+)
 def test_paper_config_parity(config, tmp_path) -> None:
     model, labels, source = build_for_export(config, CITYSCAPES_INSTANCE_LABELS, None, seed=0)
     bundle = export_bundle(model, config, (128, 224), labels, tmp_path, source, progress=print)
     assert bundle.architecture["pool_factor"] == (2 if config.startswith("compact") else 1)
+    assert [t.name for t in bundle.stage("decoder").inputs] == list(model.encoder_outputs)
     _assert_parity(check_parity(model, bundle))
+    with Pipeline(bundle, backend="onnxruntime", threads=1) as pipeline:
+        result = pipeline(np.zeros((90, 200, 3), np.uint8), "rgb8")
+    assert result.instance_raster.shape == (90, 200)
+    assert pipeline.bundle.mask_stride == (4 if config.endswith("m4") else 8)
 
 
 def test_relative_error_definition() -> None:
