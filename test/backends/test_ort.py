@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +99,9 @@ def test_raw_outputs_follow_the_bundle(backend: OrtBackend) -> None:
     assert raw.class_logits.shape == logits_spec.shape[1:]
     assert raw.mask_logits.shape == masks_spec.shape[1:]
     assert raw.mask_stride == 8 and raw.class_logits.dtype == np.float32
+
+
+def test_missing_onnxruntime_is_a_backend_error(random_bundle: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # what an absent package looks like
+    with pytest.raises(BackendError, match="onnxruntime is not installed"):
+        OrtBackend(ModelBundle.load(random_bundle))
