@@ -38,6 +38,9 @@ NCU_SIZE = (1088, 1920)
 #: Cityscapes' 8 thing classes, as in the paper's latency models and the cost model's default.
 NUM_CLASSES = 8
 NCU_CONFIGS = ("fastinst_r18_d3", "compactinst_r18")
+#: Column labels of the summary table.
+SHORT = {"fastinst_r18_d3": "FastInst-D3", "compactinst_r18": "CI PF1/16",
+         "compactinst_r18_pf32": "CI PF1/32", "compactinst_r18_m4": "CI M1/4"}
 #: Start no ncu run after this many seconds, so that the whole script stays under 8 minutes.
 DEADLINE_S = 300
 
@@ -136,11 +139,12 @@ def speedup_table(record: dict) -> list[str]:
         if not rows:
             continue
         configs = list(dict.fromkeys(r["config"] for r in rows))
-        lines.append(f"{stage:<8} {'size':>10} " + " ".join(f"{c[-14:]:>15}" for c in configs))
+        lines.append(f"{stage:<8} {'size':>10} " + " ".join(
+            f"{SHORT.get(c, c):>16}" for c in configs))
         for size in dict.fromkeys(tuple(r["size"]) for r in rows):
             cells = {r["config"]: r for r in rows if tuple(r["size"]) == size}
             lines.append(f"{'':<8} {size[0]:>4}x{size[1]:<5} " + " ".join(
-                f"{cells[c]['median_ms']:>7.2f}ms {cells[c]['speedup']:>4.2f}x"
+                f"{cells[c]['median_ms']:>8.2f}ms {cells[c]['speedup']:>4.2f}x"
                 for c in configs))
     return lines
 
