@@ -128,6 +128,8 @@ class OrtBackend:
         return self._run_decoder(self._run_encoder(tensor))
 
     def _run_encoder(self, tensor: np.ndarray) -> list[np.ndarray]:
+        if self._encoder is None:
+            raise BackendError("the ONNX Runtime backend was closed; create a new Pipeline")
         return self._encoder.run(self._feature_names, {self._image_input: tensor})
 
     def _run_decoder(self, features: list[np.ndarray]) -> RawOutputs:

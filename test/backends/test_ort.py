@@ -105,3 +105,11 @@ def test_missing_onnxruntime_is_a_backend_error(random_bundle: Path, monkeypatch
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # what an absent package looks like
     with pytest.raises(BackendError, match="onnxruntime is not installed"):
         OrtBackend(ModelBundle.load(random_bundle))
+
+
+def test_closed_backend_says_so(random_bundle: Path) -> None:
+    backend = OrtBackend(ModelBundle.load(random_bundle), threads=1)
+    backend.close()
+    meta = FrameMeta.letterbox(200, 240, backend.bundle.input_h, backend.bundle.input_w)
+    with pytest.raises(BackendError, match="closed"):
+        backend.raw_outputs(_frame(), "rgb8", meta)
