@@ -9,7 +9,7 @@
 //                    cannot matter in the tile, then per pixel winners; areas, boxes and the
 //                    panoptic overlap counts accumulate in shared memory, one global atomic per
 //                    block and slot
-//   pp_finalize      one thread: instance renumbering LUT, overlap test, stuff merge, segment ids
+//   pp_finalize      one block: instance renumbering LUT, overlap test, stuff merge, segment ids
 //   pp_fused(write)  recompute the winners and write every raster pixel exactly once via LUTs
 #include "common.cuh"
 
@@ -46,6 +46,9 @@ struct PPTables {
 // pp_fused's candidate judging and scans give thread tid query/class tid: one per thread.
 static_assert(kTile * kTile == kMaxQueries && kMaxClasses == kMaxQueries,
               "pp_fused needs one thread per query slot and per class");
+
+// Thing-pair probabilities pp_select ranks from shared memory (32 kB); larger Q x K read prob.
+constexpr int kSelectPairs = 8192;
 
 enum Want : int { kWantInstance = 1, kWantPanoptic = 2, kWantSemantic = 4 };
 
@@ -89,7 +92,9 @@ extern "C" __global__ void pp_select(const float* __restrict__ class_logits, int
   __shared__ float s_pan_score[kMaxQueries];
   __shared__ int s_pan_class[kMaxQueries];
   __shared__ int s_n_keep;
+  __shared__ float s_thing_p[kSelectPairs];  // p of thing pairs (-1 for stuff), q * K + c
   const int k = k1 - 1;
+  const bool pairs_in_shared = nq * k <= kSelectPairs;
   if (threadIdx.x == 0) s_n_keep = 0;
   for (int q = threadIdx.x; q < nq; q += blockDim.x) {
     const float* row = class_logits + (size_t)q * k1;
@@ -118,6 +123,13 @@ extern "C" __global__ void pp_select(const float* __restrict__ class_logits, int
     s_pan_score[q] = best_all;
   }
   __syncthreads();
+  if (pairs_in_shared) {
+    for (int i = threadIdx.x; i < nq * k; i += blockDim.x) {
+      const int c = i % k;
+      s_thing_p[i] = isthing[c] ? prob[(size_t)(i / k) * k1 + c] : -1.0f;
+    }
+  }
+  __syncthreads();
   // A query qualifies when its best thing pair ranks inside the top max_instances pairs
   // (descending p, ties by flat index q * K + c).
   for (int q = threadIdx.x; q < nq; q += blockDim.x) {
@@ -127,12 +139,11 @@ extern "C" __global__ void pp_select(const float* __restrict__ class_logits, int
       const float bp = s_best_p[q];
       const int own = q * k + s_best_c[q];
       int rank = 0;
-      for (int q2 = 0; q2 < nq && rank < max_instances; ++q2) {
-        for (int c = 0; c < k; ++c) {
-          if (!isthing[c]) continue;
-          float p = prob[(size_t)q2 * k1 + c];
-          rank += (p > bp) || (p == bp && q2 * k + c < own);
-        }
+      for (int i = 0; i < nq * k && rank < max_instances; ++i) {
+        const float p = pairs_in_shared ? s_thing_p[i]
+                                        : (isthing[i % k] ? prob[(size_t)(i / k) * k1 + i % k]
+                                                          : -1.0f);
+        rank += (p > bp) || (p == bp && i < own);
       }
       score = bp * tables->mask_score[q];
       keep = rank < max_instances && score >= score_threshold;
@@ -445,55 +456,66 @@ extern "C" __global__ void pp_fused(
   }
 }
 
-// One thread: instance renumbering and the panoptic overlap test / stuff merge / segment ids.
+// One block of 256 threads, thread tid = instance slot tid and panoptic slot tid: instance
+// renumbering (drop empty, ids 1..N in score order) and the panoptic overlap test, stuff merge
+// and segment ids, all by prefix sums and short loops over shared memory (no serial thread).
 extern "C" __global__ void pp_finalize(const int* __restrict__ label_ids,
                                        const uint8_t* __restrict__ isthing, int k,
                                        double overlap_threshold, PPTables* tables) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  int n_out = 0;
-  tables->inst_lut[0] = 0;
-  for (int i = 0; i < tables->n_inst; ++i) {
-    if (tables->inst_area[i] > 0) {
-      tables->out_slot[n_out] = i;
-      tables->inst_lut[i + 1] = ++n_out;
-    } else {
-      tables->inst_lut[i + 1] = 0;
+  __shared__ unsigned int s_scan[kMaxQueries];
+  __shared__ int s_pass[kMaxQueries];
+  __shared__ int s_class[kMaxQueries];
+  __shared__ unsigned int s_seg[kMaxQueries];
+  __shared__ float s_score[kMaxQueries];
+  const int tid = threadIdx.x;
+  const int n_inst = tables->n_inst;
+  const bool has = tid < n_inst && tables->inst_area[tid] > 0;
+  const unsigned int id = block_scan(has ? 1u : 0u, s_scan, tid);
+  if (tid < n_inst) tables->inst_lut[tid + 1] = has ? (int)id : 0;
+  if (has) tables->out_slot[id - 1] = tid;
+  if (tid == 0) tables->inst_lut[0] = 0;
+  if (tid == kMaxQueries - 1) tables->n_inst_out = (int)id;
+
+  const int n_pan = tables->n_pan;
+  bool pass = false;
+  int c = -1;
+  if (tid < n_pan) {
+    const unsigned int wins = tables->wins[tid], orig = tables->orig[tid], seg = tables->seg[tid];
+    pass = wins > 0 && orig > 0 && seg > 0 && (double)wins / (double)orig >= overlap_threshold;
+    c = tables->pan_class[tid];
+    s_seg[tid] = seg;
+    s_score[tid] = tables->pan_score[tid];
+  }
+  s_pass[tid] = pass;
+  s_class[tid] = c;
+  __syncthreads();
+  // Same-class passing slots before this one: the thing number, or whether a stuff segment of
+  // this class already exists (then this slot merges into it).
+  int before = 0;
+  for (int j = 0; j < tid; ++j) before += s_pass[j] && s_class[j] == c;
+  const bool thing = pass && isthing[c];
+  const bool creates = pass && (thing || before == 0);
+  const unsigned int index = block_scan(creates ? 1u : 0u, s_scan, tid);
+  if (tid < n_pan) {
+    const int label = pass ? label_ids[c] : 0;
+    tables->pan_lut[tid] = !pass ? 0 : (thing ? label * 1000 + before + 1 : label);
+  }
+  if (creates) {
+    const int j = (int)index - 1;
+    unsigned int area = s_seg[tid];
+    float score = s_score[tid];
+    if (!thing) {
+      for (int i = tid + 1; i < n_pan; ++i) {
+        if (s_pass[i] && s_class[i] == c) {
+          area += s_seg[i];
+          score = fmaxf(score, s_score[i]);
+        }
+      }
     }
+    tables->seg_id[j] = thing ? label_ids[c] * 1000 + before + 1 : label_ids[c];
+    tables->seg_class[j] = c;
+    tables->seg_score[j] = score;
+    tables->seg_area[j] = area;
   }
-  tables->n_inst_out = n_out;
-  int thing_count[kMaxClasses];
-  int stuff_segment[kMaxClasses];
-  for (int c = 0; c < k; ++c) {
-    thing_count[c] = 0;
-    stuff_segment[c] = -1;
-  }
-  int n_seg = 0;
-  for (int i = 0; i < tables->n_pan; ++i) {
-    tables->pan_lut[i] = 0;
-    const unsigned int wins = tables->wins[i], orig = tables->orig[i], seg = tables->seg[i];
-    if (wins == 0 || orig == 0 || seg == 0) continue;
-    if ((double)wins / (double)orig < overlap_threshold) continue;
-    const int c = tables->pan_class[i];
-    const int label = label_ids[c];
-    int j;
-    if (isthing[c]) {
-      j = n_seg++;
-      tables->seg_id[j] = label * 1000 + ++thing_count[c];
-      tables->seg_class[j] = c;
-      tables->seg_score[j] = tables->pan_score[i];
-      tables->seg_area[j] = seg;
-    } else if (stuff_segment[c] < 0) {
-      j = stuff_segment[c] = n_seg++;
-      tables->seg_id[j] = label;
-      tables->seg_class[j] = c;
-      tables->seg_score[j] = tables->pan_score[i];
-      tables->seg_area[j] = seg;
-    } else {
-      j = stuff_segment[c];
-      tables->seg_score[j] = fmaxf(tables->seg_score[j], tables->pan_score[i]);
-      tables->seg_area[j] += seg;
-    }
-    tables->pan_lut[i] = tables->seg_id[j];
-  }
-  tables->n_seg = n_seg;
+  if (tid == kMaxQueries - 1) tables->n_seg = (int)index;
 }

@@ -236,7 +236,7 @@ class GpuPostprocessor:
         )  # fmt: skip
         self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 0, *fused_args)
         self.k_finalize.prepared_async_call(
-            (1, 1), (1, 1, 1), stream,
+            (1, 1), (256, 1, 1), stream,
             int(self.label_ids), int(self.isthing), self.k,
             float(options.overlap_threshold), tables,
         )  # fmt: skip

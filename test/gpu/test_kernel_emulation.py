@@ -243,3 +243,25 @@ def test_kernels_many_classes_span_semantic_chunks(emu) -> None:
     got = run_kernels(emu, raw, meta, labels, OPTIONS, OutputSet())
     assert len(np.unique(got.semantic_raster)) > 3
     assert_same(got, gpu_twin.postprocess(raw, meta, labels, OPTIONS, OutputSet()))
+
+
+def test_kernels_merge_stuff_and_number_things(emu) -> None:
+    """Two stuff queries of one class merge into one segment; two things get 1001 and 1002."""
+    h, w = 8, 16
+    masks = np.full((4, h, w), -5.0, np.float32)
+    masks[0, :, :8] = 5.0  # "field" (stuff, index 4), left
+    masks[1, :, 8:] = 5.0  # "field" again, right
+    masks[0, 1:6, 1:6] = -5.0
+    masks[2, 2:5, 2:5] = 8.0  # person #1
+    masks[1, 2:6, 10:14] = -5.0
+    masks[3, 3:5, 11:13] = 8.0  # person #2
+    k = SYNTHETIC_LABELS.num_classes
+    logits = np.full((4, k + 1), -5.0, np.float32)
+    logits[0, 4] = logits[1, 4] = logits[2, 0] = logits[3, 0] = 5.0
+    raw = RawOutputs(logits, masks, 8)
+    meta = FrameMeta.letterbox(64, 128, 64, 128)
+    options = PostprocessOptions(overlap_threshold=0.5)
+    got = run_kernels(emu, raw, meta, SYNTHETIC_LABELS, options, OutputSet())
+    assert got.segments.ids.tolist() == [5, 1001, 1002]
+    assert got.segments.area[0] == (got.panoptic_raster == 5).sum()
+    assert_same(got, reference.postprocess(raw, meta, SYNTHETIC_LABELS, options, OutputSet()))

@@ -32,7 +32,7 @@ extern "C" void emu_postprocess(const float* cls, const float* masks, int q, int
   const dim3 grid{cdiv(src_w, kTile), cdiv(src_h, kTile), 1}, block{kTile, kTile, 1};
   for (int mode = 0; mode < 2; ++mode) {
     if (mode == 1) {
-      emu_launch({1, 1, 1}, {1, 1, 1}, [&] { pp_finalize(label_ids, isthing, k, overlap, t); });
+      emu_launch({1, 1, 1}, {256, 1, 1}, [&] { pp_finalize(label_ids, isthing, k, overlap, t); });
     }
     emu_launch(grid, block, [&] {
       pp_fused(mode, want, masks, sem.data(), h, w, k, src_h, src_w, ri0, ri1, rw, ci0, ci1, cw,
