@@ -435,11 +435,13 @@ def _sweep_backend(backend: str, opts: BenchOptions,
             size = pad32(*requested)
             note = f" (padded from {requested[0]}x{requested[1]})" if size != requested else ""
             progress(f"[{backend}] {stage} at {size[0]}x{size[1]}{note}")
-            runners = {
-                c: make_runner(backend, build_bench_model(c, opts.num_classes), stage, size,
-                               opts.workdir, f"{c}_{size[0]}x{size[1]}", opts.threads)
-                for c in opts.configs
-            }
+            runners = {}
+            for c in opts.configs:
+                progress(f"    preparing {c} (export/build/capture)")
+                model = build_bench_model(c, opts.num_classes)
+                tag = f"{c}_k{model.cfg.num_classes}_{size[0]}x{size[1]}"
+                runners[c] = make_runner(backend, model, stage, size, opts.workdir, tag,
+                                         opts.threads)
             times = measure(runners, opts.warmup, opts.iters, opts.trials, progress)
             base = statistics.median(times[baseline])
             for config, ms in times.items():

@@ -72,7 +72,7 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
     if importlib.util.find_spec("tensorrt") is None:
         assert "TensorRT" in record["unavailable"]["tensorrt"]
     assert (tmp_path / "latency_decoder_onnxruntime.png").stat().st_size > 10_000
-    assert (tmp_path / "onnx" / "compactinst_r18_256x320_decoder.onnx").exists()
+    assert (tmp_path / "onnx" / "compactinst_r18_k80_256x320_decoder.onnx").exists()
     assert "compactinst_r18" in format_tables(record)
 
 
