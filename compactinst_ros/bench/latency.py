@@ -22,6 +22,7 @@ import json
 import platform
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,7 +230,9 @@ def export_stages(model: torch.nn.Module, stage: str, size: tuple[int, int], wor
     for part, module, args, inputs, outputs in graphs:
         path = workdir / f"{tag}_{part}.onnx"
         if not path.exists():
-            with torch.no_grad():
+            # Static shapes are intended: silence the tracer's shape-to-int warnings.
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
                 torch.onnx.export(module, args, str(path), dynamo=False, opset_version=OPSET,
                                   input_names=inputs, output_names=outputs,
                                   do_constant_folding=True)
