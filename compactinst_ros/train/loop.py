@@ -52,6 +52,7 @@ class TrainOptions:
     threads: int = 2
     device: str = "auto"
     amp: bool = True
+    cpu_bf16: bool = False  # bfloat16 autocast on CPU (about 1.5x faster where AVX512-BF16 exists)
     clip: float = 0.0
     seed: int = 42
     checkpoint_every: int = 500
@@ -61,6 +62,7 @@ class TrainOptions:
     max_minutes: float | None = None
     kind: str = "auto"
     labels: str = "synthetic"
+    model_overrides: dict | None = None  # ModelConfig fields (tests use tiny models)
 
 
 def param_groups(model: nn.Module, lr: float, weight_decay: float, backbone_mult: float) -> list:
@@ -203,7 +205,8 @@ def train(opts: TrainOptions) -> Path:
     dataset.labels = labels
     dataset.index_of = {label_id: k for k, label_id in enumerate(labels.ids)}
 
-    model = build_model(opts.config, num_classes=labels.num_classes).to(device)
+    overrides = dict(opts.model_overrides or {})
+    model = build_model(opts.config, num_classes=labels.num_classes, **overrides).to(device)
     start_step = 0
     last = out / "last.pt"
     record = None
@@ -233,8 +236,8 @@ def train(opts: TrainOptions) -> Path:
             model, device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=True,
         )
-    use_amp = opts.amp and device.type == "cuda"
-    scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+    use_amp = (opts.amp and device.type == "cuda") or (opts.cpu_bf16 and device.type == "cpu")
+    scaler = torch.amp.GradScaler("cuda", enabled=use_amp and device.type == "cuda")
 
     sampler = None
     if ctx.world_size > 1:
@@ -304,7 +307,8 @@ def train_step(net: nn.Module, model: nn.Module, criterion: SetCriterion,
         group["lr"] = opts.lr * group.get("lr_scale", 1.0) * factor
     images = images.to(device, non_blocking=True)
     targets = [{k: v.to(device, non_blocking=True) for k, v in t.items()} for t in targets]
-    with torch.autocast(device.type, dtype=torch.float16, enabled=use_amp):
+    dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+    with torch.autocast(device.type, dtype=dtype, enabled=use_amp):
         outputs = net(images, targets, criterion.matcher) if opts.guided else net(images)
     losses = criterion(outputs, targets)
     optimizer.zero_grad(set_to_none=True)
@@ -349,6 +353,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads (torch)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument("--no-amp", action="store_true", help="fp32 on CUDA")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast on CPU")
     parser.add_argument("--clip", type=float, default=0.0, help="gradient norm clip (0 = off)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--checkpoint-every", type=int, default=500)
@@ -368,7 +373,8 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
         backbone_lr_mult=args.backbone_lr_mult,
         warmup=args.warmup, crop=_pair(args.crop, int), scale=_pair(args.scale, float),
         num_points=args.num_points, guided=not args.no_guided, workers=args.workers,
-        threads=args.threads, device=args.device, amp=not args.no_amp, clip=args.clip,
+        threads=args.threads, device=args.device, amp=not args.no_amp, cpu_bf16=args.bf16,
+        clip=args.clip,
         seed=args.seed, checkpoint_every=args.checkpoint_every, log_every=args.log_every,
         resume=args.resume, init=args.init, max_minutes=args.max_minutes, kind=args.kind,
         labels=args.labels,
