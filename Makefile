@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint demo clean
+.PHONY: venv test lint demo clean default-model
 
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP) lint
 
 demo: $(STAMP)
 	. ./scripts/ros_env.sh && $(PY) -m compactinst_ros.demo --out out/demo
+
+# Regenerates models/default (synthetic data, CPU training, export, held-out accuracy); resumable.
+default-model: $(STAMP)
+	$(PY) -m compactinst_ros.train.make_default
 
 clean:
 	rm -rf $(VENV) build install log out
