@@ -170,6 +170,24 @@ class Client:
             kv.key: kv.value for kv in status.values
         }
 
+    def settled_diagnostics(self, timeout: float = 20.0) -> dict[str, str]:
+        """Counters from two successive /diagnostics reports that agree (no frame in flight)."""
+        keys = ("frames_received", "frames_processed", "frames_dropped", "input_errors", "errors")
+
+        def agree() -> dict[str, str] | None:
+            msgs = self.received("/diagnostics")
+            if len(msgs) < 2:
+                return None
+            a, b = ({kv.key: kv.value for kv in m.status[0].values} for m in msgs[-2:])
+            done = sum(int(b[k]) for k in (*keys[1:], "frames_skipped_no_subscribers"))
+            if all(a[k] == b[k] for k in keys) and int(b["frames_received"]) == done:
+                return self.latest_diagnostics()
+            return None
+
+        start = len(self.received("/diagnostics"))
+        self.wait_for(lambda: len(self.received("/diagnostics")) >= start + 2, timeout, "reports")
+        return self.wait_for(agree, timeout, "settled /diagnostics counters")
+
     def close(self) -> None:
         """Stop spinning and shut the context down."""
         self.executor.shutdown(timeout_sec=2.0)
