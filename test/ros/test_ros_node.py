@@ -118,7 +118,12 @@ def ros(random_bundle):
         raw = client.publisher(Image, TOPIC)
         comp = client.publisher(CompressedImage, TOPIC + "/compressed", reliable=False)
         client.wait_for(
-            lambda: client.latest_diagnostics().get("input_publishers") == "2", 30, "node ready"
+            lambda: (
+                client.latest_diagnostics().get("input_reliability")
+                == "raw=reliable, compressed=best_effort"
+            ),
+            30,
+            "node ready with QoS matched to both publishers",
         )
         client.wait_for(lambda: raw.get_subscription_count() and comp.get_subscription_count())
         client.wait_for(
