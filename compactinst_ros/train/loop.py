@@ -216,10 +216,15 @@ def train(opts: TrainOptions) -> Path:
         start_step = int(record["step"])
     elif opts.init:
         init = load_checkpoint(opts.init)
-        missing, unexpected = model.load_state_dict(init["model"], strict=False)
+        ours = model.state_dict()
+        # Class heads differ when the label set does: keep them new (e.g. COCO -> your classes).
+        fitting = {k: v for k, v in init["model"].items()
+                   if k in ours and tuple(v.shape) == tuple(ours[k].shape)}
+        missing, _ = model.load_state_dict(fitting, strict=False)
         if ctx.rank == 0:
-            print(f"init from {opts.init}: {len(missing)} new tensors (e.g. {missing[:3]}), "
-                  f"{len(unexpected)} unused", file=sys.stderr)
+            print(f"init from {opts.init}: {len(fitting)} tensors loaded, {len(missing)} new "
+                  f"(e.g. {missing[:3]}), {len(init['model']) - len(fitting)} unused",
+                  file=sys.stderr)
     criterion = SetCriterion(
         labels.num_classes,
         HungarianMatcher(num_points=opts.num_points),
