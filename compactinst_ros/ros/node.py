@@ -371,9 +371,8 @@ class CompactInstCore:
         return base if kind == "raw" else f"{base.rstrip('/')}/compressed"
 
     def _subscribe(self, kind: str, reliability: ReliabilityPolicy) -> None:
+        """(Re-)subscribe ``kind``; the new reader exists before the old one goes (fewer gaps)."""
         old = self.subs.pop(kind, None)
-        if old is not None:
-            self.node.destroy_subscription(old)
         msg_type = Image if kind == "raw" else CompressedImage
         events = SubscriptionEventCallbacks(incompatible_qos=self._on_incompatible_qos)
         compressed = kind == "compressed"
@@ -385,6 +384,8 @@ class CompactInstCore:
             event_callbacks=events,
         )
         self.reliability[kind] = reliability
+        if old is not None:
+            self.node.destroy_subscription(old)
 
     def _publisher_infos(self, kind: str) -> list:
         sub = self.subs.get(kind)
