@@ -454,6 +454,9 @@ def _sweep_backend(backend: str, opts: BenchOptions,
                     "size_name": size_name, "requested_size": list(requested),
                     "size": list(size), "median_ms": median, "trials_ms": ms,
                     "speedup": base / median,
+                    # Same-round ratios cancel load drift that hits a whole round alike.
+                    "speedup_paired": statistics.median(
+                        b / t for b, t in zip(times[baseline], ms, strict=True)),
                     "cuda_graph": getattr(runners[config], "graphed", None),
                 })
             del runners

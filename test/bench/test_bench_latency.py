@@ -64,6 +64,9 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
         assert r["size"] == [256, 320] and r["requested_size"] == [250, 320]
         assert len(r["trials_ms"]) == 2 and r["median_ms"] > 0
     assert rows[0]["speedup"] == pytest.approx(1.0)
+    assert rows[0]["speedup_paired"] == pytest.approx(1.0)
+    ratios = [b / t for b, t in zip(rows[0]["trials_ms"], rows[1]["trials_ms"], strict=True)]
+    assert rows[1]["speedup_paired"] == pytest.approx(sum(ratios) / 2)  # median of two
     assert rows[1]["speedup"] == pytest.approx(rows[0]["median_ms"] / rows[1]["median_ms"])
     import torch
 
