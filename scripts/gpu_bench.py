@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from compactinst_ros.bench import latency, roofline  # noqa: E402
 from compactinst_ros.bench.devices import DEVICES, Device  # noqa: E402
+from compactinst_ros.errors import InputError  # noqa: E402
 
 NCU_SIZE = (1088, 1920)
 #: Cityscapes' 8 thing classes, as in the paper's latency models and the cost model's default.
@@ -202,10 +203,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 csv_path = profile_decoder(ncu, config, args.out, timeout_s=140)
-            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                kernels = roofline.parse_ncu_csv(csv_path.read_text(errors="replace"))
+            except (RuntimeError, subprocess.TimeoutExpired, InputError) as exc:
                 print(f"  {config}: {exc}", flush=True)
                 continue
-            summary = roofline.summarize(roofline.parse_ncu_csv(csv_path.read_text()), preset)
+            summary = roofline.summarize(kernels, preset)
             dram[config] = summary
             print(roofline.format_table(summary, preset), flush=True)
         (args.out / "ncu_summary.json").write_text(json.dumps(dram, indent=1))
