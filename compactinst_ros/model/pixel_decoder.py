@@ -54,12 +54,20 @@ class MatrixAdaptiveAvgPool2d(nn.Module):
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
+        # Built once per (input size, device, dtype): a host-to-device copy in every forward
+        # would block CUDA-graph capture and cost a transfer per frame.
+        self._matrices: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, C, s, s)."""
         h, w = int(x.shape[-2]), int(x.shape[-1])
-        ph = adaptive_pool_matrix(h, self.size).to(x)
-        pwt = adaptive_pool_matrix(w, self.size).t().to(x)
+        key = (h, w, x.device, x.dtype)
+        if key not in self._matrices:
+            self._matrices[key] = (
+                adaptive_pool_matrix(h, self.size).to(x),
+                adaptive_pool_matrix(w, self.size).t().to(x),
+            )
+        ph, pwt = self._matrices[key]
         return torch.matmul(torch.matmul(ph, x), pwt)
 
 
