@@ -54,7 +54,7 @@ setup(
     zip_safe=True,
     maintainer="compactinst_ros maintainers",
     maintainer_email="compactinst@example.com",
-    description="CompactInst instance/panoptic segmentation ROS 2 node with TensorRT and ONNX Runtime backends",
+    description="CompactInst instance/panoptic segmentation ROS 2 node (TensorRT, ONNX Runtime)",
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
