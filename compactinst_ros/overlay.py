@@ -2,7 +2,10 @@
 
 Instances are drawn when there are any, else panoptic segments, else the semantic raster. The
 blend is a palette lookup over the id raster (no per-pixel Python), outlines are the coloured pixels
-whose 4-neighbourhood holds another id, and labels are drawn with OpenCV per instance.
+whose 4-neighbourhood holds another id, and labels are drawn with OpenCV per instance
+(``draw_captions``, also used on the TensorRT backend's device-rendered ``FrameResult.overlay``).
+Instance colours are ``palette(...)[id]``; a row does not depend on the palette's length, so the
+GPU overlay can keep one ``palette(MAX_QUERIES + 1)`` table on the device.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
+from .image_formats import to_rgb
 from .labels import LabelSet
 from .structures import FrameResult
 
@@ -19,31 +23,48 @@ _FONT = cv2.FONT_HERSHEY_SIMPLEX
 
 
 def palette(n: int) -> np.ndarray:
-    """(n, 3) uint8 RGB colours, well separated (golden-ratio hues); row 0 is black (background)."""
-    hues = (np.arange(n) * 0.618033988749895 * 180.0) % 180.0
-    hsv = np.stack(
-        [hues, np.full(n, 200.0), np.where(np.arange(n) % 2, 255.0, 210.0)], axis=-1
-    ).astype(np.uint8)
-    rgb = cv2.cvtColor(hsv[None], cv2.COLOR_HSV2RGB)[0]
-    rgb[0] = 0
+    """(n, 3) uint8 RGB colours, well separated (golden-ratio hues); row 0 is black (background).
+
+    HSV -> RGB in numpy rather than cv2.cvtColor, whose SIMD and scalar paths round differently:
+    row i must not depend on n (the GPU overlay keeps one table for all frames).
+    """
+    idx = np.arange(n)
+    hue = ((idx * 0.618033988749895 * 180.0) % 180.0).astype(np.uint8) * 2.0 / 60.0  # sectors
+    sat = 200.0 / 255.0
+    val = np.where(idx % 2, 255.0, 210.0)
+    sector = np.floor(hue).astype(np.intp) % 6
+    frac = hue - np.floor(hue)
+    p, q, t = val * (1 - sat), val * (1 - sat * frac), val * (1 - sat * (1 - frac))
+    choices = np.stack(
+        [
+            np.stack(c, axis=-1)
+            for c in ((val, t, p), (q, val, p), (p, val, t), (p, q, val), (t, p, val), (val, p, q))
+        ]
+    )
+    rgb = np.rint(choices[sector, idx]).astype(np.uint8)
+    rgb[:1] = 0
     return rgb
 
 
-def _index_raster(result: FrameResult, labels: LabelSet) -> tuple[np.ndarray, np.ndarray, list]:
-    """(index raster, colour LUT (RGB), text items) for what the overlay should show.
-
-    Index 0 means "leave the pixel alone"; text items are (x, y, caption, rgb colour).
-    """
+def _caption_items(result: FrameResult, labels: LabelSet) -> list:
+    """(x, y, caption, rgb colour) per instance, or none when the overlay shows no instances."""
+    inst = result.instances
+    if result.instance_raster is None or not len(inst):
+        return []
     names = dict(zip(labels.ids, labels.names, strict=True))
+    lut = palette(int(inst.ids.max()) + 1)
+    return [
+        (float(b[0]), float(b[1]), f"{names.get(int(lab), lab)} {s:.2f}", lut[int(i)])
+        for i, lab, s, b in zip(inst.ids, inst.label_id, inst.score, inst.box, strict=True)
+    ]
+
+
+def _index_raster(result: FrameResult, labels: LabelSet) -> tuple[np.ndarray, np.ndarray]:
+    """(index raster, colour LUT (RGB)) for what the overlay should show; index 0 = leave alone."""
     class_lut = palette(max(labels.ids) + 1)
     inst = result.instances
     if result.instance_raster is not None and len(inst):
-        lut = palette(int(inst.ids.max()) + 1)
-        texts = [
-            (float(b[0]), float(b[1]), f"{names.get(int(lab), lab)} {s:.2f}", lut[int(i)])
-            for i, lab, s, b in zip(inst.ids, inst.label_id, inst.score, inst.box, strict=True)
-        ]
-        return result.instance_raster, lut, texts
+        return result.instance_raster, palette(int(inst.ids.max()) + 1)
     seg = result.segments
     if result.panoptic_raster is not None and len(seg):
         order = np.argsort(seg.ids, kind="stable")
@@ -58,10 +79,42 @@ def _index_raster(result: FrameResult, labels: LabelSet) -> tuple[np.ndarray, np
             class_lut[seg.label_id[order]],
         )
         lut = np.concatenate([np.zeros((1, 3), np.uint8), seg_colours.astype(np.uint8)])
-        return index, lut, []
+        return index, lut
     if result.semantic_raster is not None:
-        return result.semantic_raster, class_lut, []
-    return np.zeros((result.meta.src_h, result.meta.src_w), np.uint8), class_lut, []
+        return result.semantic_raster, class_lut
+    return np.zeros((result.meta.src_h, result.meta.src_w), np.uint8), class_lut
+
+
+def _check_frame(image: np.ndarray, result: FrameResult) -> None:
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(f"overlay needs an HxWx3 uint8 image, got {image.shape} {image.dtype}")
+    if image.shape[:2] != (result.meta.src_h, result.meta.src_w):
+        raise ValueError(
+            f"image {image.shape[:2]} is not the frame the result belongs to "
+            f"({result.meta.src_h}x{result.meta.src_w})"
+        )
+
+
+def draw_captions(
+    canvas: np.ndarray, result: FrameResult, labels: LabelSet, bgr: bool = True
+) -> np.ndarray:
+    """Draw the instances' class/score captions onto ``canvas`` in place and return it.
+
+    Shared by ``draw_overlay`` and the node's GPU path (``FrameResult.overlay`` has no text).
+    """
+    _check_frame(canvas, result)
+    scale = max(0.4, min(canvas.shape[:2]) / 800.0)
+    thickness = max(1, round(scale * 1.5))
+    for x, y, caption, colour in _caption_items(result, labels):
+        (tw, th), base = cv2.getTextSize(caption, _FONT, scale, thickness)
+        x0 = int(min(max(x, 0), max(canvas.shape[1] - tw, 0)))
+        y0 = int(min(max(y, th + base), canvas.shape[0] - 1))
+        fill = tuple(int(c) for c in (colour[::-1] if bgr else colour))
+        cv2.rectangle(canvas, (x0, y0 - th - base), (x0 + tw, y0), fill, cv2.FILLED)
+        cv2.putText(
+            canvas, caption, (x0, y0 - base), _FONT, scale, TEXT_COLOUR, thickness, cv2.LINE_AA
+        )
+    return canvas
 
 
 def draw_overlay(
@@ -75,14 +128,8 @@ def draw_overlay(
 
     ``image`` is HxWx3 uint8 in BGR (``bgr=True``) or RGB order; the output uses the same order.
     """
-    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise ValueError(f"overlay needs an HxWx3 uint8 image, got {image.shape} {image.dtype}")
-    if image.shape[:2] != (result.meta.src_h, result.meta.src_w):
-        raise ValueError(
-            f"image {image.shape[:2]} is not the frame the result belongs to "
-            f"({result.meta.src_h}x{result.meta.src_w})"
-        )
-    index, lut, texts = _index_raster(result, labels)
+    _check_frame(image, result)
+    index, lut = _index_raster(result, labels)
     if bgr:
         lut = lut[:, ::-1]
     lut = np.ascontiguousarray(lut)
@@ -101,16 +148,19 @@ def draw_overlay(
     edge[:-1, :] |= dy
     edge[1:, :] |= dy
     out[edge & fg] = OUTLINE_COLOUR
+    return draw_captions(out, result, labels, bgr)
 
-    scale = max(0.4, min(image.shape[:2]) / 800.0)
-    thickness = max(1, round(scale * 1.5))
-    for x, y, caption, colour in texts:
-        (tw, th), base = cv2.getTextSize(caption, _FONT, scale, thickness)
-        x0 = int(min(max(x, 0), max(image.shape[1] - tw, 0)))
-        y0 = int(min(max(y, th + base), image.shape[0] - 1))
-        fill = tuple(int(c) for c in (colour[::-1] if bgr else colour))
-        cv2.rectangle(out, (x0, y0 - th - base), (x0 + tw, y0), fill, cv2.FILLED)
-        cv2.putText(
-            out, caption, (x0, y0 - base), _FONT, scale, TEXT_COLOUR, thickness, cv2.LINE_AA
-        )
-    return out
+
+def overlay_bgr(
+    image: np.ndarray, encoding: str, result: FrameResult, labels: LabelSet, alpha: float
+) -> np.ndarray:
+    """bgr8 overlay of a camera frame (any supported encoding) for ``~/overlay``.
+
+    Uses the backend's device-rendered ``result.overlay`` plus captions when present, else
+    ``draw_overlay`` on the CPU; ``alpha`` applies to the CPU path (the GPU's is set at backend
+    construction).
+    """
+    if result.overlay is not None:
+        return draw_captions(result.overlay, result, labels, bgr=True)
+    bgr = image if encoding == "bgr8" else to_rgb(image, encoding)[..., ::-1]
+    return draw_overlay(bgr, result, labels, alpha, bgr=True)

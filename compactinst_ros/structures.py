@@ -65,11 +65,16 @@ class PostprocessOptions:
 
 @dataclass(frozen=True)
 class OutputSet:
-    """Which rasters to compute; a node asks only for outputs that have subscribers."""
+    """Which rasters to compute; a node asks only for outputs that have subscribers.
+
+    ``overlay`` asks a backend that can render it on the device (TensorRT) for
+    ``FrameResult.overlay``; others leave it None and the caller draws ``overlay.draw_overlay``.
+    """
 
     instance: bool = True
     panoptic: bool = True
     semantic: bool = True
+    overlay: bool = False
 
 
 @dataclass
@@ -147,4 +152,6 @@ class FrameResult:
     segments: Segments = field(default_factory=Segments.empty)
     panoptic_raster: np.ndarray | None = None  # (H, W) int32, 0 = void
     semantic_raster: np.ndarray | None = None  # (H, W) uint8 or uint16 label ids, 0 = void
+    # (H, W, 3) uint8 bgr8 instance colour blend + outlines, no captions (overlay.draw_captions)
+    overlay: np.ndarray | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)

@@ -8,20 +8,22 @@ executor may hop threads) hand frames over and wait for the result.
 
 Per frame, on one stream: pinned upload of the raw image -> preprocessing kernel -> encoder
 engine -> decoder engine (inputs bound to the encoder's output buffers) -> fused
-post-processing -> one device-to-host copy; CUDA events between the stages give the stage times;
-the host waits once, on the last (blocking-sync) event.
+post-processing [-> overlay kernel on the instance raster and the raw frame, when
+``OutputSet.overlay``] -> device-to-host copies; CUDA events between the stages give the stage
+times; the host waits once, on the last (blocking-sync) event.
 """
 
 from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, ConfigError
 from .engine_cache import EngineCache, default_cache_dir
 from .trt_build import BuildOptions, device_info, ensure_engines, import_pycuda, import_tensorrt
 
@@ -45,7 +47,11 @@ class TensorRTBackend:
         allow_build: bool = True,
         device: int = 0,
         build_options: BuildOptions | None = None,
+        overlay_alpha: float = 0.5,
     ) -> None:
+        if not 0.0 <= overlay_alpha <= 1.0:
+            raise ConfigError(f"overlay_alpha={overlay_alpha} must be in [0, 1] (colour weight)")
+        self.overlay_alpha = overlay_alpha
         self._trt = import_tensorrt()
         self._cuda = import_pycuda()
         self.bundle = bundle
@@ -68,7 +74,8 @@ class TensorRTBackend:
 
     def _setup(self, allow_build: bool, options: BuildOptions) -> None:
         """GPU thread: context, engines, buffers, kernels, stream and events."""
-        from ..postprocess.cuda import GpuPostprocessor, GpuPreprocessor
+        from ..overlay import palette
+        from ..postprocess.cuda import MAX_QUERIES, GpuOverlay, GpuPostprocessor, GpuPreprocessor
 
         cuda, trt = self._cuda, self._trt
         self.info = device_info(self.device)
@@ -98,6 +105,10 @@ class TensorRTBackend:
         self._post = GpuPostprocessor(
             self.bundle.labels, q, mask_h, mask_w, self.bundle.mask_stride
         )
+        self._overlay = GpuOverlay()
+        self._palette_rows = MAX_QUERIES + 1  # instance ids are 1..number of queries
+        self._palette = cuda.to_device(palette(self._palette_rows))  # RGB row per instance id
+        self._overlay_buf: tuple[tuple[int, int], Any, np.ndarray] | None = None
         self._stream = cuda.Stream()
         self._events = [cuda.Event() for _ in TIMED_STAGES] + [
             cuda.Event(cuda.event_flags.BLOCKING_SYNC)
@@ -163,16 +174,42 @@ class TensorRTBackend:
             if not context.execute_async_v3(stream.handle):
                 raise BackendError(f"TensorRT failed to enqueue stage '{stage.name}'")
             event.record(stream)
-        self._post.enqueue(stream, self._logits_ptr, self._masks_ptr, meta, options, outputs)
+        post_outputs = replace(outputs, instance=True) if outputs.overlay else outputs
+        self._post.enqueue(stream, self._logits_ptr, self._masks_ptr, meta, options, post_outputs)
+        if outputs.overlay:
+            self._enqueue_overlay(image.shape, encoding, meta, post_outputs)
         ev[4].record(stream)
         enqueue_ms = (time.perf_counter() - start) * 1e3
         ev[4].synchronize()
-        result = self._post.collect(meta, outputs)
+        result = self._post.collect(meta, post_outputs)
+        if outputs.overlay and self._overlay_buf is not None:
+            result.overlay = self._overlay_buf[2][..., ::-1].copy()  # RGB -> bgr8, off pinned
         result.timings_ms.update(
             {name: ev[i].time_till(ev[i + 1]) for i, name in enumerate(TIMED_STAGES)}
         )
         result.timings_ms["enqueue"] = enqueue_ms
         return result
+
+    def _enqueue_overlay(
+        self, shape: tuple[int, ...], encoding: str, meta: FrameMeta, post_outputs: OutputSet
+    ) -> None:
+        """GPU thread: blend the instance raster over the uploaded raw frame, then one D2H copy."""
+        cuda = self._cuda
+        size = (meta.src_h, meta.src_w)
+        if self._overlay_buf is None or self._overlay_buf[0] != size:
+            self._overlay_buf = (
+                size,
+                cuda.mem_alloc(3 * meta.src_h * meta.src_w),
+                cuda.pagelocked_empty((*size, 3), np.uint8),
+            )
+        _, device, host = self._overlay_buf
+        offsets, _ = self._post.layout(meta, post_outputs)
+        ids_ptr = int(self._post.geometry(meta).arena) + offsets["instance"]
+        self._overlay.enqueue_instance(
+            self._stream, int(self._pre.device), shape, encoding, ids_ptr,
+            int(self._palette), self._palette_rows, self.overlay_alpha, int(device),
+        )  # fmt: skip
+        cuda.memcpy_dtoh_async(host, device, self._stream)
 
     def describe(self) -> dict:
         """Backend, GPU, TensorRT version, engine cache and free/total GPU memory."""
@@ -203,7 +240,10 @@ class TensorRTBackend:
 
     def _teardown(self) -> None:
         """GPU thread: reverse creation order (contexts, engines, runtime), then the context."""
-        for name in ("_contexts", "_engines", "_runtime", "_buffers", "_pre", "_post", "_events"):
+        for name in (
+            "_contexts", "_engines", "_runtime", "_buffers", "_pre", "_post",
+            "_overlay", "_palette", "_overlay_buf", "_events",
+        ):  # fmt: skip
             if hasattr(self, name):
                 delattr(self, name)
         if hasattr(self, "_stream"):

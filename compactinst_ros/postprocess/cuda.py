@@ -359,14 +359,35 @@ class GpuOverlay:
         grid, block = (-(-w // 32), -(-h // 8)), (32, 8, 1)
         code = ENCODING_CODES[encoding.lower()]
         if sorted_ids is None:
-            self.k_instance.prepared_async_call(
-                grid, block, stream, src_ptr, h, w, row, code,
-                ids_ptr, len(lut), int(lut_dev), *weights, out_ptr,
-            )  # fmt: skip
+            self.enqueue_instance(
+                stream, src_ptr, shape, encoding, ids_ptr, int(lut_dev), len(lut), alpha, out_ptr
+            )
             return
         ids_dev = self.cuda.to_device(np.ascontiguousarray(sorted_ids, np.int32))
         self._tables.append(ids_dev)
         self.k_panoptic.prepared_async_call(
             grid, block, stream, src_ptr, h, w, row, code,
             ids_ptr, int(ids_dev), len(sorted_ids), int(lut_dev), *weights, out_ptr,
+        )  # fmt: skip
+
+    def enqueue_instance(
+        self,
+        stream: Any,
+        src_ptr: int,
+        shape: tuple[int, ...],
+        encoding: str,
+        ids_ptr: int,
+        lut_ptr: int,
+        n_lut: int,
+        alpha: float,
+        out_ptr: int,
+    ) -> None:
+        """``ov_instance`` with an ``n_lut``-row RGB LUT already on the device: no upload, so
+        nothing synchronises mid-frame (the TensorRT backend keeps one palette table)."""
+        h, w = shape[:2]
+        row = int(np.prod(shape[1:]))
+        self.k_instance.prepared_async_call(
+            (-(-w // 32), -(-h // 8)), (32, 8, 1), stream,
+            src_ptr, h, w, row, ENCODING_CODES[encoding.lower()],
+            ids_ptr, n_lut, lut_ptr, np.float32(1.0 - alpha), np.float32(alpha), out_ptr,
         )  # fmt: skip

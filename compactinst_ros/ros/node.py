@@ -32,7 +32,6 @@ from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2
 from std_msgs.msg import Float64, Header, String
 
 from ..errors import CompactInstError, ConfigError, InputError
-from ..image_formats import to_rgb
 from ..structures import STAGES, OutputSet, PostprocessOptions
 from . import convert
 from .diagnostics import FrameStats, diagnostic_array, health_status
@@ -431,6 +430,7 @@ class CompactInstCore:
         if backend == "tensorrt":
             kwargs["allow_build"] = cfg.allow_engine_build
             kwargs["device"] = cfg.gpu_device
+            kwargs["overlay_alpha"] = cfg.overlay_alpha
             if cfg.engine_cache_dir:
                 kwargs["engine_cache_dir"] = cfg.engine_cache_dir
         return Pipeline(cfg.model, backend=backend, options=cfg.options, **kwargs)
@@ -467,6 +467,7 @@ class CompactInstCore:
                 ),
                 panoptic=wanted.get("panoptic", False) or wanted.get("panoptic_segments", False),
                 semantic=wanted.get("semantic", False),
+                overlay=wanted.get("overlay", False),
             )
             result = pipeline(image, encoding, outputs)
             inferred = time.perf_counter()
@@ -513,11 +514,10 @@ class CompactInstCore:
                 convert.detections_msg(header, result.instances, vision_msgs)
             )
         if wanted.get("overlay") and result.instance_raster is not None:
-            from ..overlay import draw_overlay
+            from ..overlay import overlay_bgr
 
-            bgr = image if encoding == "bgr8" else to_rgb(image, encoding)[..., ::-1]
-            blended = draw_overlay(
-                bgr, result, pipeline.bundle.labels, self.config.overlay_alpha, bgr=True
+            blended = overlay_bgr(
+                image, encoding, result, pipeline.bundle.labels, self.config.overlay_alpha
             )
             self.pubs["overlay"].publish(convert.image_msg(blended, header, "bgr8"))
 

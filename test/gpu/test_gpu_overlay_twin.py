@@ -34,7 +34,7 @@ def test_overlay_twin_matches_cpu_overlay() -> None:
     image = rng.integers(0, 256, (60, 90, 3), dtype=np.uint8)
     result = panoptic_result()
     cpu = cpu_overlay.draw_overlay(image, result, SYNTHETIC_LABELS, alpha=0.4, bgr=False)
-    _, lut, _ = cpu_overlay._index_raster(result, SYNTHETIC_LABELS)
+    _, lut = cpu_overlay._index_raster(result, SYNTHETIC_LABELS)
     twin = gpu_twin.overlay(
         image, "rgb8", result.panoptic_raster, lut, 0.4, sorted_ids=np.sort(result.segments.ids)
     )
