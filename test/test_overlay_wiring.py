@@ -1,0 +1,131 @@
+"""OutputSet.overlay end to end: the ORT backend leaves FrameResult.overlay to the caller, and the
+TensorRT path (kernel twin + captions) gives the same picture as the CPU draw_overlay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from compactinst_ros.image_formats import to_rgb
+from compactinst_ros.labels import SYNTHETIC_LABELS
+from compactinst_ros.overlay import draw_captions, draw_overlay, overlay_bgr, palette
+from compactinst_ros.pipeline import Pipeline
+from compactinst_ros.postprocess import gpu_twin
+from compactinst_ros.postprocess.cuda import MAX_QUERIES
+from compactinst_ros.structures import FrameMeta, FrameResult, Instances, OutputSet, Segments
+
+H, W = 90, 140
+ALPHA = 0.45
+
+
+def _instances_result() -> FrameResult:
+    """Three instances (one touching the border) on an H x W frame."""
+    result = FrameResult(meta=FrameMeta.letterbox(H, W, 64, 96))
+    raster = np.zeros((H, W), np.uint16)
+    raster[5:40, 10:60] = 1
+    raster[30:80, 50:120] = 2  # overlaps 1: the later write wins, as in the raster rule
+    raster[70:, 125:] = 3
+    result.instance_raster = raster
+    boxes = []
+    for i in (1, 2, 3):
+        ys, xs = np.nonzero(raster == i)
+        boxes.append([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
+    result.instances = Instances(
+        ids=np.array([1, 2, 3], np.uint16),
+        class_index=np.array([0, 1, 0], np.int32),
+        label_id=np.array([1, 2, 1], np.int32),
+        score=np.array([0.9, 0.7, 0.4], np.float32),
+        box=np.array(boxes, np.float32),
+        area=np.array([(raster == i).sum() for i in (1, 2, 3)], np.int64),
+    )
+    return result
+
+
+def _gpu_path(raw: np.ndarray, encoding: str, result: FrameResult) -> np.ndarray:
+    """What TensorRTBackend puts in FrameResult.overlay: ov_instance over the raw frame with the
+    device palette table, RGB -> bgr8."""
+    rgb = gpu_twin.overlay(raw, encoding, result.instance_raster, palette(MAX_QUERIES + 1), ALPHA)
+    return rgb[..., ::-1].copy()
+
+
+def test_palette_rows_do_not_depend_on_its_length() -> None:
+    """The GPU keeps palette(MAX_QUERIES + 1); the CPU uses palette(max id + 1)."""
+    table = palette(MAX_QUERIES + 1)
+    for n in (1, 2, 3, 7, 16, 33, 100, MAX_QUERIES):
+        np.testing.assert_array_equal(palette(n), table[:n])
+
+
+@pytest.mark.parametrize("encoding", ["bgr8", "rgb8", "mono8"])
+def test_gpu_overlay_twin_plus_captions_matches_draw_overlay(encoding: str) -> None:
+    rng = np.random.default_rng(1)
+    bgr = cv2.GaussianBlur(rng.integers(0, 256, (H, W, 3), dtype=np.uint8), (5, 5), 0)
+    raw = {"bgr8": bgr, "rgb8": bgr[..., ::-1].copy(), "mono8": bgr[..., :1].copy()}[encoding]
+    result = _instances_result()
+    cpu = overlay_bgr(raw, encoding, result, SYNTHETIC_LABELS, ALPHA)
+    result.overlay = _gpu_path(raw, encoding, result)
+    gpu = overlay_bgr(raw, encoding, result, SYNTHETIC_LABELS, ALPHA)
+    assert gpu.shape == cpu.shape == (H, W, 3) and gpu.dtype == np.uint8
+    diff = np.abs(gpu.astype(int) - cpu.astype(int))
+    assert diff.max() <= 1  # cv2.addWeighted vs the kernel's float blend: rounding only
+    assert (diff > 0).mean() < 0.02
+    fg = result.instance_raster > 0
+    assert not np.array_equal(gpu[fg], bgr_of(raw, encoding)[fg])  # it did blend
+    assert (gpu[85, 5] == bgr_of(raw, encoding)[85, 5]).all()  # background untouched
+
+
+def bgr_of(raw: np.ndarray, encoding: str) -> np.ndarray:
+    """The bgr8 view of a raw test frame."""
+    return to_rgb(raw, encoding)[..., ::-1]
+
+
+def test_captions_are_one_function_for_both_paths() -> None:
+    """draw_overlay = blend + outlines + draw_captions; the captions are the only text."""
+    image = np.full((H, W, 3), 90, np.uint8)
+    result = _instances_result()
+    with_text = draw_overlay(image, result, SYNTHETIC_LABELS, ALPHA)
+    result.overlay = _gpu_path(image, "bgr8", result)
+    no_text = result.overlay.copy()
+    assert not np.array_equal(with_text, no_text)  # captions add pixels
+    captioned = draw_captions(no_text, result, SYNTHETIC_LABELS)
+    assert np.abs(captioned.astype(int) - with_text.astype(int)).max() <= 1
+
+
+def test_known_difference_no_instances_gpu_shows_the_plain_frame() -> None:
+    """Documented in docs/gpu.md: without instances the GPU overlay is the camera frame, while
+    draw_overlay falls back to the panoptic raster when one was computed."""
+    image = np.full((H, W, 3), 70, np.uint8)
+    result = FrameResult(meta=FrameMeta.letterbox(H, W, 64, 96))
+    result.instance_raster = np.zeros((H, W), np.uint16)
+    result.panoptic_raster = np.full((H, W), 7, np.int32)
+    result.segments = Segments(
+        ids=np.array([7], np.int32),
+        label_id=np.array([7], np.int32),
+        isthing=np.array([False]),
+        score=np.ones(1, np.float32),
+        area=np.array([H * W], np.int64),
+    )
+    cpu = overlay_bgr(image, "bgr8", result, SYNTHETIC_LABELS, ALPHA)
+    result.overlay = _gpu_path(image, "bgr8", result)
+    gpu = overlay_bgr(image, "bgr8", result, SYNTHETIC_LABELS, ALPHA)
+    np.testing.assert_array_equal(gpu, image)
+    assert not np.array_equal(cpu, image)
+
+
+def test_ort_backend_leaves_overlay_to_the_caller(random_bundle: Path) -> None:
+    """OutputSet(overlay=True) on ONNX Runtime: no device overlay, the node's CPU path draws it."""
+    frame = np.zeros((120, 200, 3), np.uint8)
+    frame[:] = np.linspace(30, 220, 200, dtype=np.uint8)[None, :, None]
+    cv2.circle(frame, (60, 60), 35, (20, 40, 220), -1)
+    with Pipeline(random_bundle, backend="onnxruntime", threads=1) as pipeline:
+        outputs = OutputSet(instance=True, panoptic=False, semantic=False, overlay=True)
+        result = pipeline(frame, "bgr8", outputs)
+        assert result.overlay is None
+        assert result.instance_raster is not None
+        out = overlay_bgr(frame, "bgr8", result, pipeline.bundle.labels, ALPHA)
+        np.testing.assert_array_equal(
+            out, draw_overlay(frame, result, pipeline.bundle.labels, ALPHA, bgr=True)
+        )
+        assert pipeline(frame, "bgr8").overlay is None  # the default OutputSet asks for none
