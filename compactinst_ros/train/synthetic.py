@@ -286,7 +286,7 @@ def generate(out: str | Path, num: int, seed: int, height: int, width: int,
             if seg["isthing"]:
                 ann_id += 1
                 rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-                rle["counts"] = rle["counts"].decode("ascii")
+                rle["counts"] = str(rle["counts"], "ascii")
                 instances.append({"id": ann_id, "image_id": index + 1,
                                   "category_id": seg["category_id"], "segmentation": rle,
                                   "area": area, "bbox": box, "iscrowd": 0})
