@@ -11,6 +11,7 @@ DistributedDataParallel (gloo on CPU, NCCL on CUDA).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -244,23 +245,17 @@ def train(opts: TrainOptions) -> Path:
     use_amp = (opts.amp and device.type == "cuda") or (opts.cpu_bf16 and device.type == "cpu")
     scaler = torch.amp.GradScaler("cuda", enabled=use_amp and device.type == "cuda")
 
-    sampler = None
+    dist_sampler = None
     if ctx.world_size > 1:
-        sampler = torch.utils.data.DistributedSampler(
+        dist_sampler = torch.utils.data.DistributedSampler(
             dataset, ctx.world_size, ctx.rank, shuffle=True, seed=opts.seed
         )
-    generator = torch.Generator().manual_seed(opts.seed)
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=opts.batch_size, shuffle=sampler is None, sampler=sampler,
-        num_workers=opts.workers, collate_fn=collate, drop_last=True, generator=generator,
-        persistent_workers=opts.workers > 0,
-    )
-    if len(loader) == 0:
+    steps_per_epoch = (len(dist_sampler) if dist_sampler else len(dataset)) // opts.batch_size
+    if steps_per_epoch == 0:
         raise ConfigError(
             f"{opts.data}: {len(dataset)} images is fewer than one batch of {opts.batch_size} "
             f"per process; lower --batch-size"
         )
-    steps_per_epoch = len(loader)
     progress = Progress(opts.steps, start_step, opts.log_every, ctx.rank == 0)
     deadline = time.monotonic() + 60 * opts.max_minutes if opts.max_minutes else None
     if ctx.rank == 0:
@@ -274,13 +269,20 @@ def train(opts: TrainOptions) -> Path:
     while step < opts.steps:
         epoch = step // steps_per_epoch
         dataset.set_epoch(epoch)
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        generator.manual_seed(opts.seed + epoch)
-        skip = step % steps_per_epoch
-        for i, (images, targets) in enumerate(loader):
-            if i < skip:
-                continue
+        if dist_sampler is not None:
+            dist_sampler.set_epoch(epoch)
+            order: torch.utils.data.Sampler = dist_sampler
+        else:
+            order = torch.utils.data.RandomSampler(
+                dataset, generator=torch.Generator().manual_seed(opts.seed + epoch)
+            )
+        # Resuming mid-epoch skips the batches already seen without loading them.
+        skip = (step % steps_per_epoch) * opts.batch_size
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=opts.batch_size, sampler=_Skip(order, skip),
+            num_workers=opts.workers, collate_fn=collate, drop_last=True,
+        )
+        for images, targets in loader:
             losses = train_step(net, model, criterion, optimizer, scaler, images, targets,
                                 device, opts, step, use_amp)
             progress.update(step, losses, optimizer.param_groups[0]["lr"])
@@ -300,6 +302,19 @@ def train(opts: TrainOptions) -> Path:
         save_checkpoint(final, model, None, opts.config, labels, step)
     ctx.barrier()
     return final if step >= opts.steps else last
+
+
+class _Skip(torch.utils.data.Sampler):
+    """The indices of ``base`` after the first ``skip`` (same order as ``base``)."""
+
+    def __init__(self, base: torch.utils.data.Sampler, skip: int) -> None:
+        self.base, self.skip = base, skip
+
+    def __iter__(self):
+        return itertools.islice(iter(self.base), self.skip, None)
+
+    def __len__(self) -> int:
+        return max(len(self.base) - self.skip, 0)
 
 
 def train_step(net: nn.Module, model: nn.Module, criterion: SetCriterion,
