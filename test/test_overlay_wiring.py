@@ -129,3 +129,13 @@ def test_ort_backend_leaves_overlay_to_the_caller(random_bundle: Path) -> None:
             out, draw_overlay(frame, result, pipeline.bundle.labels, ALPHA, bgr=True)
         )
         assert pipeline(frame, "bgr8").overlay is None  # the default OutputSet asks for none
+
+
+def test_tensorrt_overlay_alpha_is_checked_before_any_gpu_work(random_bundle: Path) -> None:
+    """A bad blend weight is a ConfigError naming the range, even where TensorRT is missing."""
+    from compactinst_ros.backends.trt import TensorRTBackend
+    from compactinst_ros.bundle import ModelBundle
+    from compactinst_ros.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"overlay_alpha=1.5 must be in \[0, 1\]"):
+        TensorRTBackend(ModelBundle.load(random_bundle), overlay_alpha=1.5)
