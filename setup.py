@@ -27,7 +27,17 @@ COLCON = [
     "colcon-ros>=0.4",
     "colcon-library-path>=0.2",
 ]
-DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", *COLCON]
+# rosidl/ament_cmake from PyPI: tests build the vision_msgs messages (no wheel exists) with CMake.
+ROSIDL_BUILD = [
+    "ros-kilted-rosidl-default-generators",
+    "ros-kilted-rosidl-core-generators",
+    "ros-kilted-ament-cmake",
+    "ros-kilted-ament-cmake-include-directories",
+    "ros-kilted-ament-cmake-ros-core",
+    "ros-kilted-ament-package",
+    "ros-kilted-geometry-msgs",
+]
+DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", *COLCON, *ROSIDL_BUILD]
 
 setup(
     name=PACKAGE,

@@ -8,6 +8,7 @@ prefix keyed by the fixture's content and the tool versions; later runs reuse it
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import importlib.metadata
@@ -72,6 +73,15 @@ class VisionMsgsPrefix:
     def lib(self) -> Path:
         """Folder of the typesupport libraries (LD_LIBRARY_PATH: rosidl finds them there)."""
         return self.root / "lib"
+
+    def preload(self) -> None:
+        """Load the typesupport libraries into this process.
+
+        rosidl dlopen()s them by file name, which the loader resolves with the LD_LIBRARY_PATH
+        this process started with; an already loaded library of that name is found instead.
+        """
+        for lib in sorted(self.lib.glob("libvision_msgs__*.so")):
+            ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
 
     def environment(self, base: dict[str, str]) -> dict[str, str]:
         """``base`` with this prefix prepended to PYTHONPATH, LD_LIBRARY_PATH, AMENT_PREFIX_PATH."""

@@ -1,0 +1,149 @@
+"""The node's vision_msgs outputs (~/detections, ~/label_info) with a real vision_msgs build.
+
+vision_msgs has no wheel: ``vision_msgs_build`` compiles the 4.1.x definitions once into a
+cache prefix, and the node runs with that prefix on its paths.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from conftest import Client, NodeProcess, next_domain
+from test_ros_node import image_msg, scene
+from vision_msgs_build import BuildError, build_vision_msgs, missing_toolchain
+
+from compactinst_ros.bundle import ModelBundle
+from compactinst_ros.ros.convert import raster_from_image, table_from_msg
+
+pytest.importorskip("rclpy")
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, PointCloud2
+
+NS = "/compactinst"
+TOPIC = "/cam/vision_image"
+SCORE_THRESHOLD = 0.0
+
+
+@pytest.fixture(scope="session")
+def vision_msgs_prefix(request: pytest.FixtureRequest):
+    """The built vision_msgs prefix (cached across runs); skips only if the toolchain is missing."""
+    reason = missing_toolchain()
+    if reason is not None:
+        pytest.skip(f"cannot build vision_msgs: {reason}")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def progress(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(line)
+
+    try:
+        return build_vision_msgs(progress=progress)
+    except BuildError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def vision(vision_msgs_prefix, random_bundle):
+    """(vision_msgs.msg module, client, image publisher, labels) with the node running."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in vision_msgs_prefix.environment({}).items():
+            mp.setenv(name, value, prepend=":")
+        mp.syspath_prepend(str(vision_msgs_prefix.site_packages))
+        vision_msgs_prefix.preload()
+        msgs = importlib.import_module("vision_msgs.msg")
+        assert str(vision_msgs_prefix.root) in msgs.__file__, msgs.__file__
+        domain = next_domain()
+        node = NodeProcess(
+            domain,
+            {
+                "model": random_bundle,
+                "backend": "onnxruntime",
+                "ort_threads": 1,
+                "score_threshold": SCORE_THRESHOLD,
+                "max_instances": 20,
+                "image_topic": TOPIC,
+                "outputs": ["detections", "instance_mask", "instance_table"],
+                "diagnostics_period": 0.25,
+            },
+        )
+        client = Client(domain)
+        try:
+            reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+            client.subscribe(msgs.Detection2DArray, f"{NS}/detections", reliable)
+            client.subscribe(Image, f"{NS}/instance_mask", reliable)
+            client.subscribe(PointCloud2, f"{NS}/instance_table", reliable)
+            raw = client.publisher(Image, TOPIC)
+            client.wait_for(
+                lambda: raw.get_subscription_count()
+                and all(s.get_publisher_count() for s in client.subs.values()),
+                60,
+                f"the node's detections publisher (node log:\n{node.log_path})",
+            )
+            yield msgs, client, raw, ModelBundle.load(random_bundle).labels
+        finally:
+            client.close()
+            code = node.stop()
+            assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
+            assert "vision_msgs is not installed" not in node.log()
+
+
+def test_detections_match_the_instance_raster_and_table(vision):
+    msgs, client, raw, _ = vision
+    msg = image_msg(scene(120, 160, 7), "bgr8")
+    msg.header.stamp.nanosec = 123456
+    raw.publish(msg)
+    sec = msg.header.stamp.sec
+    topics = (f"{NS}/detections", f"{NS}/instance_mask", f"{NS}/instance_table")
+    client.wait_for(lambda: all(client.stamped(t, sec) for t in topics), 30, "outputs")
+    dets = client.stamped(topics[0], sec)
+    raster = raster_from_image(client.stamped(topics[1], sec))
+    table = table_from_msg(client.stamped(topics[2], sec))
+
+    assert isinstance(dets, msgs.Detection2DArray)
+    assert (dets.header.stamp.sec, dets.header.stamp.nanosec) == (sec, 123456)
+    assert dets.header.frame_id == msg.header.frame_id
+    assert len(dets.detections) > 0, "the random model at score_threshold 0 must yield instances"
+    raster_ids = set(np.unique(raster[raster > 0]).tolist())
+    assert {int(d.id) for d in dets.detections} == raster_ids
+    rows = {int(r["id"]): r for r in table}
+    assert set(rows) == raster_ids
+    for det in dets.detections:
+        assert det.header.frame_id == msg.header.frame_id
+        assert det.header.stamp.sec == sec
+        ys, xs = np.nonzero(raster == int(det.id))
+        x0, x1, y0, y1 = xs.min(), xs.max() + 1, ys.min(), ys.max() + 1
+        box = det.bbox
+        assert (box.size_x, box.size_y) == (x1 - x0, y1 - y0), det.id
+        assert (box.center.position.x, box.center.position.y) == ((x0 + x1) / 2, (y0 + y1) / 2)
+        assert box.center.theta == 0.0
+        assert len(det.results) == 1
+        hyp = det.results[0].hypothesis
+        row = rows[int(det.id)]
+        assert hyp.class_id == str(int(row["label_id"]))
+        assert hyp.score == pytest.approx(float(row["score"]), rel=1e-6)
+        assert hyp.score >= SCORE_THRESHOLD
+    scores = [d.results[0].hypothesis.score for d in dets.detections]
+    assert scores == sorted(scores, reverse=True), "detections come in raster-id (score) order"
+
+
+def test_label_info_is_transient_local_with_every_label(vision):
+    msgs, client, _, labels = vision
+    topic = f"{NS}/label_info"
+    client.subscribe(
+        msgs.LabelInfo,
+        topic,
+        QoSProfile(
+            depth=1,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        ),
+    )
+    info = client.wait_for(lambda: client.received(topic), 20, "latched LabelInfo")[0]
+    assert isinstance(info, msgs.LabelInfo)
+    assert [(c.class_id, c.class_name) for c in info.class_map] == list(
+        zip(labels.ids, labels.names, strict=True)
+    )
+    assert info.threshold == pytest.approx(SCORE_THRESHOLD)
+    assert info.header.stamp.sec > 0
