@@ -18,8 +18,12 @@ from compactinst_ros.bundle import ModelBundle
 from compactinst_ros.ros.convert import raster_from_image, table_from_msg
 
 pytest.importorskip("rclpy")
+from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, PointCloud2
+
+#: a cold run compiles the messages (about 20-30 s on 2 cores); cached runs take about 5 s
+pytestmark = pytest.mark.slow
 
 NS = "/compactinst"
 TOPIC = "/cam/vision_image"
@@ -74,12 +78,19 @@ def vision(vision_msgs_prefix, random_bundle):
             client.subscribe(msgs.Detection2DArray, f"{NS}/detections", reliable)
             client.subscribe(Image, f"{NS}/instance_mask", reliable)
             client.subscribe(PointCloud2, f"{NS}/instance_table", reliable)
+            client.subscribe(DiagnosticArray, "/diagnostics")
             raw = client.publisher(Image, TOPIC)
+            # The node reports the publishers' reliability once it has discovered ours: only
+            # then is a frame sure to reach it.
             client.wait_for(
-                lambda: raw.get_subscription_count()
-                and all(s.get_publisher_count() for s in client.subs.values()),
+                lambda: client.latest_diagnostics().get("input_reliability") == "raw=reliable",
                 60,
-                f"the node's detections publisher (node log:\n{node.log_path})",
+                f"the node subscribed to our reliable publisher (log {node.log_path})",
+            )
+            client.wait_for(
+                lambda: all(s.get_publisher_count() for s in client.subs.values()),
+                20,
+                f"the node's output publishers (log {node.log_path})",
             )
             yield msgs, client, raw, ModelBundle.load(random_bundle).labels
         finally:
