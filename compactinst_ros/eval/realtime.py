@@ -60,34 +60,64 @@ def cdr_stamp_ns(raw: bytes) -> int:
 
 
 class NodeProcess:
-    """``compactinst_node`` in a subprocess; output goes to ``log_path``."""
+    """``compactinst_node`` (or the lifecycle variant) in a subprocess; output to ``log_path``."""
 
-    def __init__(self, params: dict[str, str], env: dict[str, str], log_path: Path) -> None:
-        args = [sys.executable, "-m", "compactinst_ros.ros.node", "--ros-args"]
+    def __init__(
+        self,
+        params: dict[str, Any],
+        env: dict[str, str],
+        log_path: Path,
+        lifecycle: bool = False,
+        cwd: Path | None = None,
+    ) -> None:
+        entry = "lifecycle_main" if lifecycle else "main"
+        args = [
+            sys.executable,
+            "-c",
+            f"import sys; from compactinst_ros.ros.node import {entry}; sys.exit({entry}())",
+            "--ros-args",
+        ]
         for key, value in params.items():
-            args += ["-p", f"{key}:={value}"]
+            args += ["-p", f"{key}:={ros_param_text(value)}"]
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(args, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            args, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd
+        )
+
+    def log(self) -> str:
+        """Everything the node printed so far."""
+        with contextlib.suppress(OSError):
+            return self.log_path.read_text()
+        return ""
 
     def tail(self, lines: int = 20) -> str:
         """The last lines the node printed."""
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text().splitlines()[-lines:])
-        return ""
+        return "\n".join(self.log().splitlines()[-lines:])
 
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """Ctrl-C the node, wait, kill it only after ``timeout``; returns its exit code."""
+    def stop(self, timeout: float = 15.0) -> int:
+        """Ctrl-C the node and wait; kills it only after ``timeout`` (then ``killed`` is True)."""
+        self.killed = False
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
+                self.killed = True
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+def ros_param_text(value: Any) -> str:
+    """A parameter value in ``--ros-args -p name:=value`` syntax."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)
 
 
 class Recorder:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, next_domain, ros_env
+from ros_harness import REPO, next_domain, ros_env
 
 pytest.importorskip("colcon_core")
 pytest.importorskip("colcon_ros")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import NodeProcess, next_domain
+from ros_harness import NodeProcess, next_domain
 from test_ros_node import NS, image_msg, scene
 
 pytest.importorskip("rclpy")

@@ -8,7 +8,7 @@ import time
 import cv2
 import numpy as np
 import pytest
-from conftest import Client, NodeProcess, next_domain
+from ros_harness import Client, NodeProcess, next_domain
 
 from compactinst_ros.ros.convert import raster_from_image, table_from_msg
 from compactinst_ros.structures import STAGES

@@ -10,7 +10,7 @@ import importlib
 
 import numpy as np
 import pytest
-from conftest import Client, NodeProcess, next_domain
+from ros_harness import Client, NodeProcess, next_domain
 from test_ros_node import image_msg, scene
 from vision_msgs_build import BuildError, build_vision_msgs, missing_toolchain
 
