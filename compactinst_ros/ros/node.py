@@ -24,10 +24,16 @@ from rcl_interfaces.msg import (
     ParameterDescriptor,
     ParameterType,
 )
-from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException
+from rclpy.exceptions import (
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+    InvalidTopicNameException,
+)
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.expand_topic_name import expand_topic_name
 from rclpy.node import Node
-from rclpy.qos import ReliabilityPolicy
+from rclpy.qos import ReliabilityPolicy, qos_policy_name_from_kind
+from rclpy.validate_full_topic_name import validate_full_topic_name
 from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2
 from std_msgs.msg import Float64, Header, String
 
@@ -175,10 +181,10 @@ def default_model_path() -> Path | None:
             share = Path(get_package_share_directory("compactinst_ros")) / "models" / "default"
             if share.is_dir():
                 return share
-        except PackageNotFoundError:
-            pass
+        except (PackageNotFoundError, OSError):
+            pass  # not installed in an ament prefix, or AMENT_PREFIX_PATH unset (pip install)
     except ImportError:
-        pass
+        pass  # no ament_index_python: only the source checkout is searched
     source = Path(__file__).resolve().parents[2] / "models" / "default"
     return source if source.is_dir() else None
 
@@ -231,6 +237,20 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
     )
 
 
+def check_topic(node: Node, name: str, parameter: str = "image_topic") -> str:
+    """Fully qualified ``name`` on ``node``; ConfigError naming the parameter if invalid."""
+    try:
+        full = expand_topic_name(name, node.get_name(), node.get_namespace())
+        validate_full_topic_name(full)
+    except (InvalidTopicNameException, ValueError) as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(
+            f"parameter {parameter}='{name}' is not a valid ROS topic name ({reason}); "
+            "pass e.g. image_topic:=/camera/image_raw"
+        ) from None
+    return full
+
+
 class CompactInstCore:
     """What the plain and the lifecycle node share: configure, activate, deactivate, cleanup."""
 
@@ -260,7 +280,10 @@ class CompactInstCore:
     def configure(self) -> None:
         """Validate parameters, load the model on the worker thread, create publishers."""
         values = {name: self.node.get_parameter(name).value for name in PARAMETERS}
-        self.config = cfg = read_config(values)
+        cfg = read_config(values)
+        for kind in ("raw", "compressed"):
+            check_topic(self.node, self._topic(kind, cfg))
+        self.config = cfg
         self.stats = FrameStats()
         self.worker = Worker(self._make_pipeline, self._process)
         self.facts = {"status": "loading"}
@@ -364,9 +387,11 @@ class CompactInstCore:
 
     # -- input ---------------------------------------------------------------------------------
 
-    def _topic(self, kind: str) -> str:
-        assert self.config is not None
-        base = self.config.image_topic
+    def _topic(self, kind: str, config: NodeConfig | None = None) -> str:
+        cfg = config or self.config
+        if cfg is None:
+            raise RuntimeError("the node is not configured; configure it before subscribing")
+        base = cfg.image_topic
         return base if kind == "raw" else f"{base.rstrip('/')}/compressed"
 
     def _subscribe(self, kind: str, reliability: ReliabilityPolicy) -> None:
@@ -404,7 +429,8 @@ class CompactInstCore:
 
     def _on_incompatible_qos(self, event: Any) -> None:
         message = (
-            f"incompatible QoS on the input topic (policy {event.last_policy_kind}); set "
+            "incompatible QoS on the input topic (policy "
+            f"{qos_policy_name_from_kind(event.last_policy_kind)}); set "
             "input_reliability:=auto or match the camera's reliability"
         )
         self.stats.on_qos_incompatible(message)
@@ -450,11 +476,11 @@ class CompactInstCore:
         """Convert, infer and publish one frame; errors are counted, logged and reported."""
         start = time.perf_counter()
         queue_ms = (start - frame.received) * 1e3
-        wanted = self._wanted()
-        if not any(wanted.values()):
-            self.stats.on_idle()
-            return
         try:
+            wanted = self._wanted()
+            if not any(wanted.values()):
+                self.stats.on_idle()
+                return
             if frame.compressed:
                 image, encoding = convert.image_from_compressed(frame.msg)
             else:
@@ -473,10 +499,17 @@ class CompactInstCore:
             inferred = time.perf_counter()
             self._publish_outputs(frame.msg.header, image, encoding, result, wanted, pipeline)
             done = time.perf_counter()
+            timings = dict(result.timings_ms)
+            timings["decode"] = (decoded - start) * 1e3
+            timings["queue"] = queue_ms
+            timings["publish"] = (done - inferred) * 1e3
+            timings["total"] = (done - frame.received) * 1e3
+            self.stats.on_processed(timings)
+            if wanted["latency"]:
+                self._publish_latency(frame.msg.header, timings)
         except InputError as exc:
             self.stats.on_error(f"bad input frame: {exc}", input_error=True)
             self.log.warning(f"skipping a bad input frame: {exc}", throttle_duration_sec=2.0)
-            return
         except Exception as exc:
             if not self.node.context.ok():
                 return  # shutting down (Ctrl-C): publishers are gone, nothing to report
@@ -485,15 +518,6 @@ class CompactInstCore:
                 f"frame failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
                 throttle_duration_sec=2.0,
             )
-            return
-        timings = dict(result.timings_ms)
-        timings["decode"] = (decoded - start) * 1e3
-        timings["queue"] = queue_ms
-        timings["publish"] = (done - inferred) * 1e3
-        timings["total"] = (done - frame.received) * 1e3
-        self.stats.on_processed(timings)
-        if wanted["latency"]:
-            self._publish_latency(frame.msg.header, timings)
 
     def _publish_outputs(
         self, header: Any, image: Any, encoding: str, result: Any, wanted: dict, pipeline: Any
@@ -591,6 +615,7 @@ def _lifecycle_class() -> type:
             self.core = CompactInstCore(self)
 
         def on_configure(self, state: State) -> TransitionCallbackReturn:
+            """Load the model and create publishers; FAILURE names the problem."""
             try:
                 self.core.configure()
             except CompactInstError as exc:
@@ -600,18 +625,27 @@ def _lifecycle_class() -> type:
             return TransitionCallbackReturn.SUCCESS
 
         def on_activate(self, state: State) -> TransitionCallbackReturn:
-            self.core.activate()
+            """Subscribe to the input; FAILURE (stays inactive) if that is impossible."""
+            try:
+                self.core.activate()
+            except CompactInstError as exc:
+                self.get_logger().error(f"activate failed: {exc}")
+                self.core.deactivate()
+                return TransitionCallbackReturn.FAILURE
             return TransitionCallbackReturn.SUCCESS
 
         def on_deactivate(self, state: State) -> TransitionCallbackReturn:
+            """Unsubscribe; the model stays loaded."""
             self.core.deactivate()
             return TransitionCallbackReturn.SUCCESS
 
         def on_cleanup(self, state: State) -> TransitionCallbackReturn:
+            """Stop the worker and remove publishers."""
             self.core.cleanup()
             return TransitionCallbackReturn.SUCCESS
 
         def on_shutdown(self, state: State) -> TransitionCallbackReturn:
+            """Release everything before the node goes away."""
             self.core.cleanup()
             return TransitionCallbackReturn.SUCCESS
 

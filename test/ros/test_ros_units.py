@@ -16,7 +16,7 @@ from std_msgs.msg import Header
 
 from compactinst_ros.errors import ConfigError, InputError
 from compactinst_ros.ros import convert
-from compactinst_ros.ros.node import PARAMETERS, read_config
+from compactinst_ros.ros.node import PARAMETERS, check_topic, default_model_path, read_config
 from compactinst_ros.ros.qos import matched_reliability
 from compactinst_ros.ros.worker import Frame, Mailbox, Worker
 from compactinst_ros.structures import Instances, Segments
@@ -142,3 +142,18 @@ def test_invalid_choices_fail_with_the_parameter_name():
         read_config(values | {"outputs": ["instance_mask", "depth"]})
     with pytest.raises(ConfigError, match="max_instances"):
         read_config(values | {"max_instances": 0})
+
+
+def test_invalid_image_topic_is_a_config_error_naming_the_parameter():
+    node = SimpleNamespace(get_name=lambda: "compactinst", get_namespace=lambda: "/robot")
+    assert check_topic(node, "image") == "/robot/image"
+    assert check_topic(node, "~/in") == "/robot/compactinst/in"
+    for bad in ("bad topic!", "/a//b", "", "image/"):
+        with pytest.raises(ConfigError, match="image_topic"):
+            check_topic(node, bad)
+
+
+def test_default_model_lookup_survives_a_missing_ament_prefix(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("AMENT_PREFIX_PATH", raising=False)
+    found = default_model_path()  # pip install without a sourced workspace: no OSError
+    assert found is None or found.is_dir()
