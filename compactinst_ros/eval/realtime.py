@@ -128,13 +128,14 @@ class Recorder:
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import Float64
 
         self.rclpy = rclpy
-        self.context = rclpy.Context()
+        self.context = Context()  # rclpy.context.Context: the module path every distro has
         rclpy.init(context=self.context, domain_id=domain_id)
         self.node = rclpy.create_node("compactinst_replay", context=self.context)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -178,6 +179,7 @@ class Recorder:
 
     def _raster_cb(self, name: str) -> Any:
         def record(raw: bytes) -> None:
+            """Count one serialised raster and copy it to the output bag at its lag."""
             now = time.monotonic()
             stamp = cdr_stamp_ns(raw)
             with self.lock:
