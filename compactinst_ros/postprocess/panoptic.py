@@ -83,7 +83,7 @@ def panoptic_slots(
         won = np.take_along_axis(on, winner[None], axis=0)[0]
         slot = np.where(won, winner + 1, 0)
         slots[rows] = slot
-        orig += [np.count_nonzero(query_on) for query_on in on]
+        orig += np.count_nonzero(on.reshape(n, -1), axis=1)
         wins += np.bincount(winner.ravel(), minlength=n)
         seg += np.bincount(slot.ravel(), minlength=n + 1)[1:]
     return slots, wins, orig, seg
