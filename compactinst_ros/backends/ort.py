@@ -86,6 +86,7 @@ class OrtBackend:
         if len(image_inputs) != 1:
             raise BackendError(f"{encoder.path} must have exactly one input (the image)")
         self._image_input = image_inputs[0]
+        self._providers = list(self._encoder.get_providers())
         self._feature_names = [o.name for o in self._encoder.get_outputs()]
         _check_names(self._decoder, decoder.path, self._feature_names)
         decoder_outputs = {o.name for o in self._decoder.get_outputs()}
@@ -133,13 +134,15 @@ class OrtBackend:
         return self._encoder.run(self._feature_names, {self._image_input: tensor})
 
     def _run_decoder(self, features: list[np.ndarray]) -> RawOutputs:
+        if self._decoder is None:
+            raise BackendError("the ONNX Runtime backend was closed; create a new Pipeline")
         feed = dict(zip(self._feature_names, features, strict=True))
         logits, masks = self._decoder.run(list(DECODER_OUTPUTS), feed)
         return RawOutputs(logits[0], masks[0], self.bundle.mask_stride)
 
     def describe(self) -> dict:
         """Backend name, onnxruntime version, providers and device."""
-        providers = list(self._encoder.get_providers())
+        providers = self._providers  # kept from construction: valid after close() too
         return {
             "backend": self.name,
             "onnxruntime_version": self._ort.__version__,
