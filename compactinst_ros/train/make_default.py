@@ -25,7 +25,7 @@ from .synthetic import generate
 
 BUNDLE_SIZE = (128, 192)
 RECIPE = {
-    "steps": 2500, "batch_size": 4, "crop": BUNDLE_SIZE, "scale": (0.4, 0.6), "lr": 2e-4,
+    "steps": 4000, "batch_size": 4, "crop": BUNDLE_SIZE, "scale": (0.4, 0.6), "lr": 2e-4,
     "warmup": 50, "backbone_lr_mult": 1.0, "num_points": 1024, "guided": False, "threads": 2,
     "checkpoint_every": 50, "cpu_bf16": True,
 }
