@@ -39,6 +39,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
 
 from compactinst_ros.ros.node import CompactInstNode  # noqa: E402
+from compactinst_ros.ros.qos import publisher_count  # noqa: E402
 
 BACKEND_STAGES = ("preprocess", "encoder", "decoder", "postprocess")
 MASKS = ("instance_mask", "panoptic", "semantic")
@@ -118,12 +119,12 @@ def spin_thread(executor: SingleThreadedExecutor) -> threading.Thread:
     return thread
 
 
-def wait_matched(pubs: list, subs: list, timeout: float = 30.0) -> None:
-    """Wait until DDS discovery has matched every endpoint."""
+def wait_matched(node: Node, pubs: list, subs: list, timeout: float = 30.0) -> None:
+    """Wait until DDS discovery has matched every endpoint (graph counts for subs on Humble)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(p.get_subscription_count() for p in pubs) and all(
-            s.get_publisher_count() for s in subs
+            publisher_count(node, s) for s in subs
         ):
             return
         time.sleep(0.05)
@@ -162,7 +163,7 @@ def camera(args: argparse.Namespace, sizes: list[tuple[int, int]]) -> int:
     executor.add_node(client)
     thread = spin_thread(executor)
     try:
-        wait_matched([cam, bare_cam], subs)
+        wait_matched(client, [cam, bare_cam], subs)
         time.sleep(0.5)
         sec = 1
         for h, w in sizes:

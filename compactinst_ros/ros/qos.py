@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from rclpy.qos import (
     DurabilityPolicy,
@@ -77,3 +78,15 @@ def latched_qos() -> QoSProfile:
         reliability=ReliabilityPolicy.RELIABLE,
         durability=DurabilityPolicy.TRANSIENT_LOCAL,
     )
+
+
+def publisher_count(node: Any, subscription: Any) -> int:
+    """Publishers matched to ``subscription``; on Humble, those on its topic in the graph.
+
+    ``Subscription.get_publisher_count`` exists from Iron on (ros2/rclpy#1089); Humble has only
+    ``Node.count_publishers``, which counts graph publishers whether or not they matched.
+    """
+    matched = getattr(subscription, "get_publisher_count", None)
+    if matched is not None:
+        return int(matched())
+    return int(node.count_publishers(subscription.topic_name))

@@ -110,6 +110,12 @@ class Client:
         with self.lock:
             return list(self.messages[topic])
 
+    def matched(self, topic: str) -> int:
+        """Publishers matched to our subscription on ``topic`` (graph count on Humble)."""
+        from compactinst_ros.ros.qos import publisher_count
+
+        return publisher_count(self.node, self.subs[topic])
+
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
         """Poll ``predicate`` until it returns a truthy value; AssertionError after ``timeout``."""
         deadline = time.monotonic() + timeout

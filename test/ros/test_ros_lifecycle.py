@@ -110,7 +110,7 @@ def test_lifecycle_transitions_and_incompatible_qos(random_bundle, make_client):
 
         reliable = client.publisher(Image, topic)
         client.wait_for(reliable.get_subscription_count, 20, "reliable match")
-        client.wait_for(client.subs[f"{NS}/instance_mask"].get_publisher_count, 20, "output match")
+        client.wait_for(lambda: client.matched(f"{NS}/instance_mask"), 20, "output match")
         first = image_msg(scene(64, 96), "bgr8")
         reliable.publish(first)
         client.wait_for(lambda: client.stamped(f"{NS}/instance_mask", first.header.stamp.sec))
@@ -125,7 +125,7 @@ def test_lifecycle_transitions_and_incompatible_qos(random_bundle, make_client):
             "a frame skipped while nobody subscribes",
         )
         client.subscribe(Image, f"{NS}/instance_mask")
-        client.wait_for(client.subs[f"{NS}/instance_mask"].get_publisher_count, 20, "re-match")
+        client.wait_for(lambda: client.matched(f"{NS}/instance_mask"), 20, "re-match")
 
         _transition(client, Transition.TRANSITION_DEACTIVATE)
         assert _state(client) == State.PRIMARY_STATE_INACTIVE

@@ -127,7 +127,7 @@ def ros(random_bundle):
         )
         client.wait_for(lambda: raw.get_subscription_count() and comp.get_subscription_count())
         client.wait_for(
-            lambda: all(s.get_publisher_count() for s in client.subs.values()),
+            lambda: all(client.matched(topic) for topic in client.subs),
             10,
             "output matching",
         )

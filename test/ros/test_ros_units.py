@@ -17,7 +17,7 @@ from std_msgs.msg import Header
 from compactinst_ros.errors import ConfigError, InputError
 from compactinst_ros.ros import convert
 from compactinst_ros.ros.node import PARAMETERS, check_topic, default_model_path, read_config
-from compactinst_ros.ros.qos import matched_reliability
+from compactinst_ros.ros.qos import matched_reliability, publisher_count
 from compactinst_ros.ros.worker import Frame, Mailbox, Worker
 from compactinst_ros.structures import Instances, Segments
 
@@ -157,3 +157,11 @@ def test_default_model_lookup_survives_a_missing_ament_prefix(monkeypatch: pytes
     monkeypatch.delenv("AMENT_PREFIX_PATH", raising=False)
     found = default_model_path()  # pip install without a sourced workspace: no OSError
     assert found is None or found.is_dir()
+
+
+def test_publisher_count_falls_back_to_the_graph_on_humble():
+    node = SimpleNamespace(count_publishers=lambda topic: {"/in": 2}.get(topic, 0))
+    humble_sub = SimpleNamespace(topic_name="/in")  # no get_publisher_count before Iron
+    assert publisher_count(node, humble_sub) == 2
+    iron_sub = SimpleNamespace(topic_name="/in", get_publisher_count=lambda: 1)
+    assert publisher_count(node, iron_sub) == 1

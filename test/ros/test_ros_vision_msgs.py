@@ -88,7 +88,7 @@ def vision(vision_msgs_prefix, random_bundle):
                 f"the node subscribed to our reliable publisher (log {node.log_path})",
             )
             client.wait_for(
-                lambda: all(s.get_publisher_count() for s in client.subs.values()),
+                lambda: all(client.matched(topic) for topic in client.subs),
                 20,
                 f"the node's output publishers (log {node.log_path})",
             )
