@@ -649,6 +649,12 @@ def _lifecycle_class() -> type:
             self.core.cleanup()
             return TransitionCallbackReturn.SUCCESS
 
+        def on_error(self, state: State) -> TransitionCallbackReturn:
+            """A transition raised: release everything so the node ends up cleanly unconfigured."""
+            self.get_logger().error(f"transition from '{state.label}' raised; cleaning up")
+            self.core.cleanup()
+            return TransitionCallbackReturn.SUCCESS
+
         def destroy_node(self) -> None:
             """Stop the worker before the publishers go away."""
             if getattr(self, "core", None) is not None:

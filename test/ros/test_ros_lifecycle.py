@@ -151,3 +151,40 @@ def test_lifecycle_transitions_and_incompatible_qos(random_bundle, make_client):
     finally:
         code = node.stop()
     assert code == 0, node.log()
+
+
+def test_lifecycle_failed_activate_stays_inactive_and_an_error_cleans_up(random_bundle):
+    """An activate that fails on purpose returns FAILURE; one that raises ends unconfigured."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from compactinst_ros.errors import ConfigError
+    from compactinst_ros.ros.node import _lifecycle_class
+
+    def refuse() -> None:
+        raise ConfigError("refused on purpose")
+
+    def crash() -> None:
+        raise RuntimeError("crashed on purpose")
+
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    params = [Parameter("model", value=str(random_bundle)), Parameter("ort_threads", value=1)]
+    node = _lifecycle_class()(context=context, parameter_overrides=params)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        activate = node.core.activate
+        node.core.activate = refuse
+        assert node.trigger_activate() == TransitionCallbackReturn.FAILURE
+        assert node.core.worker is not None and not node.core.active  # still inactive, loaded
+        node.core.activate = activate
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+        node.core.activate = crash
+        assert node.trigger_activate() == TransitionCallbackReturn.ERROR
+        assert node.core.worker is None and not node.core.pubs  # on_error released everything
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
