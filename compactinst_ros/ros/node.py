@@ -124,6 +124,15 @@ PARAMETERS: dict[str, ParamSpec] = {
 }
 
 
+def _ros_value(value: Any) -> str:
+    """``value`` as typed on a command line (``-p name:=value``): 1.0 for a double, [a,b] lists."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return repr(value) if isinstance(value, float) else str(value) or "''"
+
+
 def _descriptor(name: str, spec: ParamSpec) -> ParameterDescriptor:
     desc = spec.description
     if spec.choices:
@@ -260,7 +269,12 @@ class CompactInstCore:
         for name, spec in PARAMETERS.items():
             try:
                 node.declare_parameter(name, spec.default, _descriptor(name, spec))
-            except (InvalidParameterValueException, InvalidParameterTypeException) as exc:
+            except InvalidParameterTypeException as exc:
+                raise ConfigError(
+                    f"parameter {name}: {exc}; give it the default's type, e.g. "
+                    f"{name}:={_ros_value(spec.default)} (see config/compactinst.yaml)"
+                ) from None
+            except InvalidParameterValueException as exc:
                 raise ConfigError(f"parameter {name}: {exc}; see config/compactinst.yaml") from None
         self.config: NodeConfig | None = None
         self.stats = FrameStats()

@@ -16,7 +16,13 @@ from std_msgs.msg import Header
 
 from compactinst_ros.errors import ConfigError, InputError
 from compactinst_ros.ros import convert
-from compactinst_ros.ros.node import PARAMETERS, check_topic, default_model_path, read_config
+from compactinst_ros.ros.node import (
+    PARAMETERS,
+    _ros_value,
+    check_topic,
+    default_model_path,
+    read_config,
+)
 from compactinst_ros.ros.qos import matched_reliability, publisher_count
 from compactinst_ros.ros.worker import Frame, Mailbox, Worker
 from compactinst_ros.structures import Instances, Segments
@@ -165,3 +171,9 @@ def test_publisher_count_falls_back_to_the_graph_on_humble():
     assert publisher_count(node, humble_sub) == 2
     iron_sub = SimpleNamespace(topic_name="/in", get_publisher_count=lambda: 1)
     assert publisher_count(node, iron_sub) == 1
+
+
+def test_type_hints_in_parameter_errors_use_command_line_syntax():
+    assert _ros_value(0.3) == "0.3" and _ros_value(2.0) == "2.0"  # a double, never "2"
+    assert _ros_value(True) == "true" and _ros_value(7) == "7" and _ros_value("") == "''"
+    assert _ros_value(["overlay", "semantic"]) == "[overlay,semantic]"
