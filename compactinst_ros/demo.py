@@ -19,6 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from .bundle import default_bundle_path
 from .errors import CompactInstError, ConfigError
 from .eval.bags import write_image_bag
 
@@ -26,22 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 #: header stamp of the first demo frame (fixed, so the bag and its GT are reproducible)
 T0_NS = 1_700_000_000 * 1_000_000_000
 DATA_VERSION = 1
-
-
-def find_default_model() -> Path | None:
-    """models/default of the source checkout, else of the installed package; None if absent."""
-    candidates = [REPO / "models" / "default"]
-    try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
-
-        try:
-            share = Path(get_package_share_directory("compactinst_ros"))
-            candidates.append(share / "models" / "default")
-        except (PackageNotFoundError, OSError):  # OSError: no AMENT_PREFIX_PATH (not sourced)
-            pass
-    except ImportError:
-        pass
-    return next((c for c in candidates if (c / "bundle.json").is_file()), None)
 
 
 def random_bundle(cache: Path, size: tuple[int, int]) -> Path:
@@ -142,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         paths = build_demo_data(Path(args.data), args.frames, args.seed, (h, w), args.fps)
-        model = Path(args.model) if args.model else find_default_model()
+        model = Path(args.model) if args.model else default_bundle_path()
         if model is None:
             print(
                 "demo: models/default is not there yet; exporting a RANDOM-weight bundle "

@@ -37,6 +37,7 @@ from rclpy.validate_full_topic_name import validate_full_topic_name
 from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2
 from std_msgs.msg import Float64, Header, String
 
+from ..bundle import default_bundle_path
 from ..errors import CompactInstError, ConfigError, InputError
 from ..structures import STAGES, OutputSet, PostprocessOptions
 from . import convert
@@ -178,26 +179,6 @@ class NodeConfig:
     diagnostics_period: float
 
 
-def default_model_path() -> Path | None:
-    """models/default of the installed package (ament index), or of a source checkout."""
-    try:
-        from ament_index_python.packages import (
-            PackageNotFoundError,
-            get_package_share_directory,
-        )
-
-        try:
-            share = Path(get_package_share_directory("compactinst_ros")) / "models" / "default"
-            if share.is_dir():
-                return share
-        except (PackageNotFoundError, OSError):
-            pass  # not installed in an ament prefix, or AMENT_PREFIX_PATH unset (pip install)
-    except ImportError:
-        pass  # no ament_index_python: only the source checkout is searched
-    source = Path(__file__).resolve().parents[2] / "models" / "default"
-    return source if source.is_dir() else None
-
-
 def read_config(values: dict[str, Any]) -> NodeConfig:
     """Validate parameter values; ConfigError names the parameter, the value and the fix."""
     for name, spec in PARAMETERS.items():
@@ -211,7 +192,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
     if values["model"]:
         model = Path(values["model"]).expanduser()
     else:
-        found = default_model_path()
+        found = default_bundle_path()
         if found is None:
             raise ConfigError(
                 "parameter model is empty and no models/default bundle is installed; pass "

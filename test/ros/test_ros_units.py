@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import cv2
@@ -14,13 +15,13 @@ pytest.importorskip("rclpy")
 from rclpy.qos import ReliabilityPolicy
 from std_msgs.msg import Header
 
+from compactinst_ros.bundle import default_bundle_path
 from compactinst_ros.errors import ConfigError, InputError
 from compactinst_ros.ros import convert
 from compactinst_ros.ros.node import (
     PARAMETERS,
     _ros_value,
     check_topic,
-    default_model_path,
     read_config,
 )
 from compactinst_ros.ros.qos import matched_reliability, publisher_count
@@ -161,8 +162,8 @@ def test_invalid_image_topic_is_a_config_error_naming_the_parameter():
 
 def test_default_model_lookup_survives_a_missing_ament_prefix(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("AMENT_PREFIX_PATH", raising=False)
-    found = default_model_path()  # pip install without a sourced workspace: no OSError
-    assert found is None or found.is_dir()
+    found = default_bundle_path()  # pip install without a sourced workspace: no OSError
+    assert found == Path(__file__).resolve().parents[2] / "models" / "default"
 
 
 def test_publisher_count_falls_back_to_the_graph_on_humble():
