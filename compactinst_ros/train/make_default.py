@@ -26,7 +26,7 @@ from .synthetic import generate
 
 BUNDLE_SIZE = (128, 192)
 #: each cycle: lr 2e-4, then x0.1 at 89 % and x0.01 at 96 % of the cycle's end step
-CYCLES = (4000, 7000, 9500)
+CYCLES = (4000, 7000, 9500, 12000)
 RECIPE = {
     "batch_size": 4, "crop": BUNDLE_SIZE, "scale": (0.4, 0.6), "lr": 2e-4,
     "warmup": 50, "backbone_lr_mult": 1.0, "num_points": 1024, "guided": False, "threads": 2,
