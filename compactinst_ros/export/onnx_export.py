@@ -92,23 +92,10 @@ class Checkpoint:
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a ``{"config", "model", "labels"}`` checkpoint with weights_only=True."""
-    import torch
+    """Read a training checkpoint (``model.checkpoint`` format) for export, with its hash."""
+    from ..model.checkpoint import load_checkpoint as read_record
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"checkpoint {path} does not exist")
-    try:
-        record = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several types for corrupt or unsafe pickles
-        raise ConfigError(
-            f"checkpoint {path} cannot be read with torch.load(weights_only=True): {exc}"
-        ) from None
-    if not isinstance(record, dict) or "model" not in record or "config" not in record:
-        raise ConfigError(
-            f"checkpoint {path} must be a dict with 'config', 'model' (state_dict) and 'labels'; "
-            "save it with the training loop of this package"
-        )
+    record = read_record(path)
     labels = LabelSet.from_json(record["labels"]) if record.get("labels") else None
     return Checkpoint(str(record["config"]), record["model"], labels, sha256_file(path))
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..labels import SYNTHETIC_LABELS, LabelSet
+from ..model.checkpoint import load_checkpoint, save_checkpoint
 from .criterion import SetCriterion
 from .dataset import collate, open_dataset
 from .distributed import DistContext, init_distributed
@@ -111,38 +111,6 @@ def resolve_labels(spec: str, dataset_labels: LabelSet | None = None) -> LabelSe
     import json
 
     return LabelSet.from_json(json.loads(path.read_text()))
-
-
-def save_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer | None,
-                    config: str, labels: LabelSet, step: int, extra: dict | None = None) -> None:
-    """Write a weights_only-loadable checkpoint atomically (temp file + rename)."""
-    record = {
-        "config": config,
-        "num_classes": labels.num_classes,
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "labels": labels.to_json(),
-        "step": int(step),
-        **(extra or {}),
-    }
-    if optimizer is not None:
-        record["optimizer"] = optimizer.state_dict()
-    tmp = path.with_suffix(".tmp")
-    torch.save(record, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    """Read a checkpoint with ``weights_only=True``; ConfigError naming the file otherwise."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"checkpoint {path} does not exist")
-    try:
-        record = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises several types for corrupt or unsafe pickles
-        raise ConfigError(f"checkpoint {path} cannot be read (weights_only=True): {exc}") from None
-    if not isinstance(record, dict) or "model" not in record:
-        raise ConfigError(f"checkpoint {path} has no 'model' state_dict")
-    return record
 
 
 def _format_eta(seconds: float) -> str:
