@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-PYTHON ?= python3.11
+# The PyPI ROS 2 wheels used by the tests are built for CPython 3.11; the runtime itself needs 3.10+.
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
