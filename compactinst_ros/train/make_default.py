@@ -3,9 +3,10 @@
 ``python -m compactinst_ros.train.make_default`` (or ``make default-model``):
 
 1. synthetic scenes: 2000 training images (seed 0) and 200 held-out images (seed 1), 256x384;
-2. trains ``compactinst_demo`` on CPU in learning-rate cycles (warm restarts at the ends in
-   ``CYCLES``; resumable: rerun the command to continue);
-3. exports the bundle at 128x192 (the camera image is letterboxed by 0.5) into models/default;
+2. trains ``compactinst_demo`` on CPU in learning-rate cycles at input 128x192 (warm restarts at
+   the ends in ``CYCLES``), then fine-tunes it at 256x384 (``FINETUNE``: a 32x48 mask grid
+   instead of 16x24); resumable: rerun the command to continue;
+3. exports the bundle at 256x384 (the camera resolution: no letterboxing) into models/default;
 4. evaluates it through the runtime Pipeline (ONNX Runtime) on the held-out images and writes
    the numbers to ``WORK/metrics.json``.
 """
@@ -24,14 +25,16 @@ from .evaluate import evaluate_bundle
 from .loop import TrainOptions, train
 from .synthetic import generate
 
-BUNDLE_SIZE = (128, 192)
-#: each cycle: lr 2e-4, then x0.1 at 89 % and x0.01 at 96 % of the cycle's end step
+BUNDLE_SIZE = (256, 384)
+#: stage 1 at 128x192: each cycle lr 2e-4, then x0.1 at 89 % and x0.01 at 96 % of its end step
 CYCLES = (4000, 7000, 9500, 12000)
 RECIPE = {
-    "batch_size": 4, "crop": BUNDLE_SIZE, "scale": (0.4, 0.6), "lr": 2e-4,
+    "batch_size": 4, "crop": (128, 192), "scale": (0.4, 0.6), "lr": 2e-4,
     "warmup": 50, "backbone_lr_mult": 1.0, "num_points": 1024, "guided": False, "threads": 2,
     "checkpoint_every": 50, "cpu_bf16": True,
 }
+#: stage 2: fine-tune the stage-1 weights at the bundle size (same milestones, one cycle)
+FINETUNE = {**RECIPE, "crop": BUNDLE_SIZE, "scale": (0.8, 1.2), "lr": 1e-4, "steps": 4400}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", default="out/default_train", help="data and checkpoints")
     parser.add_argument("--out", default="models/default", help="bundle folder")
-    parser.add_argument("--steps", type=int, default=CYCLES[-1], help="end of the last cycle")
+    parser.add_argument("--steps", type=int, default=CYCLES[-1],
+                        help="end of the last 128x192 cycle")
+    parser.add_argument("--finetune-steps", type=int, default=FINETUNE["steps"],
+                        help="steps at 256x384 (0: export the 128x192 stage at 128x192)")
     parser.add_argument("--max-minutes", type=float, help="stop training early (resumable)")
     parser.add_argument("--eval-images", type=int, default=200)
     args = parser.parse_args(argv)
@@ -61,10 +67,22 @@ def main(argv: list[str] | None = None) -> int:
         if checkpoint.name != "model_final.pt":
             print(f"stopped before step {end}; rerun the same command to resume", file=sys.stderr)
             return 1
+    size = RECIPE["crop"]
+    if args.finetune_steps > 0:
+        size = BUNDLE_SIZE
+        opts = TrainOptions(config="compactinst_demo", data=str(work / "data_train"),
+                            out=str(work / "ckpt_ft"), resume=True, init=str(checkpoint),
+                            max_minutes=args.max_minutes,
+                            **{**FINETUNE, "steps": args.finetune_steps})
+        checkpoint = train(opts)
+        if checkpoint.name != "model_final.pt":
+            print("stopped during the 256x384 fine-tune; rerun the same command to resume",
+                  file=sys.stderr)
+            return 1
     train_s = time.perf_counter() - start
     model, labels, source = build_for_export("compactinst_demo", SYNTHETIC_LABELS, checkpoint, 0)
     torch.set_num_threads(2)
-    export_bundle(model, "compactinst_demo", BUNDLE_SIZE, labels, args.out, source)
+    export_bundle(model, "compactinst_demo", size, labels, args.out, source)
     metrics = evaluate_bundle(args.out, work / "data_val", limit=args.eval_images)
     size_mb = sum(f.stat().st_size for f in Path(args.out).iterdir()) / 1e6
     record = {
