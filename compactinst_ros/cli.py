@@ -1,4 +1,4 @@
-"""``compactinst`` command line: one sub-command per job, each implemented in its own module.
+"""compactinst command line: one sub-command per job, each implemented in its own module.
 
 Sub-command modules expose ``add_arguments(parser)`` and ``run(args) -> int`` and import heavy
 libraries (torch, tensorrt) inside ``run`` so that ``compactinst --help`` stays fast.
