@@ -117,6 +117,18 @@ def draw_captions(
     return canvas
 
 
+def outline_mask(index: np.ndarray) -> np.ndarray:
+    """Pixels whose 4-neighbourhood holds another id: both sides of every region border."""
+    edge = np.zeros(index.shape, bool)
+    dx = index[:, :-1] != index[:, 1:]
+    dy = index[:-1, :] != index[1:, :]
+    edge[:, :-1] |= dx
+    edge[:, 1:] |= dx
+    edge[:-1, :] |= dy
+    edge[1:, :] |= dy
+    return edge
+
+
 def draw_overlay(
     image: np.ndarray,
     result: FrameResult,
@@ -140,14 +152,7 @@ def draw_overlay(
     blended = cv2.addWeighted(image, 1.0 - alpha, colours, alpha, 0.0)
     out[fg] = blended[fg]
 
-    edge = np.zeros(index.shape, bool)
-    dx = index[:, :-1] != index[:, 1:]
-    dy = index[:-1, :] != index[1:, :]
-    edge[:, :-1] |= dx
-    edge[:, 1:] |= dx
-    edge[:-1, :] |= dy
-    edge[1:, :] |= dy
-    out[edge & fg] = OUTLINE_COLOUR
+    out[outline_mask(index) & fg] = OUTLINE_COLOUR
     return draw_captions(out, result, labels, bgr)
 
 

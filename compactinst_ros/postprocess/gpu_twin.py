@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..labels import LabelSet
+from ..overlay import outline_mask
 from ..structures import (
     FrameMeta,
     FrameResult,
@@ -545,13 +546,7 @@ def overlay(
         found = len(sorted_ids) > 0 and sorted_ids[pos] == ids
         index = np.where(found, pos + 1, 0).astype(np.intp)
     fg = index > 0
-    edge = np.zeros((h, w), bool)
-    dx = index[:, :-1] != index[:, 1:]
-    dy = index[:-1, :] != index[1:, :]
-    edge[:, :-1] |= dx
-    edge[:, 1:] |= dx
-    edge[:-1, :] |= dy
-    edge[1:, :] |= dy
+    edge = outline_mask(index)
     w_image, w_colour = np.float32(1.0 - alpha), np.float32(alpha)
     blended = rgb * w_image + lut[index].astype(np.float32) * w_colour
     out = np.where(fg[..., None], np.rint(blended), rgb)
