@@ -1,0 +1,183 @@
+"""Every TensorRT and pycuda name our GPU code uses exists in the real TensorRT 10.3 and pycuda
+wheels (JetPack 6 has TensorRT 10.3), checked without a GPU.
+
+The fixtures in test/fixtures/api were written by scripts/api_names.py from the wheels named on
+their first line. Names are matched whole or as a suffix of a registered string, because the
+linker merges a string into the tail of a longer one (``num_errors`` lives in ``get_num_errors``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import concurrent.futures
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "test" / "fixtures" / "api"
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from api_names import extension_names, python_names  # noqa: E402
+
+#: Modules that call TensorRT or pycuda, and the names they bind those modules to.
+GPU_SOURCES = (
+    "compactinst_ros/backends/trt.py",
+    "compactinst_ros/backends/trt_build.py",
+    "compactinst_ros/postprocess/cuda.py",
+    "scripts/gpu_check.py",
+    "scripts/bench_postprocess_gpu.py",
+)
+TRT_ROOTS = {"trt", "self._trt"}
+PYCUDA_ROOTS = {"cuda", "self.cuda", "self._cuda"}
+#: The package modules where every attribute must be explained (closed world).
+CLOSED_WORLD = GPU_SOURCES[:3]
+
+#: TensorRT 8 names that TensorRT 10 removed; the fixture must not know them.
+REMOVED_IN_TRT10 = (
+    "execute_async_v2",
+    "get_binding_index",
+    "num_bindings",
+    "max_workspace_size",
+    "build_engine",
+    "get_binding_shape",
+)
+
+
+def load_names(name: str) -> frozenset[str]:
+    """Names of one fixture file (first line is the provenance header)."""
+    lines = (FIXTURES / name).read_text().splitlines()
+    assert lines[0].startswith("# ") and "sha256" in lines[0]
+    return frozenset(lines[1:])
+
+
+TRT_NAMES = load_names("tensorrt-10.3.0.txt")
+PYCUDA_NAMES = load_names("pycuda-2026.1.txt")
+
+
+def registered(name: str, names: frozenset[str]) -> bool:
+    """Whole name, or the tail of a longer registered string (linker string merging)."""
+    return name in names or any(other.endswith(name) for other in names)
+
+
+def dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of plain attributes on a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def api_uses(tree: ast.AST, roots: set[str], package: str) -> set[str]:
+    """Attribute names reached from a module alias, through calls and subscripts
+    (``cuda.Device(0).retain_primary_context()`` gives both), and names imported from
+    ``package``."""
+    used: set[str] = set()
+
+    def rooted(node: ast.expr) -> bool:
+        while True:
+            if dotted(node) in roots:
+                return True
+            if isinstance(node, ast.Attribute):
+                node = node.value
+            elif isinstance(node, ast.Call):
+                node = node.func
+            elif isinstance(node, ast.Subscript):
+                node = node.value
+            else:
+                return False
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and dotted(node) not in roots and rooted(node.value):
+            used.add(node.attr)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == package:
+            used |= {alias.name for alias in node.names}
+    return used
+
+
+def argparse_dests(tree: ast.AST) -> set[str]:
+    """Attribute names that ``add_argument`` calls create on the parsed namespace."""
+    dests = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            long = [f for f in flags if isinstance(f, str) and f.startswith("--")]
+            name = (long or flags or [""])[0]
+            dests.add(str(name).lstrip("-").replace("-", "_"))
+    return dests
+
+
+def test_fixtures_know_the_tensorrt_10_api_and_not_the_removed_one() -> None:
+    for name in ("execute_async_v3", "set_tensor_address", "IProgressMonitor", "nptype"):
+        assert registered(name, TRT_NAMES), name
+    for name in REMOVED_IN_TRT10:
+        assert not registered(name, TRT_NAMES), f"{name} was removed in TensorRT 10"
+    for name in ("retain_primary_context", "pagelocked_empty", "prepared_async_call"):
+        assert registered(name, PYCUDA_NAMES), name
+
+
+def test_extension_names_reads_whole_c_strings_only() -> None:
+    blob = b"\x00execute_async_v3\x00_ZN8nvinfer1\x00two words\x00get_num_errors\x00tail"
+    assert extension_names(blob) == {"execute_async_v3", "get_num_errors"}
+    assert registered("num_errors", frozenset(extension_names(blob)))
+
+
+@pytest.mark.parametrize("source", GPU_SOURCES)
+def test_module_rooted_names_exist_in_tensorrt_10_3_and_pycuda(source: str) -> None:
+    tree = ast.parse((ROOT / source).read_text())
+    missing_trt = sorted(
+        n for n in api_uses(tree, TRT_ROOTS, "tensorrt") if not registered(n, TRT_NAMES)
+    )
+    missing_cuda = sorted(
+        n for n in api_uses(tree, PYCUDA_ROOTS, "pycuda") if not registered(n, PYCUDA_NAMES)
+    )
+    assert not missing_trt, f"{source}: not in TensorRT 10.3: {missing_trt}"
+    assert not missing_cuda, f"{source}: not in pycuda: {missing_cuda}"
+
+
+def test_api_uses_follows_calls_and_ignores_other_roots() -> None:
+    tree = ast.parse(
+        "cuda.Device(0).retain_primary_context().push()\n"
+        "torch.cuda.synchronize()\n"
+        "self._trt.Logger.WARNING\n"
+        "from pycuda.compiler import SourceModule\n"
+    )
+    assert api_uses(tree, PYCUDA_ROOTS, "pycuda") == {
+        "Device", "retain_primary_context", "push", "SourceModule",
+    }  # fmt: skip
+    assert api_uses(tree, TRT_ROOTS, "tensorrt") == {"Logger", "WARNING"}
+
+
+def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api() -> None:
+    """Closed world: engines, contexts and parsers are not reachable from a module alias, so
+    an attribute that is neither defined by this project nor by Python/numpy must be a name
+    TensorRT 10.3 or pycuda registers (catches TensorRT 8 calls such as execute_async_v2)."""
+    ours: set[str] = set()
+    for path in [*(ROOT / "compactinst_ros").rglob("*.py"), *(ROOT / "scripts").glob("*.py")]:
+        text = path.read_text()
+        ours |= python_names(text) | argparse_dests(ast.parse(text))
+    python = set(dir(builtins))
+    for obj in (
+        np, np.ndarray, np.dtype, str, bytes, dict, list, tuple, set, int, float, Path, os,
+        os.stat_result, time, sys, threading, threading.Lock(), argparse,
+        argparse.ArgumentParser, concurrent.futures.ThreadPoolExecutor, concurrent.futures.Future,
+    ):  # fmt: skip
+        python |= set(dir(obj))
+    unknown = {}
+    for source in CLOSED_WORLD:
+        for node in ast.walk(ast.parse((ROOT / source).read_text())):
+            if not isinstance(node, ast.Attribute) or node.attr in ours or node.attr in python:
+                continue
+            if not (registered(node.attr, TRT_NAMES) or registered(node.attr, PYCUDA_NAMES)):
+                unknown.setdefault(source, set()).add(node.attr)
+    assert not unknown, f"attributes found in no API: {unknown}"
