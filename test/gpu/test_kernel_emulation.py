@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from compactinst_ros.labels import SYNTHETIC_LABELS, LabelSet
 from compactinst_ros.postprocess import gpu_twin, reference
-from compactinst_ros.postprocess.cuda import CUDA_DIR, TABLES_DTYPE
+from compactinst_ros.postprocess.cuda import TABLES_DTYPE
 from compactinst_ros.postprocess.resample import bilinear_taps, logit_threshold, valid_region
 from compactinst_ros.postprocess.semantic import semantic_dtype
 from compactinst_ros.structures import (
@@ -30,25 +29,18 @@ from compactinst_ros.structures import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "emu"))
+import pycuda_emu
 from test_gpu_preprocess_twin import ENCODINGS, PAD, encode, smooth_rgb
 from test_gpu_twin import CASES, OPTIONS, blob_frame, random_frame
 
-EMU = Path(__file__).parent / "emu"
-GXX = shutil.which("g++")
-pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not installed")
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
 
 
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    out = tmp_path_factory.mktemp("emu") / "emu.so"
-    cmd = [
-        str(GXX), "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
-        "-I", str(CUDA_DIR), "-o", str(out), str(EMU / "runner.cpp"),
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    lib = ctypes.CDLL(str(out))
+    lib = pycuda_emu.build_library(tmp_path_factory.mktemp("emu"))
     lib.emu_tables_size.restype = ctypes.c_size_t
     lib.emu_postprocess.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 4 + [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_float,

@@ -2,7 +2,8 @@
 // kernel sources without a GPU: each block's threads are cooperative user contexts
 // (ucontext) on one OS thread, sharing `static` (= __shared__) variables; __syncthreads
 // switches to the next thread, and a block advances only when every thread has reached the
-// barrier (or returned). Blocks run one after another, which is one legal CUDA schedule.
+// barrier (or returned). A fiber is entered once with swapcontext; every later switch is
+// _setjmp/_longjmp, which skips swapcontext's signal-mask system call. Blocks run one after another, which is one legal CUDA schedule.
 // Floating point is IEEE float32 without contraction (-ffp-contract=off); expf is the host's.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <csetjmp>
 #include <ucontext.h>
 #include <vector>
 
@@ -34,21 +36,24 @@ inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 struct EmuFiber {
   ucontext_t ctx;
+  std::jmp_buf jump;
   std::vector<char> stack;
-  bool done = false;
+  bool started = false, done = false;
 };
 inline ucontext_t emu_scheduler;
+inline std::jmp_buf emu_scheduler_jump;
 inline std::vector<EmuFiber> emu_fibers;
 inline unsigned emu_current = 0;
 inline const std::function<void()>* emu_kernel = nullptr;
 
 inline void __syncthreads() {
-  swapcontext(&emu_fibers[emu_current].ctx, &emu_scheduler);
+  if (_setjmp(emu_fibers[emu_current].jump) == 0) _longjmp(emu_scheduler_jump, 1);
 }
 
 inline void emu_fiber_main() {
   (*emu_kernel)();
   emu_fibers[emu_current].done = true;
+  _longjmp(emu_scheduler_jump, 1);
 }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
@@ -97,16 +102,17 @@ inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kerne
   const unsigned n = block.x * block.y * block.z;
   emu_fibers.resize(n);
   for (auto& fiber : emu_fibers) fiber.stack.resize(1 << 16);
+  ucontext_t blank;
+  getcontext(&blank);
   for (unsigned by = 0; by < grid.y; ++by) {
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       blockIdx = dim3{bx, by, 1};
       for (unsigned t = 0; t < n; ++t) {
         EmuFiber& fiber = emu_fibers[t];
-        fiber.done = false;
-        getcontext(&fiber.ctx);
+        fiber.started = fiber.done = false;
+        fiber.ctx = blank;
         fiber.ctx.uc_stack.ss_sp = fiber.stack.data();
         fiber.ctx.uc_stack.ss_size = fiber.stack.size();
-        fiber.ctx.uc_link = &emu_scheduler;
         makecontext(&fiber.ctx, emu_fiber_main, 0);
       }
       bool running = true;
@@ -116,7 +122,12 @@ inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kerne
           if (emu_fibers[t].done) continue;
           emu_current = t;
           threadIdx = dim3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-          swapcontext(&emu_scheduler, &emu_fibers[t].ctx);
+          EmuFiber& fiber = emu_fibers[t];
+          if (_setjmp(emu_scheduler_jump) == 0) {
+            if (fiber.started) _longjmp(fiber.jump, 1);
+            fiber.started = true;
+            swapcontext(&emu_scheduler, &fiber.ctx);
+          }
           running = true;
         }
       }

@@ -1,6 +1,12 @@
 // Test-only: runs the real kernel sources on the CPU emulator, in the same order and with the
-// same launch shapes as compactinst_ros/postprocess/cuda.py. Built by test_kernel_emulation.py.
+// same launch shapes as compactinst_ros/postprocess/cuda.py (emu_postprocess and friends), or
+// launched by that host code itself through pycuda_emu.py (emu_launch_packed). Built by
+// pycuda_emu.build_library.
 #include "cuda_emu.h"
+
+#include <stdexcept>
+#include <string_view>
+#include <tuple>
 
 #include "postprocess.cu"
 #include "preprocess.cu"
@@ -60,4 +66,46 @@ extern "C" void emu_overlay(const uint8_t* src, int h, int w, int step, int enc,
                   wi, wc, out);
     }
   });
+}
+
+// pycuda's launch path, for test/gpu/emu/pycuda_emu.py: prepared_async_call packs the arguments
+// with struct.pack(<prepare string>) (native alignment) and CUDA reads that parameter buffer
+// through the kernel's own signature; emu_read does the same with each C++ parameter type.
+template <typename T>
+static T emu_read(const char* buf, size_t& offset) {
+  offset = (offset + alignof(T) - 1) / alignof(T) * alignof(T);
+  T value;
+  std::memcpy(&value, buf + offset, sizeof(T));
+  offset += sizeof(T);
+  return value;
+}
+
+template <typename... A>
+static void emu_call_packed(void (*kernel)(A...), dim3 grid, dim3 block, const char* buf,
+                            size_t size) {
+  size_t offset = 0;
+  std::tuple<A...> args{emu_read<A>(buf, offset)...};  // braced init: evaluated in order
+  if (offset != size) throw std::runtime_error("parameter buffer size != kernel signature");
+  emu_launch(grid, block, [&] { std::apply(kernel, args); });
+}
+
+// 0: launched; 1: unknown kernel; 2: the buffer does not match the kernel's parameters.
+extern "C" int emu_launch_packed(const char* name, unsigned gx, unsigned gy, unsigned bx,
+                                 unsigned by, unsigned bz, const char* buf, size_t size) {
+  const dim3 grid{gx, gy, 1}, block{bx, by, bz};
+  const std::string_view kernel(name);
+  try {
+    if (kernel == "pp_query_stats") emu_call_packed(pp_query_stats, grid, block, buf, size);
+    else if (kernel == "pp_select") emu_call_packed(pp_select, grid, block, buf, size);
+    else if (kernel == "pp_semantic_low") emu_call_packed(pp_semantic_low, grid, block, buf, size);
+    else if (kernel == "pp_fused") emu_call_packed(pp_fused, grid, block, buf, size);
+    else if (kernel == "pp_finalize") emu_call_packed(pp_finalize, grid, block, buf, size);
+    else if (kernel == "pre_letterbox") emu_call_packed(pre_letterbox, grid, block, buf, size);
+    else if (kernel == "ov_instance") emu_call_packed(ov_instance, grid, block, buf, size);
+    else if (kernel == "ov_panoptic") emu_call_packed(ov_panoptic, grid, block, buf, size);
+    else return 1;
+  } catch (const std::runtime_error&) {
+    return 2;
+  }
+  return 0;
 }

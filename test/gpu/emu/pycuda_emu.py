@@ -1,0 +1,186 @@
+"""Test-only stand-in for the subset of ``pycuda.driver`` our host code uses, backed by host
+memory and the CPU kernel emulator (runner.cpp), so CI executes postprocess/cuda.py and
+scripts/gpu_check.py end to end without a GPU.
+
+Device memory is host memory with a guard band after every allocation (checked after every
+launch, so an out-of-bounds kernel write fails loudly). ``prepared_async_call`` packs the
+arguments with ``struct.pack`` of the prepare string, as pycuda does, and the emulator reads that
+buffer through the kernel's C++ signature. Work runs eagerly in stream order, one legal schedule.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import struct
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compactinst_ros.postprocess.cuda import CUDA_DIR
+
+EMU_DIR = Path(__file__).resolve().parent
+GUARD = 256
+GUARD_BYTE = 0xA5
+
+
+def build_library(out_dir: Path) -> ctypes.CDLL:
+    """Compile runner.cpp (the real kernel sources on the emulator) into a shared library."""
+    out = out_dir / "emu.so"
+    cmd = [
+        str(shutil.which("g++")), "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared",
+        "-pthread", "-I", str(CUDA_DIR), "-o", str(out), str(EMU_DIR / "runner.cpp"),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr)
+    lib = ctypes.CDLL(str(out))
+    lib.emu_launch_packed.argtypes = [ctypes.c_char_p] + [ctypes.c_uint] * 5 + [
+        ctypes.c_char_p, ctypes.c_size_t,
+    ]  # fmt: skip
+    lib.emu_launch_packed.restype = ctypes.c_int
+    return lib
+
+
+class DeviceAllocation:
+    """Emulated device buffer: ``int()`` is its address, like pycuda's (no ``__index__``, so
+    host code must convert explicitly before packing, which real pycuda always accepts)."""
+
+    def __init__(self, nbytes: int, registry: list[DeviceAllocation]) -> None:
+        self.nbytes = nbytes
+        self.storage = np.full(nbytes + GUARD, GUARD_BYTE, np.uint8)
+        registry.append(self)
+
+    def __int__(self) -> int:
+        return self.storage.ctypes.data
+
+    def guard_intact(self) -> bool:
+        """False once anything wrote past the end of the allocation."""
+        return bool((self.storage[self.nbytes :] == GUARD_BYTE).all())
+
+
+class Stream:
+    """Emulated stream: work already ran when it was enqueued."""
+
+    handle = 0
+
+    def synchronize(self) -> None:
+        """Nothing is pending."""
+
+
+def _host_buffer(array: np.ndarray) -> tuple[int, int]:
+    """Address and byte size of a contiguous host array."""
+    if not array.flags.c_contiguous:
+        raise ValueError("host buffer is not contiguous")
+    return array.ctypes.data, array.nbytes
+
+
+class EmulatedDriver(types.ModuleType):
+    """``pycuda.driver`` as far as postprocess/cuda.py and scripts/gpu_check.py use it."""
+
+    Stream = Stream
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        super().__init__("pycuda.driver")
+        self.lib = lib
+        self.allocations: list[DeviceAllocation] = []
+        self.launches: list[str] = []
+
+    def mem_alloc(self, nbytes: int) -> DeviceAllocation:
+        """Uninitialised device memory (filled with the guard byte)."""
+        return DeviceAllocation(int(nbytes), self.allocations)
+
+    def to_device(self, array: np.ndarray) -> DeviceAllocation:
+        """A new allocation holding a copy of ``array``."""
+        array = np.ascontiguousarray(array)
+        alloc = self.mem_alloc(array.nbytes)
+        ctypes.memmove(int(alloc), array.ctypes.data, array.nbytes)
+        return alloc
+
+    def pagelocked_empty(self, shape: Any, dtype: Any) -> np.ndarray:
+        """Host memory (pinning has no meaning here)."""
+        return np.empty(shape, dtype)
+
+    def memcpy_htod(self, dest: Any, src: np.ndarray) -> None:
+        """Host to device, ``src.nbytes`` bytes."""
+        address, nbytes = _host_buffer(src)
+        ctypes.memmove(int(dest), address, nbytes)
+
+    def memcpy_dtoh(self, dest: np.ndarray, src: Any) -> None:
+        """Device to host, ``dest.nbytes`` bytes."""
+        address, nbytes = _host_buffer(dest)
+        ctypes.memmove(address, int(src), nbytes)
+
+    def memcpy_htod_async(self, dest: Any, src: np.ndarray, stream: Stream | None = None) -> None:
+        """As memcpy_htod (eager)."""
+        self.memcpy_htod(dest, src)
+
+    def memcpy_dtoh_async(self, dest: np.ndarray, src: Any, stream: Stream | None = None) -> None:
+        """As memcpy_dtoh (eager)."""
+        self.memcpy_dtoh(dest, src)
+
+    def launch(self, name: str, grid: tuple[int, ...], block: tuple[int, ...], buf: bytes) -> None:
+        """Run kernel ``name`` on the emulator, then check every allocation's guard band."""
+        gx, gy = (*grid, 1)[:2]
+        status = self.lib.emu_launch_packed(name.encode(), gx, gy, *block, buf, len(buf))
+        if status != 0:
+            raise RuntimeError(f"emulated launch of {name} failed with status {status}")
+        self.launches.append(name)
+        broken = [a for a in self.allocations if not a.guard_intact()]
+        for alloc in broken:
+            alloc.storage[alloc.nbytes :] = GUARD_BYTE  # report each overflow once
+        if broken:
+            sizes = [a.nbytes for a in broken]
+            raise RuntimeError(f"{name} wrote past the end of allocations of {sizes} bytes")
+
+
+class PreparedFunction:
+    """A kernel after ``prepare``: packs arguments like pycuda and launches on the emulator."""
+
+    def __init__(self, driver: EmulatedDriver, name: str, arg_format: str) -> None:
+        self.driver, self.name, self.arg_format = driver, name, arg_format
+
+    def prepared_async_call(
+        self, grid: tuple[int, ...], block: tuple[int, ...], stream: Stream, *args: Any
+    ) -> None:
+        """struct.pack the arguments (a count or type mismatch raises, as in pycuda) and run."""
+        self.driver.launch(self.name, grid, block, struct.pack(self.arg_format, *args))
+
+
+class KernelFunction:
+    """``module.get_function(name)``."""
+
+    def __init__(self, driver: EmulatedDriver, name: str) -> None:
+        self.driver, self.name = driver, name
+
+    def prepare(self, arg_format: str) -> PreparedFunction:
+        """The prepared kernel."""
+        return PreparedFunction(self.driver, self.name, arg_format)
+
+
+class EmulatedModule:
+    """What ``compile_module`` returns: every kernel of runner.cpp by name."""
+
+    def __init__(self, driver: EmulatedDriver) -> None:
+        self.driver = driver
+
+    def get_function(self, name: str) -> KernelFunction:
+        """The kernel ``name`` (an unknown name fails at launch, with status 1)."""
+        return KernelFunction(self.driver, name)
+
+
+def install(monkeypatch: Any, lib: ctypes.CDLL) -> EmulatedDriver:
+    """Make ``import pycuda.driver`` and ``compile_module`` use the emulator for one test."""
+    from compactinst_ros.postprocess import cuda as host
+
+    driver = EmulatedDriver(lib)
+    package = types.ModuleType("pycuda")
+    package.driver = driver  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pycuda", package)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
+    monkeypatch.setattr(host, "compile_module", lambda name, cache_dir=None: EmulatedModule(driver))
+    return driver

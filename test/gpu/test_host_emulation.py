@@ -1,0 +1,111 @@
+"""The pycuda host code (postprocess/cuda.py) and the GPU check script, run end to end on the
+kernel emulator: buffer sizes, arena offsets, argument order and packing, launch shapes and the
+host-side parsing of the tables are executed here, not only the kernels (test_kernel_emulation
+drives the kernels from C++). What stays unverified without a GPU: the real driver, streams and
+timing, and device ``expf`` rounding."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parent / "emu"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import pycuda_emu  # noqa: E402
+
+from compactinst_ros.labels import SYNTHETIC_LABELS  # noqa: E402
+from compactinst_ros.postprocess import gpu_twin  # noqa: E402
+from compactinst_ros.structures import FrameMeta, OutputSet  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+KERNELS = {
+    "pp_query_stats", "pp_select", "pp_semantic_low", "pp_fused", "pp_finalize",
+    "pre_letterbox", "ov_instance", "ov_panoptic",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def emu_lib(tmp_path_factory: pytest.TempPathFactory):
+    return pycuda_emu.build_library(tmp_path_factory.mktemp("emu"))
+
+
+def test_gpu_check_passes_through_the_real_host_code(emu_lib, monkeypatch, capsys) -> None:
+    """scripts/gpu_check.py's parity checks, unchanged, with pycuda.driver emulated."""
+    import gpu_check
+
+    driver = pycuda_emu.install(monkeypatch, emu_lib)
+    checks, stream = gpu_check.Checks(), driver.Stream()
+    gpu_check.check_preprocess(driver, stream, checks)
+    gpu_check.check_postprocess(driver, stream, checks, quick=True)
+    gpu_check.check_overlay(driver, stream, checks)
+    names = [name for name, _, _ in checks.rows]
+    assert len(names) == 6, names
+    assert checks.passed, capsys.readouterr().out
+    assert set(driver.launches) == KERNELS
+
+
+def test_stand_in_fails_loudly_on_overflow_and_bad_packing(emu_lib, monkeypatch) -> None:
+    """An output buffer too small for the kernel, a prepare string of the wrong length or
+    layout, and an unknown kernel each raise instead of passing silently."""
+    import struct
+
+    from compactinst_ros.postprocess.cuda import GpuPreprocessor
+
+    driver = pycuda_emu.install(monkeypatch, emu_lib)
+    stream = driver.Stream()
+    pre = GpuPreprocessor((0.0, 0.0, 0.0))
+    meta = FrameMeta.letterbox(40, 60, 32, 64)
+    image = np.zeros((40, 60, 3), np.uint8)
+    small = driver.mem_alloc(4 * 3 * 32 * 64 - 4)
+    with pytest.raises(RuntimeError, match="wrote past the end"):
+        pre.enqueue(stream, image, "rgb8", meta, int(small))
+    pre.kernel.arg_format = pre.kernel.arg_format[:-1]
+    with pytest.raises(struct.error):
+        pre.enqueue(stream, image, "rgb8", meta, int(driver.mem_alloc(4 * 3 * 32 * 64)))
+    module = pycuda_emu.EmulatedModule(driver)
+    finalize = module.get_function("pp_finalize").prepare("PPifP")  # the kernel takes a double
+    with pytest.raises(RuntimeError, match="status 2"):
+        finalize.prepared_async_call((1, 1), (256, 1, 1), stream, 0, 0, 3, 0.5, 0)
+    with pytest.raises(RuntimeError, match="status 1"):
+        module.get_function("pp_missing").prepare("i").prepared_async_call(
+            (1,), (1, 1, 1), stream, 1
+        )
+
+
+def test_postprocessor_host_code_equals_twin_with_output_subsets(emu_lib, monkeypatch) -> None:
+    """GpuPostprocessor.enqueue/collect for each output subset, reusing one geometry's arena."""
+    from test_gpu_twin import OPTIONS, blob_frame
+
+    from compactinst_ros.postprocess.cuda import GpuPostprocessor
+
+    driver = pycuda_emu.install(monkeypatch, emu_lib)
+    raw = blob_frame(7, q=24)
+    q, h, w = raw.mask_logits.shape
+    post = GpuPostprocessor(SYNTHETIC_LABELS, q, h, w, raw.mask_stride)
+    d_cls, d_masks = driver.to_device(raw.class_logits), driver.to_device(raw.mask_logits)
+    meta = FrameMeta.letterbox(110, 190, h * 8, w * 8)
+    for outputs in (
+        OutputSet(),
+        OutputSet(instance=False),
+        OutputSet(panoptic=False, semantic=False),
+        OutputSet(instance=False, panoptic=False),
+    ):
+        post.enqueue(driver.Stream(), int(d_cls), int(d_masks), meta, OPTIONS, outputs)
+        got = post.collect(meta, outputs)
+        twin = gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, outputs)
+        for name in ("instance_raster", "panoptic_raster", "semantic_raster"):
+            a, b = getattr(got, name), getattr(twin, name)
+            assert (a is None) == (b is None), (outputs, name)
+            if a is not None:
+                np.testing.assert_array_equal(a, b)
+        if outputs.instance:
+            np.testing.assert_array_equal(got.instances.box, twin.instances.box)
+            np.testing.assert_array_equal(got.instances.area, twin.instances.area)
+        if outputs.panoptic:
+            np.testing.assert_array_equal(got.segments.ids, twin.segments.ids)
