@@ -11,6 +11,7 @@ post-processing benchmark; a short table comes last.
 5. the post-processing benchmark (scripts/bench_postprocess_gpu.py).
 
     .venv/bin/python scripts/gpu_check.py [--bundle models/default] [--reps 30] [--quick]
+        [--sizes 512x1024 1024x2048 1080x1920]
 
 Exit status 0 when every check passed, 1 otherwise; 2 when there is no usable GPU.
 """
@@ -216,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bundle", help="model bundle for the TensorRT end-to-end check")
     parser.add_argument("--reps", type=int, default=30, help="benchmark repetitions")
     parser.add_argument("--quick", action="store_true", help="fewer parity frames, one bench size")
+    parser.add_argument(
+        "--sizes", nargs="+", choices=list(bench.SIZES), help="benchmark sizes (default: all)"
+    )
     args = parser.parse_args(argv)
     env = environment()
     print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
@@ -251,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:
                 traceback.print_exc()
                 checks.add("TensorRT backend", False, "see traceback above")
-        sizes = ["1024x2048"] if args.quick else list(bench.SIZES)
+        sizes = args.sizes or (["1024x2048"] if args.quick else list(bench.SIZES))
         for size in sizes:
             print(f"benchmarking {size} ...", flush=True)
             rows.append(bench.bench_size(cuda, stream, size, args.reps, 1))

@@ -11,10 +11,13 @@ buffer through the kernel's C++ signature. Work runs eagerly in stream order, on
 from __future__ import annotations
 
 import ctypes
+import functools
+import importlib.machinery
 import shutil
 import struct
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -72,6 +75,57 @@ class Stream:
         """Nothing is pending."""
 
 
+class Event:
+    """Emulated event: the host clock when it was recorded (work runs at enqueue)."""
+
+    def __init__(self, flags: int = 0) -> None:
+        self.at = time.perf_counter()
+
+    def record(self, stream: Stream | None = None) -> Event:
+        """Stamp the host clock."""
+        self.at = time.perf_counter()
+        return self
+
+    def synchronize(self) -> Event:
+        """Nothing is pending."""
+        return self
+
+    def time_till(self, other: Event) -> float:
+        """Milliseconds from this event to ``other`` (emulator time, not GPU time)."""
+        return (other.at - self.at) * 1e3
+
+
+class Context:
+    """The primary context: push/pop only."""
+
+    def push(self) -> None:
+        """Nothing to make current."""
+
+    def pop(self) -> None:
+        """Nothing to release."""
+
+
+class Device:
+    """The one emulated device."""
+
+    def __init__(self, ordinal: int) -> None:
+        if ordinal != 0:
+            raise ValueError(f"the emulator has one device, not {ordinal + 1}")
+
+    @staticmethod
+    def count() -> int:
+        """One device."""
+        return 1
+
+    def name(self) -> str:
+        """Says what runs the kernels."""
+        return "CPU kernel emulator"
+
+    def retain_primary_context(self) -> Context:
+        """A context with nothing behind it."""
+        return Context()
+
+
 def _host_buffer(array: np.ndarray) -> tuple[int, int]:
     """Address and byte size of a contiguous host array."""
     if not array.flags.c_contiguous:
@@ -82,13 +136,22 @@ def _host_buffer(array: np.ndarray) -> tuple[int, int]:
 class EmulatedDriver(types.ModuleType):
     """``pycuda.driver`` as far as postprocess/cuda.py and scripts/gpu_check.py use it."""
 
-    Stream = Stream
+    Stream, Event, Device = Stream, Event, Device
+    __version__ = "emulated"
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         super().__init__("pycuda.driver")
+        self.__spec__ = importlib.machinery.ModuleSpec("pycuda.driver", None)
         self.lib = lib
         self.allocations: list[DeviceAllocation] = []
         self.launches: list[str] = []
+
+    def init(self) -> None:
+        """Nothing to initialise."""
+
+    def get_driver_version(self) -> int:
+        """No CUDA driver behind the emulator."""
+        return 0
 
     def mem_alloc(self, nbytes: int) -> DeviceAllocation:
         """Uninitialised device memory (filled with the guard byte)."""
@@ -122,6 +185,12 @@ class EmulatedDriver(types.ModuleType):
     def memcpy_dtoh_async(self, dest: np.ndarray, src: Any, stream: Stream | None = None) -> None:
         """As memcpy_dtoh (eager)."""
         self.memcpy_dtoh(dest, src)
+
+    def memcpy_dtod_async(
+        self, dest: Any, src: Any, nbytes: int, stream: Stream | None = None
+    ) -> None:
+        """Device to device, ``nbytes`` bytes (eager)."""
+        ctypes.memmove(int(dest), int(src), nbytes)
 
     def launch(self, name: str, grid: tuple[int, ...], block: tuple[int, ...], buf: bytes) -> None:
         """Run kernel ``name`` on the emulator, then check every allocation's guard band."""
@@ -163,9 +232,10 @@ class KernelFunction:
 
 
 class EmulatedModule:
-    """What ``compile_module`` returns: every kernel of runner.cpp by name."""
+    """What ``compile_module`` or ``SourceModule`` returns: every kernel of runner.cpp by name
+    (the source given is not compiled: runner.cpp includes the .cu files)."""
 
-    def __init__(self, driver: EmulatedDriver) -> None:
+    def __init__(self, driver: EmulatedDriver, source: str = "", **options: Any) -> None:
         self.driver = driver
 
     def get_function(self, name: str) -> KernelFunction:
@@ -174,13 +244,22 @@ class EmulatedModule:
 
 
 def install(monkeypatch: Any, lib: ctypes.CDLL) -> EmulatedDriver:
-    """Make ``import pycuda.driver`` and ``compile_module`` use the emulator for one test."""
+    """Make ``pycuda.driver``, ``pycuda.compiler.SourceModule`` and ``compile_module`` use the
+    emulator for one test."""
     from compactinst_ros.postprocess import cuda as host
 
     driver = EmulatedDriver(lib)
     package = types.ModuleType("pycuda")
-    package.driver = driver  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "pycuda", package)
-    monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
+    package.__spec__ = importlib.machinery.ModuleSpec("pycuda", None, is_package=True)
+    package.__version__ = "emulated"  # type: ignore[attr-defined]
+    compiler = types.ModuleType("pycuda.compiler")
+    compiler.SourceModule = functools.partial(EmulatedModule, driver)  # type: ignore[attr-defined]
+    package.driver, package.compiler = driver, compiler  # type: ignore[attr-defined]
+    for name, module in (
+        ("pycuda", package),
+        ("pycuda.driver", driver),
+        ("pycuda.compiler", compiler),
+    ):
+        monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(host, "compile_module", lambda name, cache_dir=None: EmulatedModule(driver))
     return driver
