@@ -24,15 +24,20 @@ from pathlib import Path
 
 IDENTIFIER = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{1,}")
 C_STRING = re.compile(rb"[\x20-\x7e]{2,}(?=\x00)")
+TRAILING_IDENTIFIER = re.compile(rb"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def extension_names(blob: bytes) -> set[str]:
-    """Whole NUL-terminated strings of a shared object that are identifiers (not C++ mangled)."""
+    """Identifiers that end a NUL-terminated string of a shared object (not C++ mangled): the
+    linker may store a registered name such as ``pop`` as the tail of ``context::pop``."""
     names = set()
     for match in C_STRING.finditer(blob):
         text = match.group()
-        if IDENTIFIER.fullmatch(text) and not text.startswith(b"_Z"):
-            names.add(text.decode())
+        if text.startswith(b"_Z"):
+            continue
+        tail = TRAILING_IDENTIFIER.search(text)
+        if tail is not None and IDENTIFIER.fullmatch(tail.group()):
+            names.add(tail.group().decode())
     return names
 
 

@@ -126,9 +126,10 @@ def test_fixtures_know_the_tensorrt_10_api_and_not_the_removed_one() -> None:
         assert registered(name, PYCUDA_NAMES), name
 
 
-def test_extension_names_reads_whole_c_strings_only() -> None:
-    blob = b"\x00execute_async_v3\x00_ZN8nvinfer1\x00two words\x00get_num_errors\x00tail"
-    assert extension_names(blob) == {"execute_async_v3", "get_num_errors"}
+def test_extension_names_reads_identifiers_that_end_c_strings() -> None:
+    blob = b"\x00execute_async_v3\x00_ZN8nvinfer1\x00two words.\x00context::pop\x00tail"
+    assert extension_names(blob) == {"execute_async_v3", "pop"}
+    blob = b"\x00get_num_errors\x00"
     assert registered("num_errors", frozenset(extension_names(blob)))
 
 
@@ -181,3 +182,27 @@ def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api() -> 
             if not (registered(node.attr, TRT_NAMES) or registered(node.attr, PYCUDA_NAMES)):
                 unknown.setdefault(source, set()).add(node.attr)
     assert not unknown, f"attributes found in no API: {unknown}"
+
+
+@pytest.mark.parametrize(
+    ("stand_in", "names"),
+    [("tensorrt_emu.py", TRT_NAMES), ("pycuda_emu.py", PYCUDA_NAMES)],
+    ids=["tensorrt", "pycuda"],
+)
+def test_stand_ins_offer_only_real_api_names(stand_in: str, names: frozenset[str]) -> None:
+    """The emulation tests' stand-ins (test/gpu/emu) must not invent API: every public method,
+    property and class attribute they define is a name the real wheel registers."""
+    tree = ast.parse((ROOT / "test" / "gpu" / "emu" / stand_in).read_text())
+    helpers = {"DeviceAllocation", "EmulatedModule", "KernelFunction", "PreparedFunction"}
+    invented = set()
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name not in helpers):
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef):
+                member = node.name
+            elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                member = node.targets[0].id
+            else:
+                continue
+            if not member.startswith("_") and not registered(member, names):
+                invented.add(f"{cls.name}.{member}")
+    assert not invented, f"{stand_in} offers names the real API lacks: {sorted(invented)}"

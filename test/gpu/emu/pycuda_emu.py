@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import types
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,10 @@ class DeviceAllocation:
     """Emulated device buffer: ``int()`` is its address, like pycuda's (no ``__index__``, so
     host code must convert explicitly before packing, which real pycuda always accepts)."""
 
-    def __init__(self, nbytes: int, registry: list[DeviceAllocation]) -> None:
+    def __init__(self, nbytes: int, registry: weakref.WeakSet[DeviceAllocation]) -> None:
         self.nbytes = nbytes
         self.storage = np.full(nbytes + GUARD, GUARD_BYTE, np.uint8)
-        registry.append(self)
+        registry.add(self)
 
     def __int__(self) -> int:
         return self.storage.ctypes.data
@@ -125,6 +126,20 @@ class Device:
         """A context with nothing behind it."""
         return Context()
 
+    def compute_capability(self) -> tuple[int, int]:
+        """No CUDA architecture: (0, 0)."""
+        return (0, 0)
+
+    def get_attribute(self, attribute: str) -> int:
+        """One "multiprocessor" (the emulator runs blocks one after another)."""
+        if attribute != device_attribute.MULTIPROCESSOR_COUNT:
+            raise NotImplementedError(attribute)
+        return 1
+
+
+device_attribute = types.SimpleNamespace(MULTIPROCESSOR_COUNT="MULTIPROCESSOR_COUNT")
+event_flags = types.SimpleNamespace(BLOCKING_SYNC=1)
+
 
 def _host_buffer(array: np.ndarray) -> tuple[int, int]:
     """Address and byte size of a contiguous host array."""
@@ -137,13 +152,14 @@ class EmulatedDriver(types.ModuleType):
     """``pycuda.driver`` as far as postprocess/cuda.py and scripts/gpu_check.py use it."""
 
     Stream, Event, Device = Stream, Event, Device
+    device_attribute, event_flags = device_attribute, event_flags
     __version__ = "emulated"
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         super().__init__("pycuda.driver")
         self.__spec__ = importlib.machinery.ModuleSpec("pycuda.driver", None)
         self.lib = lib
-        self.allocations: list[DeviceAllocation] = []
+        self.allocations: weakref.WeakSet[DeviceAllocation] = weakref.WeakSet()  # live ones
         self.launches: list[str] = []
 
     def init(self) -> None:
@@ -152,6 +168,11 @@ class EmulatedDriver(types.ModuleType):
     def get_driver_version(self) -> int:
         """No CUDA driver behind the emulator."""
         return 0
+
+    def mem_get_info(self) -> tuple[int, int]:
+        """(free, total) bytes: what the live allocations leave of a nominal 1 GiB."""
+        used = sum(a.nbytes for a in self.allocations)
+        return max(0, (1 << 30) - used), 1 << 30
 
     def mem_alloc(self, nbytes: int) -> DeviceAllocation:
         """Uninitialised device memory (filled with the guard byte)."""

@@ -1,0 +1,315 @@
+"""Test-only stand-in for the part of the TensorRT 10 Python API our builder and backend use, so
+CI executes trt_build.py and trt.py end to end: a "plan" is the ONNX file's bytes behind a
+header, and an engine runs that graph with ONNX Runtime on the emulated device memory of
+pycuda_emu (host addresses). It checks how the API is driven (static shapes, named tensors,
+every I/O address set before execute_async_v3, FP16 flag, timing cache round trip, progress
+callbacks), not TensorRT itself. test_api_names.py checks that every name used is real TensorRT.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+PLAN_MAGIC = b"EMUPLAN1"
+#: What the last execute_async_v3 read from device memory, per input tensor (tests look).
+last_inputs: dict[str, np.ndarray] = {}
+TIMING_MAGIC = b"EMUTIMING"
+
+
+class DataType(enum.Enum):
+    """The tensor types the bundles use."""
+
+    FLOAT = np.float32
+    INT64 = np.int64
+
+
+def nptype(trt_type: DataType) -> type:
+    """numpy type of a DataType, as ``tensorrt.nptype``."""
+    return trt_type.value
+
+
+class Logger:
+    """Severity holder; messages are not produced by the stand-in."""
+
+    WARNING = 2
+
+    def __init__(self, severity: int = WARNING) -> None:
+        self.severity = severity
+
+
+class BuilderFlag(enum.Enum):
+    """Builder flags used."""
+
+    FP16 = 0
+
+
+class MemoryPoolType(enum.Enum):
+    """Memory pools used."""
+
+    WORKSPACE = 0
+
+
+class IProgressMonitor:
+    """Base class of progress monitors; the builder calls the subclass's methods."""
+
+    def __init__(self) -> None:
+        pass
+
+
+class Tensor:
+    """A network input: name and static shape."""
+
+    def __init__(self, name: str, shape: tuple[int, ...]) -> None:
+        self.name, self.shape = name, shape
+
+
+def _value_shape(value: onnx.ValueInfoProto) -> tuple[int, ...]:
+    return tuple(
+        d.dim_value if d.HasField("dim_value") else -1 for d in value.type.tensor_type.shape.dim
+    )
+
+
+class Network:
+    """Filled by OnnxParser.parse_from_file."""
+
+    def __init__(self) -> None:
+        self.onnx_bytes = b""
+        self.inputs: list[Tensor] = []
+
+    @property
+    def num_inputs(self) -> int:
+        """Number of graph inputs."""
+        return len(self.inputs)
+
+    def get_input(self, index: int) -> Tensor:
+        """Graph input ``index``."""
+        return self.inputs[index]
+
+
+class OnnxParser:
+    """Reads an ONNX file into a Network; records errors like TensorRT's parser."""
+
+    def __init__(self, network: Network, logger: Logger) -> None:
+        self.network = network
+        self.errors: list[str] = []
+
+    @property
+    def num_errors(self) -> int:
+        """Errors of the last parse."""
+        return len(self.errors)
+
+    def get_error(self, index: int) -> str:
+        """Error ``index`` of the last parse."""
+        return self.errors[index]
+
+    def parse_from_file(self, path: str) -> bool:
+        """True when the file is a valid ONNX model."""
+        try:
+            blob = Path(path).read_bytes()
+            model = onnx.load_from_string(blob)
+            onnx.checker.check_model(model)
+        except Exception as exc:  # onnx raises DecodeError, ValidationError, OSError
+            self.errors = [f"{type(exc).__name__}: {exc}"]
+            return False
+        initialisers = {i.name for i in model.graph.initializer}
+        self.network.onnx_bytes = blob
+        self.network.inputs = [
+            Tensor(v.name, _value_shape(v)) for v in model.graph.input if v.name not in initialisers
+        ]
+        return True
+
+
+class TimingCache:
+    """Opaque bytes, serialised back unchanged plus one entry per build."""
+
+    def __init__(self, blob: bytes) -> None:
+        if blob and not blob.startswith(TIMING_MAGIC):
+            raise ValueError("not a timing cache")
+        self.entries = blob[len(TIMING_MAGIC) :].count(b"+") if blob else 0
+
+    def serialize(self) -> bytes:
+        """Bytes to store and pass to create_timing_cache later."""
+        return TIMING_MAGIC + b"+" * self.entries
+
+
+class BuilderConfig:
+    """Records what the builder code asks for."""
+
+    def __init__(self) -> None:
+        self.flags: set[BuilderFlag] = set()
+        self.pools: dict[MemoryPoolType, int] = {}
+        self.builder_optimization_level = 3
+        self.progress_monitor: IProgressMonitor | None = None
+        self.timing_cache: TimingCache | None = None
+
+    def set_flag(self, flag: BuilderFlag) -> None:
+        """Enable a builder flag."""
+        self.flags.add(flag)
+
+    def set_memory_pool_limit(self, pool: MemoryPoolType, size: int) -> None:
+        """Cap a memory pool."""
+        self.pools[pool] = size
+
+    def create_timing_cache(self, blob: bytes) -> TimingCache:
+        """A timing cache from serialised bytes (empty: a new cache)."""
+        return TimingCache(blob)
+
+    def set_timing_cache(self, cache: TimingCache, ignore_mismatch: bool) -> bool:
+        """Use ``cache`` for this build."""
+        self.timing_cache = cache
+        return True
+
+    def get_timing_cache(self) -> TimingCache:
+        """The cache in use (set_timing_cache must come first)."""
+        if self.timing_cache is None:
+            raise RuntimeError("get_timing_cache before set_timing_cache")
+        return self.timing_cache
+
+
+class Builder:
+    """Builds a "plan": the ONNX bytes behind a header naming the precision."""
+
+    def __init__(self, logger: Logger) -> None:
+        self.logger = logger
+
+    def create_network(self, flags: int = 0) -> Network:
+        """TensorRT 10 networks are explicit-batch; flags must be 0."""
+        if flags != 0:
+            raise ValueError("TensorRT 10 takes no network creation flags here")
+        return Network()
+
+    def create_builder_config(self) -> BuilderConfig:
+        """A fresh builder config."""
+        return BuilderConfig()
+
+    def build_serialized_network(self, network: Network, config: BuilderConfig) -> bytes | None:
+        """Report progress like TensorRT (two phases, nested), then return the plan."""
+        if not network.onnx_bytes or any(d < 0 for t in network.inputs for d in t.shape):
+            return None
+        monitor = config.progress_monitor
+        if monitor is not None:
+            monitor.phase_start("Building engine", None, 2)
+            for step in range(2):
+                monitor.phase_start("Tactic selection", "Building engine", 3)
+                for tactic in range(3):
+                    if not monitor.step_complete("Tactic selection", tactic):
+                        return None
+                monitor.phase_finish("Tactic selection")
+                if not monitor.step_complete("Building engine", step):
+                    return None
+            monitor.phase_finish("Building engine")
+        if config.timing_cache is not None:
+            config.timing_cache.entries += 1
+        precision = b"fp16" if BuilderFlag.FP16 in config.flags else b"fp32"
+        return PLAN_MAGIC + precision + network.onnx_bytes
+
+
+class ExecutionContext:
+    """Runs the engine's graph on ONNX Runtime between emulated device addresses."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.addresses: dict[str, int] = {}
+
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        """Static shape of I/O tensor ``name``."""
+        return self.engine.shapes[name]
+
+    def set_tensor_address(self, name: str, address: int) -> bool:
+        """Bind I/O tensor ``name`` to device memory."""
+        if name not in self.engine.shapes:
+            raise KeyError(f"engine has no tensor '{name}'")
+        self.addresses[name] = int(address)
+        return True
+
+    def _view(self, name: str) -> np.ndarray:
+        shape, dtype = self.engine.shapes[name], np.dtype(self.engine.dtypes[name].value)
+        count = int(np.prod(shape))
+        raw = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(self.addresses[name])
+        return np.frombuffer(raw, dtype).reshape(shape)
+
+    def execute_async_v3(self, stream_handle: int) -> bool:
+        """Run the graph now (the emulated stream is eager); False if an address is missing."""
+        if set(self.addresses) != set(self.engine.shapes):
+            return False
+        feeds = {name: self._view(name).copy() for name in self.engine.input_names}
+        last_inputs.update(feeds)
+        results = self.engine.session.run(self.engine.output_names, feeds)
+        for name, value in zip(self.engine.output_names, results, strict=True):
+            self._view(name)[...] = value
+        return True
+
+
+class Engine:
+    """A deserialised plan: I/O tensor names in graph order (inputs first), shapes, types."""
+
+    def __init__(self, onnx_bytes: bytes) -> None:
+        import onnxruntime
+
+        self.session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        types_ = {"tensor(float)": DataType.FLOAT, "tensor(int64)": DataType.INT64}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.dtypes: dict[str, DataType] = {}
+        for value in [*self.session.get_inputs(), *self.session.get_outputs()]:
+            self.shapes[value.name] = tuple(value.shape)
+            self.dtypes[value.name] = types_[value.type]
+
+    @property
+    def num_io_tensors(self) -> int:
+        """Inputs plus outputs."""
+        return len(self.shapes)
+
+    def get_tensor_name(self, index: int) -> str:
+        """I/O tensor ``index``."""
+        return [*self.input_names, *self.output_names][index]
+
+    def get_tensor_dtype(self, name: str) -> DataType:
+        """Type of I/O tensor ``name``."""
+        return self.dtypes[name]
+
+    def create_execution_context(self) -> ExecutionContext:
+        """A context with no addresses bound yet."""
+        return ExecutionContext(self)
+
+
+class Runtime:
+    """Deserialises plans; None for bytes that are not one (as TensorRT does)."""
+
+    def __init__(self, logger: Logger) -> None:
+        self.logger = logger
+
+    def deserialize_cuda_engine(self, plan: bytes) -> Engine | None:
+        """The engine of ``plan``, or None when the plan is not valid."""
+        header = len(PLAN_MAGIC) + 4
+        if not plan.startswith(PLAN_MAGIC):
+            return None
+        try:
+            return Engine(bytes(plan[header:]))
+        except Exception:  # onnxruntime rejects truncated or foreign bytes
+            return None
+
+
+def install(monkeypatch: Any, version: str = "10.3.0") -> types.ModuleType:
+    """Make ``import tensorrt`` give this stand-in for one test."""
+    import importlib.machinery
+
+    module = types.ModuleType("tensorrt")
+    module.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
+    module.__version__ = version  # type: ignore[attr-defined]
+    for name in (
+        "Builder", "BuilderFlag", "DataType", "IProgressMonitor", "Logger", "MemoryPoolType",
+        "OnnxParser", "Runtime", "nptype",
+    ):  # fmt: skip
+        setattr(module, name, globals()[name])
+    monkeypatch.setitem(sys.modules, "tensorrt", module)
+    return module

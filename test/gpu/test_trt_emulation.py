@@ -1,0 +1,146 @@
+"""The TensorRT builder (trt_build.py) and backend (trt.py), executed end to end without a GPU:
+TensorRT is the stand-in of emu/tensorrt_emu.py (engines run the bundle's ONNX graphs on ONNX
+Runtime), pycuda the stand-in of emu/pycuda_emu.py (the real kernel sources on the CPU emulator).
+This exercises the engine cache, the build CLI with its progress display, the GPU thread, buffer
+binding by tensor name, the stage chain, events, the overlay path and teardown; the names used
+are checked against real TensorRT 10.3 by test_api_names.py. What it cannot show: TensorRT's
+parser and FP16 numerics, real streams and timing."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parent / "emu"))
+sys.path.insert(0, str(Path(__file__).parent))
+
+import pycuda_emu  # noqa: E402
+import tensorrt_emu  # noqa: E402
+from test_gpu_preprocess_twin import encode, smooth_rgb  # noqa: E402
+
+from compactinst_ros.backends.engine_cache import EngineCache  # noqa: E402
+from compactinst_ros.backends.ort import create_session  # noqa: E402
+from compactinst_ros.backends.trt_build import BuildOptions, engine_key  # noqa: E402
+from compactinst_ros.bundle import ModelBundle, default_bundle_path  # noqa: E402
+from compactinst_ros.cli import main as cli_main  # noqa: E402
+from compactinst_ros.errors import BackendError  # noqa: E402
+from compactinst_ros.pipeline import Pipeline  # noqa: E402
+from compactinst_ros.postprocess import reference  # noqa: E402
+from compactinst_ros.preprocess import letterbox  # noqa: E402
+from compactinst_ros.structures import (  # noqa: E402
+    FrameMeta,
+    OutputSet,
+    PostprocessOptions,
+    RawOutputs,
+)
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
+
+
+@pytest.fixture(scope="module")
+def emu_lib(tmp_path_factory: pytest.TempPathFactory):
+    return pycuda_emu.build_library(tmp_path_factory.mktemp("emu"))
+
+
+@pytest.fixture
+def gpu(emu_lib, monkeypatch, tmp_path):
+    """Both stand-ins installed and the engine cache in a temporary folder."""
+    monkeypatch.setenv("COMPACTINST_ENGINE_CACHE", str(tmp_path / "engines"))
+    driver = pycuda_emu.install(monkeypatch, emu_lib)
+    tensorrt_emu.install(monkeypatch)
+    return driver
+
+
+def test_build_engine_cli_builds_caches_and_rebuilds_corrupt(gpu, tmp_path, capsys) -> None:
+    cache_dir = tmp_path / "engines"
+    bundle = default_bundle_path()
+    assert cli_main(["build-engine", str(bundle), "--cache-dir", str(cache_dir)]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("Building engine (2 steps)") == 2  # progress display, one per stage
+    assert "building TensorRT engine for 'encoder' (missing" in out
+    assert "TensorRT 10.3.0 on CPU kernel emulator (sm 0.0)" in out
+    engines = sorted(cache_dir.glob("*.engine"))
+    assert [p.name.split("-")[0] for p in engines] == ["decoder", "encoder"]
+    assert all(p.read_bytes().startswith(tensorrt_emu.PLAN_MAGIC + b"fp16") for p in engines)
+    timing = next(cache_dir.glob("timing-trt1030-*.cache")).read_bytes()
+    assert timing == tensorrt_emu.TIMING_MAGIC + b"++"  # loaded and saved back per build
+
+    assert cli_main(["build-engine", str(bundle), "--cache-dir", str(cache_dir)]) == 0
+    assert "building" not in capsys.readouterr().out  # both cached
+
+    engines[0].write_bytes(engines[0].read_bytes()[:100])
+    assert cli_main(["build-engine", str(bundle), "--cache-dir", str(cache_dir)]) == 0
+    assert "building TensorRT engine for 'decoder' (corrupt" in capsys.readouterr().out
+
+
+def test_foreign_engine_is_refused_when_building_is_disabled(gpu, tmp_path) -> None:
+    bundle = ModelBundle.load(default_bundle_path())
+    cache = EngineCache(tmp_path / "engines")
+    with pytest.raises(BackendError, match="building is disabled; run 'compactinst build-engine"):
+        Pipeline(bundle, backend="tensorrt", allow_build=False)
+    Pipeline(bundle, backend="tensorrt").backend.close()  # builds both
+    other = engine_key(bundle.stages[0], "10.3.0", pycuda_info(), BuildOptions(precision="fp32"))
+    assert not cache.paths(other)[0].exists()
+    with pytest.raises(BackendError, match="no usable TensorRT engine for stage 'encoder'"):
+        Pipeline(bundle, backend="tensorrt", allow_build=False, build_options=BuildOptions("fp32"))
+
+
+def pycuda_info():
+    from compactinst_ros.backends.trt_build import device_info
+
+    return device_info(0)
+
+
+def cpu_frame_result(bundle: ModelBundle, tensor: np.ndarray, meta, outputs: OutputSet):
+    """ONNX Runtime stages and the numpy reference post-processing on a given encoder input."""
+    encoder, decoder = (create_session(stage.path) for stage in bundle.stages)
+    features = encoder.run(None, {bundle.stages[0].inputs[0].name: tensor})
+    names = [o.name for o in encoder.get_outputs()]
+    feed = dict(zip(names, features, strict=True))
+    logits, masks = decoder.run(["pred_logits", "pred_masks"], feed)
+    raw = RawOutputs(logits[0], masks[0], bundle.mask_stride)
+    return reference.postprocess(raw, meta, bundle.labels, PostprocessOptions(), outputs)
+
+
+@pytest.mark.parametrize(("encoding", "levels"), [("bgr8", 0.76), ("yuyv", 1.2)])
+def test_tensorrt_backend_frame_path(gpu, encoding: str, levels: float) -> None:
+    """The whole GPU frame path on the default model. Given the encoder input the kernel made,
+    the rasters and tables equal ONNX Runtime + the numpy reference; that input is within the
+    documented grey levels of the CPU letterbox (docs/gpu.md); stage times come from events;
+    the overlay is made only when asked for."""
+    bundle = ModelBundle.load(default_bundle_path())
+    frame = np.ascontiguousarray(encode(smooth_rgb(120, 168, 5), encoding))
+    meta = FrameMeta.letterbox(120, 168, bundle.input_h, bundle.input_w)
+    with Pipeline(bundle, backend="tensorrt") as trt_pipe:
+        got = trt_pipe(frame, encoding)
+        tensor = tensorrt_emu.last_inputs["image"]
+        want = cpu_frame_result(bundle, tensor, meta, OutputSet())
+        for name in RASTERS:
+            a, b = getattr(got, name), getattr(want, name)
+            assert a.shape == b.shape == (120, 168) and a.dtype == b.dtype, name
+            assert (a == b).mean() >= 0.999, (name, (a != b).mean())
+        np.testing.assert_array_equal(got.instances.class_index, want.instances.class_index)
+        np.testing.assert_allclose(got.instances.score, want.instances.score, rtol=1e-5)
+        np.testing.assert_array_equal(got.instances.box, want.instances.box)
+        np.testing.assert_array_equal(got.segments.ids, want.segments.ids)
+        assert len(got.segments) > 1 and len(got.instances) > 1
+        cpu_input = letterbox(frame, encoding, meta, bundle.pad_value)
+        assert np.abs(tensor - cpu_input).max() <= levels
+        assert got.overlay is None
+        stages = {"preprocess", "encoder", "decoder", "postprocess", "enqueue", "total"}
+        assert stages <= set(got.timings_ms)
+        shown = trt_pipe(frame, encoding, OutputSet(overlay=True))
+        assert shown.overlay is not None and shown.overlay.shape == (120, 168, 3)
+        assert shown.overlay.dtype == np.uint8 and shown.overlay.flags.c_contiguous
+        described = trt_pipe.backend.describe()
+        assert described["tensorrt"] == "10.3.0"
+        assert described["gpu_memory_total_mib"] == 1024
+    assert set(gpu.launches) >= {"pre_letterbox", "pp_fused", "pp_finalize", "ov_instance"}
+    with pytest.raises(BackendError, match="closed"):
+        trt_pipe(frame, encoding)
