@@ -60,7 +60,10 @@ def cdr_stamp_ns(raw: bytes) -> int:
 
 
 class NodeProcess:
-    """``compactinst_node`` (or the lifecycle variant) in a subprocess; output to ``log_path``."""
+    """``compactinst_node`` (or the lifecycle variant) in a subprocess; output to ``log_path``.
+
+    ``script`` runs a Python file that starts the node instead (tests wrap the node with it).
+    """
 
     def __init__(
         self,
@@ -69,14 +72,11 @@ class NodeProcess:
         log_path: Path,
         lifecycle: bool = False,
         cwd: Path | None = None,
+        script: Path | None = None,
     ) -> None:
         entry = "lifecycle_main" if lifecycle else "main"
-        args = [
-            sys.executable,
-            "-c",
-            f"import sys; from compactinst_ros.ros.node import {entry}; sys.exit({entry}())",
-            "--ros-args",
-        ]
+        code = f"import sys; from compactinst_ros.ros.node import {entry}; sys.exit({entry}())"
+        args = [sys.executable, *((str(script),) if script else ("-c", code)), "--ros-args"]
         for key, value in params.items():
             args += ["-p", f"{key}:={ros_param_text(value)}"]
         log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -49,9 +49,16 @@ def ros_env(domain: int) -> dict[str, str]:
 class NodeProcess(realtime.NodeProcess):
     """The node (or its lifecycle variant) on its own ROS domain; must exit on Ctrl-C."""
 
-    def __init__(self, domain: int, params: dict[str, Any], lifecycle: bool = False) -> None:
+    def __init__(
+        self,
+        domain: int,
+        params: dict[str, Any],
+        lifecycle: bool = False,
+        script: Path | None = None,
+    ) -> None:
         log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"compactinst_node_{domain}.log"
-        super().__init__(params, ros_env(domain), log_path, lifecycle=lifecycle, cwd=REPO)
+        env = ros_env(domain)
+        super().__init__(params, env, log_path, lifecycle=lifecycle, cwd=REPO, script=script)
 
     def stop(self, timeout: float = 15.0) -> int:
         """Ctrl-C the node; a node that does not exit within ``timeout`` fails the test."""
