@@ -21,6 +21,7 @@ from ..errors import BackendError
 from .engine_cache import DeviceInfo, EngineCache, EngineKey, default_cache_dir
 
 MIN_TRT_MAJOR = 10
+LOG_PROGRESS_S = 5.0  # seconds between progress lines when stderr is not a terminal
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,12 @@ def engine_key(
     )
 
 
-def _progress_monitor(trt: Any, label: str) -> Any:
-    """An IProgressMonitor printing top-level builder phases and their steps to stderr."""
+def _progress_monitor(trt: Any, label: str, stream: Any = None) -> Any:
+    """An IProgressMonitor showing builder phases and steps on ``stream`` (stderr): one line
+    rewritten in place on a terminal; in a log (the node building at start) a line per top-level
+    phase and at most one progress line every LOG_PROGRESS_S seconds."""
+    out = stream or sys.stderr
+    tty = out.isatty()
 
     class Monitor(trt.IProgressMonitor):
         """TensorRT calls these from its builder threads; output is serialised by a lock."""
@@ -106,22 +111,28 @@ def _progress_monitor(trt: Any, label: str) -> Any:
             trt.IProgressMonitor.__init__(self)
             self._lock = threading.Lock()
             self._steps: dict[str, int] = {}
-            self._start = time.monotonic()
+            self._start = self._last_line = time.monotonic()
 
         def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
             """A builder phase began; top-level phases get a line of their own."""
             with self._lock:
                 self._steps[phase_name] = num_steps
                 if parent_phase is None:
-                    sys.stderr.write(f"[{label}] {phase_name} ({num_steps} steps)\n")
+                    out.write(f"[{label}] {phase_name} ({num_steps} steps)\n")
+                    out.flush()
 
         def step_complete(self, phase_name: str, step: int) -> bool:
-            """One step done: rewrite the progress line; True lets the build continue."""
+            """One step done: show it; True lets the build continue."""
             with self._lock:
                 total = self._steps.get(phase_name, 0)
-                elapsed = time.monotonic() - self._start
-                sys.stderr.write(f"\r[{label}] {phase_name}: {step + 1}/{total}  {elapsed:5.0f} s")
-                sys.stderr.flush()
+                now = time.monotonic()
+                text = f"[{label}] {phase_name}: {step + 1}/{total}  {now - self._start:5.0f} s"
+                if tty:
+                    out.write(f"\r{text}")
+                elif now - self._last_line >= LOG_PROGRESS_S:
+                    out.write(f"{text}\n")
+                    self._last_line = now
+                out.flush()
             return True
 
         def phase_finish(self, phase_name: str) -> None:
@@ -129,7 +140,9 @@ def _progress_monitor(trt: Any, label: str) -> Any:
             with self._lock:
                 self._steps.pop(phase_name, None)
                 if not self._steps:
-                    sys.stderr.write("\n")
+                    elapsed = time.monotonic() - self._start
+                    out.write("\n" if tty else f"[{label}] built in {elapsed:.0f} s\n")
+                    out.flush()
 
     return Monitor()
 

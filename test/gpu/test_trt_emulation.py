@@ -8,6 +8,7 @@ parser and FP16 numerics, real streams and timing."""
 
 from __future__ import annotations
 
+import io
 import shutil
 import sys
 from pathlib import Path
@@ -144,3 +145,33 @@ def test_tensorrt_backend_frame_path(gpu, encoding: str, levels: float) -> None:
     assert set(gpu.launches) >= {"pre_letterbox", "pp_fused", "pp_finalize", "ov_instance"}
     with pytest.raises(BackendError, match="closed"):
         trt_pipe(frame, encoding)
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_build_progress_rewrites_a_line_on_a_terminal_and_logs_lines_otherwise(
+    gpu, monkeypatch
+) -> None:
+    """The node builds at start with stderr going to a log: whole lines, throttled, no \\r."""
+    from compactinst_ros.backends import trt_build
+
+    trt = sys.modules["tensorrt"]
+    network = tensorrt_emu.Network()
+    network.onnx_bytes = b"graph"
+    for stream, throttle in ((Terminal(), 5.0), (io.StringIO(), 5.0), (io.StringIO(), 0.0)):
+        monkeypatch.setattr(trt_build, "LOG_PROGRESS_S", throttle)
+        config = tensorrt_emu.BuilderConfig()
+        config.progress_monitor = trt_build._progress_monitor(trt, "encoder", stream)
+        assert tensorrt_emu.Builder(trt.Logger()).build_serialized_network(network, config)
+        text = stream.getvalue()
+        assert text.startswith("[encoder] Building engine (2 steps)\n")
+        if isinstance(stream, Terminal):
+            assert "\r[encoder] Tactic selection: 3/3" in text
+        else:
+            assert "\r" not in text
+            assert text.rstrip().split("\n")[-1].startswith("[encoder] built in")
+            # the stand-in reports 2 x 3 tactic steps; throttled to 5 s, a fast build shows none
+            assert text.count("Tactic selection: ") == (6 if throttle == 0.0 else 0)
