@@ -192,22 +192,24 @@ def check_postprocess(cuda, stream, checks: Checks, quick: bool) -> None:
     checks.add("postprocess tables vs reference", table_ok, "ids, scores, boxes, areas, dtypes")
 
 
-def check_backend(bundle_path: str, checks: Checks) -> None:
-    """TensorRT backend end to end vs onnxruntime on one synthetic frame."""
-    from test_gpu_preprocess_twin import smooth_rgb
-
+def check_backend(bundle_path: str, checks: Checks, reps: int) -> None:
+    """TensorRT backend end to end vs onnxruntime on scenes the model was trained on (its
+    masks on out-of-distribution frames flip with sub-grey-level input differences)."""
     from compactinst_ros.pipeline import Pipeline
+    from compactinst_ros.train.synthetic import render_scene
 
-    frame = smooth_rgb(480, 640, 3)
     gpu_pipe = Pipeline(bundle_path, backend="tensorrt")
     cpu_pipe = Pipeline(bundle_path, backend="onnxruntime")
     with gpu_pipe as gpu, cpu_pipe as cpu:
-        a, b = gpu(frame), cpu(frame)
-        for _ in range(20):
+        agree = 1.0
+        for seed in (1, 2, 3):
+            frame = render_scene(seed, 0, 480, 640).image
+            a, b = gpu(frame), cpu(frame)
+            agree = min(agree, *(bench.agreement(getattr(a, n), getattr(b, n)) for n in RASTERS))
+        for _ in range(reps):
             a = gpu(frame)
-        agree = min(bench.agreement(getattr(a, n), getattr(b, n)) for n in RASTERS)
         times = ", ".join(f"{k} {v:.2f}" for k, v in a.timings_ms.items())
-        detail = f"{100 * agree:.2f}% equal; ms: {times}"
+        detail = f"worst {100 * agree:.2f}% equal over 3 scenes; ms: {times}"
         checks.add("TensorRT backend vs onnxruntime (FP16)", agree >= 0.99, detail)
 
 
@@ -251,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 checks.add("check crashed", False, "see traceback above")
         if args.bundle and env["tensorrt"] not in ("missing",):
             try:
-                check_backend(args.bundle, checks)
+                check_backend(args.bundle, checks, args.reps)
             except Exception:
                 traceback.print_exc()
                 checks.add("TensorRT backend", False, "see traceback above")

@@ -18,7 +18,9 @@ sys.path.insert(0, str(Path(__file__).parent / "emu"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import pycuda_emu  # noqa: E402
+import tensorrt_emu  # noqa: E402
 
+from compactinst_ros.bundle import default_bundle_path  # noqa: E402
 from compactinst_ros.labels import SYNTHETIC_LABELS  # noqa: E402
 from compactinst_ros.postprocess import gpu_twin  # noqa: E402
 from compactinst_ros.structures import FrameMeta, OutputSet  # noqa: E402
@@ -96,19 +98,27 @@ def test_postprocessor_host_code_equals_twin_with_output_subsets(emu_lib, monkey
             np.testing.assert_array_equal(got.segments.ids, twin.segments.ids)
 
 
-def test_gpu_check_runs_every_step_through_the_real_host_code(emu_lib, monkeypatch, capsys) -> None:
+def test_gpu_check_runs_every_step_through_the_real_host_code(
+    emu_lib, monkeypatch, capsys, tmp_path
+) -> None:
     """scripts/gpu_check.py, unchanged, as a GPU session will run it (device_run.sh), with
-    pycuda.driver emulated: environment, context, the six parity checks through GpuPreprocessor,
-    GpuPostprocessor and GpuOverlay, a benchmark row (emulator times, meaningless as speed) and
-    the summary table last; the naive PyTorch column is n/a without CUDA."""
+    pycuda and TensorRT replaced by the stand-ins: environment, context, the six kernel parity
+    checks through GpuPreprocessor, GpuPostprocessor and GpuOverlay, the TensorRT backend vs
+    onnxruntime (--bundle), a benchmark row (emulator times, meaningless as speed) and the
+    summary table last; the naive PyTorch column is n/a without CUDA."""
     import gpu_check
 
+    monkeypatch.setenv("COMPACTINST_ENGINE_CACHE", str(tmp_path / "engines"))
     driver = pycuda_emu.install(monkeypatch, emu_lib)
-    status = gpu_check.main(["--quick", "--reps", "2", "--sizes", "512x1024"])
+    tensorrt_emu.install(monkeypatch)
+    status = gpu_check.main(
+        ["--quick", "--reps", "2", "--sizes", "512x1024", "--bundle", str(default_bundle_path())]
+    )
     out = capsys.readouterr().out
     assert status == 0, out
     assert "pycuda emulated" in out and "GPU: CPU kernel emulator" in out
-    assert "checks: 6/6 passed" in out
+    assert "checks: 7/7 passed" in out, out
+    assert "TensorRT backend vs onnxruntime (FP16)" in out
     table = out[out.index("naive/fused") :].splitlines()
     assert len(table) == 2 and table[1].split()[0] == "512x1024", table
     assert table[1].split()[-1] == "100.000%", table
