@@ -46,9 +46,12 @@ def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_float,
         ctypes.c_float, ctypes.c_float, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_int,
     ] + [ctypes.c_void_p] * 6 + [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int]  # fmt: skip
-    lib.emu_preprocess.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 6 + [
-        ctypes.c_float
-    ] * 5 + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    lib.emu_preprocess.argtypes = (
+        [ctypes.c_void_p]
+        + [ctypes.c_int] * 6
+        + [ctypes.c_float] * 5
+        + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    )
     lib.emu_overlay.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 4 + [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
         ctypes.c_float, ctypes.c_float, ctypes.c_void_p,
@@ -257,3 +260,40 @@ def test_kernels_merge_stuff_and_number_things(emu) -> None:
     assert got.segments.ids.tolist() == [5, 1001, 1002]
     assert got.segments.area[0] == (got.panoptic_raster == 5).sum()
     assert_same(got, reference.postprocess(raw, meta, SYNTHETIC_LABELS, options, OutputSet()))
+
+
+def _outputs(result: FrameResult) -> list[np.ndarray]:
+    """Every array a FrameResult carries (rasters, instance and segment tables)."""
+    arrays = [getattr(result, name) for name in RASTERS]
+    arrays += [np.asarray(v) for v in vars(result.instances).values()]
+    arrays += [np.asarray(v) for v in vars(result.segments).values()]
+    return arrays
+
+
+@pytest.mark.parametrize("case", ["blobs", "near_ties", "caps"])
+def test_kernels_give_the_same_result_under_every_schedule(emu, case: str) -> None:
+    """Blocks and threads reversed, and shuffled anew in every barrier round: a missing
+    __syncthreads or an order-dependent atomic would change some output."""
+    if case == "blobs":
+        raw, meta, options = blob_frame(0), FrameMeta.letterbox(100, 200, 128, 256), OPTIONS
+    elif case == "near_ties":
+        raw, meta, options = (
+            random_frame(3, q=16, h=8, w=16),
+            FrameMeta.letterbox(70, 120, 64, 128),
+            OPTIONS,
+        )
+    else:
+        raw, meta = blob_frame(5, q=30), FrameMeta.letterbox(100, 200, 128, 256)
+        options = PostprocessOptions(
+            score_threshold=0.1, object_mask_threshold=0.5, max_instances=3
+        )
+    emu.emu_set_schedule.argtypes = [ctypes.c_int, ctypes.c_uint]
+    try:
+        base = _outputs(run_kernels(emu, raw, meta, SYNTHETIC_LABELS, options, OutputSet()))
+        for mode, seed in ((1, 0), (2, 1), (2, 2), (2, 3)):
+            emu.emu_set_schedule(mode, seed)
+            got = _outputs(run_kernels(emu, raw, meta, SYNTHETIC_LABELS, options, OutputSet()))
+            for a, b in zip(base, got, strict=True):
+                np.testing.assert_array_equal(a, b, err_msg=f"schedule {mode} seed {seed}")
+    finally:
+        emu.emu_set_schedule(0, 1)

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <numeric>
+#include <random>
 #include <csetjmp>
 #include <ucontext.h>
 #include <vector>
@@ -22,7 +24,15 @@
 #define __host__
 #define __forceinline__ inline
 #define __restrict__ __restrict
-#define __shared__ static
+// __shared__ variables are function statics collected in one section, so that every block can
+// start with them poisoned (0xFF bytes: NaN floats, -1 integers) as CUDA leaves them undefined;
+// a kernel that reads shared memory before writing it then fails instead of reading what the
+// previous block left behind.
+#define __shared__ static __attribute__((section("emu_shared")))
+extern "C" char __start_emu_shared[], __stop_emu_shared[];
+inline void emu_poison_shared() {
+  std::memset(__start_emu_shared, 0xFF, (size_t)(__stop_emu_shared - __start_emu_shared));
+}
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -93,8 +103,23 @@ inline T atomicMax(T* p, T v) {
   return old;
 }
 
-// Run `kernel` over the grid. Per block: start blockDim fibers, then resume them round-robin;
-// a fiber runs until its next __syncthreads or its end, so every round is one barrier phase.
+// Thread and block order, to expose races that one fixed order hides: 0 = index order,
+// 1 = blocks and threads reversed, 2 = a fresh pseudo-random permutation of the blocks and of
+// the threads in every barrier round. Race-free kernels give identical results under all three.
+inline int emu_schedule = 0;
+inline std::mt19937 emu_rng{1};
+
+inline std::vector<unsigned> emu_order(unsigned n) {
+  std::vector<unsigned> order(n);
+  std::iota(order.begin(), order.end(), 0u);
+  if (emu_schedule == 1) std::reverse(order.begin(), order.end());
+  if (emu_schedule == 2) std::shuffle(order.begin(), order.end(), emu_rng);
+  return order;
+}
+
+// Run `kernel` over the grid. Per block: start blockDim fibers, then resume them round-robin
+// (in emu_order); a fiber runs until its next __syncthreads or its end, so every round is one
+// barrier phase.
 inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kernel) {
   gridDim = grid;
   blockDim = block;
@@ -104,32 +129,31 @@ inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kerne
   for (auto& fiber : emu_fibers) fiber.stack.resize(1 << 16);
   ucontext_t blank;
   getcontext(&blank);
-  for (unsigned by = 0; by < grid.y; ++by) {
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      blockIdx = dim3{bx, by, 1};
-      for (unsigned t = 0; t < n; ++t) {
+  for (unsigned b : emu_order(grid.x * grid.y)) {
+    blockIdx = dim3{b % grid.x, b / grid.x, 1};
+    emu_poison_shared();
+    for (unsigned t = 0; t < n; ++t) {
+      EmuFiber& fiber = emu_fibers[t];
+      fiber.started = fiber.done = false;
+      fiber.ctx = blank;
+      fiber.ctx.uc_stack.ss_sp = fiber.stack.data();
+      fiber.ctx.uc_stack.ss_size = fiber.stack.size();
+      makecontext(&fiber.ctx, emu_fiber_main, 0);
+    }
+    bool running = true;
+    while (running) {
+      running = false;
+      for (unsigned t : emu_order(n)) {
+        if (emu_fibers[t].done) continue;
+        emu_current = t;
+        threadIdx = dim3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
         EmuFiber& fiber = emu_fibers[t];
-        fiber.started = fiber.done = false;
-        fiber.ctx = blank;
-        fiber.ctx.uc_stack.ss_sp = fiber.stack.data();
-        fiber.ctx.uc_stack.ss_size = fiber.stack.size();
-        makecontext(&fiber.ctx, emu_fiber_main, 0);
-      }
-      bool running = true;
-      while (running) {
-        running = false;
-        for (unsigned t = 0; t < n; ++t) {
-          if (emu_fibers[t].done) continue;
-          emu_current = t;
-          threadIdx = dim3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-          EmuFiber& fiber = emu_fibers[t];
-          if (_setjmp(emu_scheduler_jump) == 0) {
-            if (fiber.started) _longjmp(fiber.jump, 1);
-            fiber.started = true;
-            swapcontext(&emu_scheduler, &fiber.ctx);
-          }
-          running = true;
+        if (_setjmp(emu_scheduler_jump) == 0) {
+          if (fiber.started) _longjmp(fiber.jump, 1);
+          fiber.started = true;
+          swapcontext(&emu_scheduler, &fiber.ctx);
         }
+        running = true;
       }
     }
   }

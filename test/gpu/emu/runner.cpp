@@ -16,6 +16,11 @@ static unsigned cdiv(int a, int b) { return (unsigned)((a + b - 1) / b); }
 
 extern "C" size_t emu_tables_size() { return sizeof(PPTables); }
 
+extern "C" void emu_set_schedule(int mode, unsigned seed) {
+  emu_schedule = mode;
+  emu_rng.seed(seed);
+}
+
 extern "C" void emu_postprocess(const float* cls, const float* masks, int q, int k1, int h, int w,
                                 const uint8_t* isthing, const int* label_ids, int vh, int vw,
                                 float threshold, float score_thr, float obj_thr, int max_inst,
