@@ -29,6 +29,7 @@ from ..labels import (
     SYNTHETIC_LABELS,
     LabelSet,
 )
+from .tensorrt_rules import file_issues
 
 if TYPE_CHECKING:
     import torch
@@ -267,6 +268,9 @@ def export_bundle(
     )
     progress("[3/4] checking ONNX graphs and reading stage I/O ...")
     stages = (stage_spec("encoder", encoder_path), stage_spec("decoder", decoder_path))
+    for stage in stages:
+        for issue in file_issues(stage.path):
+            progress(f"      warning: {stage.path.name}: {issue} (TensorRT build will fail)")
     bundle = ModelBundle(
         root=out,
         architecture=architecture_of(model, config_name),
