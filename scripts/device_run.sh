@@ -12,5 +12,5 @@ export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1
 out=${OUT:-out/device}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee "$out/gpu.txt"
-timeout 240 python3 scripts/gpu_check.py --reps 50 2>&1 | tee "$out/gpu_check.log"
+timeout 240 python3 scripts/gpu_check.py --reps 50 --bundle models/default 2>&1 | tee "$out/gpu_check.log"
 timeout 300 python3 scripts/gpu_bench.py --out "$out/bench" 2>&1 | tee "$out/gpu_bench.log"
