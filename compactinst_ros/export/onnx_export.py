@@ -270,7 +270,7 @@ def export_bundle(
     stages = (stage_spec("encoder", encoder_path), stage_spec("decoder", decoder_path))
     for stage in stages:
         for issue in file_issues(stage.path):
-            progress(f"      warning: {stage.path.name}: {issue} (TensorRT build will fail)")
+            progress(f"      warning: {stage.path.name}: {issue} (TensorRT may reject it)")
     bundle = ModelBundle(
         root=out,
         architecture=architecture_of(model, config_name),

@@ -4,8 +4,8 @@ TensorRT runs only on the vehicle, so a graph that JetPack 6's parser rejects wo
 surface there, at the first engine build. Sources: onnx-tensorrt ``docs/operators.md`` (the
 support matrix and its per-operator restrictions, TensorRT 8.5 edition), TensorRT 10's opset
 range 9 to 20, and LayerNormalization, which the parser imports natively since TensorRT 8.6.
-TensorRT 10 relaxed some of these restrictions; none was tightened, so a graph that passes here
-meets the parser's documented rules on TensorRT 10.3.
+The restrictions are the 8.5 edition's, the newest matrix we could read; a graph that meets them
+is expected to import on TensorRT 10.3, which only an engine build on the vehicle proves.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def parser_issues(model: onnx.ModelProto) -> list[str]:
     for node in graph.node:
         where = f"{node.op_type} node '{node.name}'"
         if node.op_type not in SUPPORTED_OPS:
-            issues.append(f"{where}: the TensorRT ONNX parser has no importer for it")
+            issues.append(f"{where}: not in the TensorRT ONNX parser's support matrix")
             continue
         for index, role in CONSTANT_INPUTS.get(node.op_type, {}).items():
             if index < len(node.input) and node.input[index] and node.input[index] not in constants:

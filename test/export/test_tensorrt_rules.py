@@ -44,7 +44,7 @@ def test_constant_inputs_follow_constant_nodes_and_identities() -> None:
     [
         ("topk_dynamic_k", "TopK node 'topk': input 'K' must be a constant"),
         ("resize_cubic", "Resize node 'resize': mode 'cubic'"),
-        ("unknown_op", "Det node 'det': the TensorRT ONNX parser has no importer"),
+        ("unknown_op", "Det node 'det': not in the TensorRT ONNX parser's support matrix"),
         ("opset_21", "opset 21 is outside TensorRT 10's 9..20"),
         ("maxpool_indices", "MaxPool node 'pool': the Indices output"),
         ("instance_norm_scale", "InstanceNormalization node 'norm': input 'scale'"),
