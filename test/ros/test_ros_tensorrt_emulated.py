@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 from ros_harness import REPO, Client, NodeProcess, next_domain
-from test_ros_node import image_msg, scene
+from test_ros_node import encode_as, image_msg, scene
 
 from compactinst_ros.ros.convert import raster_from_image
 
@@ -70,8 +70,16 @@ def test_node_runs_the_tensorrt_backend_and_renders_the_overlay_on_the_device(tm
         assert ids.shape == (96, 128) and ids.max() > 0
         changed = np.abs(blended.astype(int) - frame.astype(int)).sum(-1) > 0
         assert changed[ids > 0].mean() > 0.9  # instances are coloured on the device
+        padded = image_msg(encode_as(frame, "yuv422"), "yuv422", pad=16)  # UYVY, padded rows
+        raw.publish(padded)
+        sec = padded.header.stamp.sec
+        client.wait_for(
+            lambda: all(client.stamped(t, sec) for t in topics), 60, f"outputs:\n{node.tail()}"
+        )
+        again = raster_from_image(client.stamped(f"{NS}/instance_mask", sec))
+        assert again.shape == (96, 128) and (again > 0).mean() > 0.5 * (ids > 0).mean()
         report = client.settled_diagnostics()
-        assert report["errors"] == "0" and report["frames_processed"] == "1", report
+        assert report["errors"] == "0" and report["frames_processed"] == "2", report
     finally:
         client.close()
         code = node.stop()
