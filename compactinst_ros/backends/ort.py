@@ -125,7 +125,11 @@ class OrtBackend:
 
     def raw_outputs(self, image: np.ndarray, encoding: str, meta: FrameMeta) -> RawOutputs:
         """Decoder outputs for one validated frame, without post-processing (checks, replay)."""
-        tensor = letterbox(image, encoding, meta, self.bundle.pad_value)
+        return self.raw_outputs_of_input(letterbox(image, encoding, meta, self.bundle.pad_value))
+
+    def raw_outputs_of_input(self, tensor: np.ndarray) -> RawOutputs:
+        """Decoder outputs for a ready (1, 3, H, W) encoder input, e.g. another backend's
+        pre-processed frame (parity checks that isolate pre-processing)."""
         return self._run_decoder(self._run_encoder(tensor))
 
     def _run_encoder(self, tensor: np.ndarray) -> list[np.ndarray]:

@@ -25,7 +25,7 @@ import tensorrt_emu  # noqa: E402
 from test_gpu_preprocess_twin import encode, smooth_rgb  # noqa: E402
 
 from compactinst_ros.backends.engine_cache import EngineCache  # noqa: E402
-from compactinst_ros.backends.ort import create_session  # noqa: E402
+from compactinst_ros.backends.ort import OrtBackend  # noqa: E402
 from compactinst_ros.backends.trt_build import BuildOptions, engine_key  # noqa: E402
 from compactinst_ros.bundle import ModelBundle, default_bundle_path  # noqa: E402
 from compactinst_ros.cli import main as cli_main  # noqa: E402
@@ -37,7 +37,6 @@ from compactinst_ros.structures import (  # noqa: E402
     FrameMeta,
     OutputSet,
     PostprocessOptions,
-    RawOutputs,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
@@ -100,12 +99,11 @@ def pycuda_info():
 
 def cpu_frame_result(bundle: ModelBundle, tensor: np.ndarray, meta, outputs: OutputSet):
     """ONNX Runtime stages and the numpy reference post-processing on a given encoder input."""
-    encoder, decoder = (create_session(stage.path) for stage in bundle.stages)
-    features = encoder.run(None, {bundle.stages[0].inputs[0].name: tensor})
-    names = [o.name for o in encoder.get_outputs()]
-    feed = dict(zip(names, features, strict=True))
-    logits, masks = decoder.run(["pred_logits", "pred_masks"], feed)
-    raw = RawOutputs(logits[0], masks[0], bundle.mask_stride)
+    backend = OrtBackend(bundle)
+    try:
+        raw = backend.raw_outputs_of_input(tensor)
+    finally:
+        backend.close()
     return reference.postprocess(raw, meta, bundle.labels, PostprocessOptions(), outputs)
 
 
