@@ -32,11 +32,6 @@ KERNELS = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def emu_lib(tmp_path_factory: pytest.TempPathFactory):
-    return pycuda_emu.build_library(tmp_path_factory.mktemp("emu"))
-
-
 def test_stand_in_fails_loudly_on_overflow_and_bad_packing(emu_lib, monkeypatch) -> None:
     """An output buffer too small for the kernel, a prepare string of the wrong length or
     layout, and an unknown kernel each raise instead of passing silently."""

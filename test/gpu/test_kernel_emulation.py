@@ -29,8 +29,6 @@ from compactinst_ros.structures import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent / "emu"))
-import pycuda_emu
 from test_gpu_preprocess_twin import ENCODINGS, PAD, encode, smooth_rgb
 from test_gpu_twin import CASES, OPTIONS, blob_frame, random_frame
 
@@ -39,8 +37,9 @@ RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
 
 
 @pytest.fixture(scope="module")
-def emu(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
-    lib = pycuda_emu.build_library(tmp_path_factory.mktemp("emu"))
+def emu(emu_lib: ctypes.CDLL) -> ctypes.CDLL:
+    """The emulator library with the argument types of its direct entry points."""
+    lib = emu_lib
     lib.emu_tables_size.restype = ctypes.c_size_t
     lib.emu_postprocess.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 4 + [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_float,

@@ -43,11 +43,6 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
 
 
-@pytest.fixture(scope="module")
-def emu_lib(tmp_path_factory: pytest.TempPathFactory):
-    return pycuda_emu.build_library(tmp_path_factory.mktemp("emu"))
-
-
 @pytest.fixture
 def gpu(emu_lib, monkeypatch, tmp_path):
     """Both stand-ins installed and the engine cache in a temporary folder."""
