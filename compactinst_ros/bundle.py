@@ -23,12 +23,19 @@ The bundle is the only thing the runtime needs from training/export. Schema (for
 
 Normalisation happens inside the encoder graph, so the encoder input is RGB in 0..255 and the
 letterbox padding is the mean colour (it normalises to 0, as detectron2's zero padding does).
+
+What is loaded is what was exported: every stage ``file`` must resolve (symlinks included) to a
+file inside the bundle folder, and its sha256 is checked at load by default. A bundle without
+hashes still loads, with a warning naming ``compactinst bundle-hash DIR``, which records them.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +46,7 @@ BUNDLE_FORMAT = 1
 METADATA_FILE = "bundle.json"
 STAGE_ORDER = ("encoder", "decoder")
 DECODER_OUTPUTS = ("pred_logits", "pred_masks")
+HASH_COMMAND = "compactinst bundle-hash"
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,12 @@ class ModelBundle:
         return hashlib.sha256(joined.encode()).hexdigest()[:16]
 
     @classmethod
-    def load(cls, root: str | Path, verify_hashes: bool = False) -> ModelBundle:
-        """Read and validate ``root/bundle.json``; BundleError names what is wrong and the fix."""
+    def load(cls, root: str | Path, verify_hashes: bool = True) -> ModelBundle:
+        """Read and validate ``root/bundle.json``; BundleError names what is wrong and the fix.
+
+        ``verify_hashes`` checks each stage file against its recorded sha256 (20-40 ms for the
+        20 MB default bundle); pass False only for files that are deliberately not the export's.
+        """
         root = Path(root)
         meta_path = root / METADATA_FILE
         if not root.is_dir():
@@ -126,14 +138,10 @@ class ModelBundle:
                 f"'{root}' is not a model bundle: {METADATA_FILE} is missing "
                 "(re-export it with 'compactinst export')"
             )
-        try:
-            meta = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BundleError(f"{meta_path} is not valid JSON: {exc}") from None
-        return cls.from_json(root, meta, verify_hashes=verify_hashes)
+        return cls.from_json(root, _read_metadata(root), verify_hashes=verify_hashes)
 
     @classmethod
-    def from_json(cls, root: Path, meta: dict, verify_hashes: bool = False) -> ModelBundle:
+    def from_json(cls, root: Path, meta: dict, verify_hashes: bool = True) -> ModelBundle:
         """Validate parsed metadata (see module docstring for the schema)."""
         where = root / METADATA_FILE
         if not isinstance(meta, dict):
@@ -165,6 +173,13 @@ class ModelBundle:
             raise BundleError(f"{where}: input.pad_value must have 3 entries (RGB)")
         labels = LabelSet.from_json(meta["labels"])
         stages = tuple(_parse_stage(root, s, where, verify_hashes) for s in meta["stages"])
+        unhashed = [s.name for s in stages if not s.sha256]
+        if verify_hashes and unhashed:
+            warnings.warn(
+                f"bundle {root}: stages {unhashed} have no sha256 in {METADATA_FILE}, so their "
+                f"files are loaded unverified; record the hashes with '{HASH_COMMAND} {root}'",
+                stacklevel=3,
+            )
         names = tuple(s.name for s in stages)
         if names != STAGE_ORDER:
             raise BundleError(f"{where}: stages must be {list(STAGE_ORDER)}, found {list(names)}")
@@ -255,21 +270,44 @@ def _parse_tensor(entry: dict, where: str) -> TensorSpec:
         raise BundleError(f"{where}: tensor entries need name, shape, dtype ({exc!r})") from None
 
 
-def _parse_stage(root: Path, entry: dict, where: Path, verify: bool) -> StageSpec:
+def _read_metadata(root: Path) -> dict:
+    """Parsed ``root/bundle.json``; BundleError when it is not JSON."""
+    meta_path = root / METADATA_FILE
     try:
-        name, file = str(entry["name"]), str(entry["file"])
+        return json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{meta_path} is not valid JSON: {exc}") from None
+
+
+def _stage_name_and_path(root: Path, entry: object, where: Path) -> tuple[str, Path]:
+    """Name and file of a stage entry; BundleError unless the file resolves inside ``root``."""
+    try:
+        name, file = str(entry["name"]), str(entry["file"])  # type: ignore[index]
     except (KeyError, TypeError) as exc:
         raise BundleError(f"{where}: every stage needs 'name' and 'file' ({exc!r})") from None
     path = root / file
+    target = path.resolve()
+    if not target.is_relative_to(root.resolve()):
+        raise BundleError(
+            f"{where}: stage '{name}' file '{file}' resolves to {target}, outside the bundle "
+            f"folder; stage files must be inside the bundle folder (a relative name without "
+            "'..', no symlink leading out): copy the file into the bundle and name it there"
+        )
     if not path.is_file():
         raise BundleError(
             f"bundle {root}: stage '{name}' file {file} is missing; re-export the bundle"
         )
-    sha = str(entry.get("sha256", ""))
+    return name, path
+
+
+def _parse_stage(root: Path, entry: dict, where: Path, verify: bool) -> StageSpec:
+    name, path = _stage_name_and_path(root, entry, where)
+    sha = str(entry.get("sha256") or "")
     if verify and sha and sha256_file(path) != sha:
         raise BundleError(
-            f"bundle {root}: {file} does not match its sha256 in {METADATA_FILE} "
-            "(file changed or corrupt); re-export the bundle"
+            f"bundle {root}: {entry['file']} does not match its sha256 in {METADATA_FILE} "
+            f"(file changed or corrupt); re-export the bundle, or if you changed the file on "
+            f"purpose and trust it, '{HASH_COMMAND} --update {root}'"
         )
     ctx = f"{where} stage '{name}'"
     return StageSpec(
@@ -279,3 +317,48 @@ def _parse_stage(root: Path, entry: dict, where: Path, verify: bool) -> StageSpe
         inputs=tuple(_parse_tensor(t, ctx) for t in entry.get("inputs", [])),
         outputs=tuple(_parse_tensor(t, ctx) for t in entry.get("outputs", [])),
     )
+
+
+def record_hashes(root: str | Path, update: bool = False) -> dict[str, str]:
+    """Write each stage file's sha256 into ``root/bundle.json``; returns stage -> sha256.
+
+    A recorded hash that does not match is an error unless ``update``: replacing it vouches for
+    a file that is no longer the exported one. Other keys of bundle.json are kept as they are.
+    """
+    root = Path(root)
+    ModelBundle.load(root, verify_hashes=False)  # a valid bundle apart from its hashes
+    meta = _read_metadata(root)
+    where = root / METADATA_FILE
+    hashes: dict[str, str] = {}
+    for entry in meta["stages"]:
+        name, path = _stage_name_and_path(root, entry, where)
+        sha = sha256_file(path)
+        recorded = str(entry.get("sha256") or "")
+        if recorded and recorded != sha and not update:
+            raise BundleError(
+                f"bundle {root}: {entry['file']} does not match its recorded sha256; re-export "
+                f"the bundle, or pass --update to record the current file (only if you trust it)"
+            )
+        entry["sha256"] = hashes[name] = sha
+    tmp = where.with_name(f".{METADATA_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(tmp, where)
+    return hashes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``compactinst bundle-hash``."""
+    parser.add_argument("bundle", type=Path, help="model bundle folder (bundle.json + ONNX files)")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="replace recorded hashes that do not match (the files were changed on purpose)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Record the stage hashes of a bundle and print them."""
+    for name, sha in record_hashes(args.bundle, update=args.update).items():
+        print(f"{name:8s} {sha}")
+    print(f"hashes recorded in {Path(args.bundle) / METADATA_FILE}")
+    return 0

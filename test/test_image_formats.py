@@ -1,11 +1,23 @@
-"""Encodings, step padding and the letterbox geometry shared by every backend."""
+"""Encodings, step padding, compressed-frame headers and the letterbox geometry shared by every
+backend."""
+
+import array
 
 import cv2
 import numpy as np
 import pytest
 
 from compactinst_ros.errors import InputError
-from compactinst_ros.image_formats import ENCODINGS, array_from_buffer, to_rgb, validate_image
+from compactinst_ros.image_formats import (
+    ENCODINGS,
+    MAX_COMPRESSED_BYTES,
+    array_from_buffer,
+    compressed_format,
+    compressed_image_size,
+    decode_compressed,
+    to_rgb,
+    validate_image,
+)
 from compactinst_ros.preprocess import letterbox
 from compactinst_ros.structures import FrameMeta
 
@@ -86,3 +98,130 @@ def test_letterbox_places_image_top_left_with_mean_padding() -> None:
     assert tensor.shape == (1, 3, 64, 128) and tensor.dtype == np.float32
     assert np.all(tensor[0, :, :32, :] == 10)
     np.testing.assert_allclose(tensor[0, :, 40, 5], PAD, rtol=1e-6)
+
+
+def _encoded(ext: str, image: np.ndarray, *params: int) -> bytes:
+    ok, data = cv2.imencode(ext, image, list(params))
+    assert ok, ext
+    return data.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("field", "name"),
+    [
+        ("jpeg", "jpeg"),
+        ("JPEG", "jpeg"),
+        ("jpg", "jpeg"),
+        ("png", "png"),
+        ("bgr8; jpeg compressed bgr8", "jpeg"),
+        ("rgb8; jpeg compressed bgr8", "jpeg"),
+        ("mono8; png compressed mono8", "png"),
+    ],
+)
+def test_compressed_format_names(field: str, name: str) -> None:
+    assert compressed_format(field) == name
+
+
+@pytest.mark.parametrize(
+    "field", ["", "bmp", "tiff", "webp", "16UC1; compressedDepth png", "bgr8; bmp compressed bgr8"]
+)
+def test_other_compressed_formats_are_refused_naming_the_accepted(field: str) -> None:
+    with pytest.raises(InputError, match=r"not supported; publish one of \['jpeg', 'png'\]"):
+        compressed_format(field)
+    with pytest.raises(InputError, match="not supported"):
+        decode_compressed(_encoded(".png", _rgb()), field)
+
+
+@pytest.mark.parametrize(
+    ("ext", "fmt", "params", "channels"),
+    [
+        (".jpg", "jpeg", (), 3),
+        (".jpg", "jpeg", (cv2.IMWRITE_JPEG_PROGRESSIVE, 1), 3),  # SOF2, after more segments
+        (".jpg", "jpeg", (), 1),
+        (".png", "png", (), 3),
+        (".png", "png", (), 1),
+    ],
+)
+def test_size_comes_from_the_header_and_matches_the_decode(ext, fmt, params, channels) -> None:
+    image = _rgb(37, 53) if channels == 3 else _rgb(37, 53)[:, :, 0]
+    data = _encoded(ext, image, *params)
+    for payload in (data, array.array("B", data), np.frombuffer(data, np.uint8)):
+        assert compressed_image_size(payload, fmt) == (37, 53)
+    decoded = decode_compressed(array.array("B", data), f"bgr8; {fmt} compressed bgr8")
+    assert decoded.shape == (37, 53, 3) and decoded.dtype == np.uint8
+    if ext == ".png" and channels == 3:
+        np.testing.assert_array_equal(decoded, image)  # lossless: the pixels themselves
+
+
+@pytest.mark.parametrize(
+    ("ext", "fmt", "actual"),
+    [
+        (".bmp", "jpeg", "bmp"),
+        (".tiff", "png", "tiff"),
+        (".webp", "jpeg", "webp"),
+        (".png", "jpeg", "png"),
+        (".jpg", "png", "jpeg"),
+    ],
+)
+def test_data_that_is_not_the_named_format_is_refused(ext: str, fmt: str, actual: str) -> None:
+    data = _encoded(ext, _rgb(16, 16))
+    with pytest.raises(InputError, match=rf"says '{fmt}' but the data is {actual}"):
+        decode_compressed(data, fmt)
+
+
+@pytest.mark.parametrize(
+    ("ext", "fmt", "keep", "message"),
+    [
+        (".jpg", "jpeg", 12, "cut short before its frame header"),
+        (".png", "png", 20, "cut short before the end of its header"),
+        (".jpg", "jpeg", 0.5, "could not be decoded"),  # header intact, scan data cut
+        (".png", "png", 0.5, "could not be decoded"),
+    ],
+)
+def test_truncated_data_is_an_input_error(ext: str, fmt: str, keep: float, message: str) -> None:
+    data = _encoded(ext, _rgb(64, 64))
+    cut = data[: int(len(data) * keep) if keep < 1 else keep]
+    with pytest.raises(InputError, match=message):
+        decode_compressed(cut, fmt)
+
+
+def _with_jpeg_size(data: bytes, height: int, width: int) -> bytes:
+    sof = data.index(b"\xff\xc0")
+    return data[: sof + 5] + height.to_bytes(2, "big") + width.to_bytes(2, "big") + data[sof + 9 :]
+
+
+def _with_png_size(data: bytes, height: int, width: int) -> bytes:
+    return data[:16] + width.to_bytes(4, "big") + height.to_bytes(4, "big") + data[24:]
+
+
+@pytest.mark.parametrize(
+    ("payload", "fmt", "message"),
+    [
+        (lambda: _with_png_size(_encoded(".png", _rgb()), 8, 50000), "png", "side limit"),
+        (lambda: _with_jpeg_size(_encoded(".jpg", _rgb()), 9000, 9000), "jpeg", "pixel limit"),
+        (lambda: _with_png_size(_encoded(".png", _rgb()), 0, 8), "png", "zero size"),
+        (lambda: _with_jpeg_size(_encoded(".jpg", _rgb()), 0, 8), "jpeg", "DNL"),
+        (lambda: b"", "jpeg", "empty"),
+        (lambda: bytes(MAX_COMPRESSED_BYTES + 1), "jpeg", f"exceeds {MAX_COMPRESSED_BYTES} bytes"),
+    ],
+    ids=["png-side", "jpeg-pixels", "png-zero", "jpeg-dnl", "empty", "bytes"],
+)
+def test_over_limit_data_is_refused_before_decoding(payload, fmt: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        decode_compressed(payload(), fmt)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"\xff\xfe\x00\x02" * 5000, "more than 1024 markers"),  # empty comments, no frame
+        (b"\xff" * 100_000, "more than 1024 markers"),  # fill bytes only
+        (b"\xff\xda\x00\x08" + bytes(64), r"no frame \(SOFn\) header before its scan data"),
+        (b"\xff\xe0\x00\x04ab\x00\x10" + bytes(64), "no marker at byte 8"),
+        (b"\xff\xfe\x00\x00" + bytes(64), "has length 0"),
+    ],
+    ids=["comments", "fill", "scan-first", "no-marker", "zero-length"],
+)
+def test_hostile_jpeg_headers_are_refused_in_bounded_time(body: bytes, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        decode_compressed(b"\xff\xd8" + body, "jpeg")

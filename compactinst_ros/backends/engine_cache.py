@@ -6,6 +6,12 @@ holding the full key and the engine's own sha256; the timing cache is shared per
 version and GPU. ``resolve`` loads a matching entry, rebuilds anything stale, foreign or corrupt
 (including an engine that TensorRT refuses to deserialize), or refuses with a message naming the
 fix when building is disabled.
+
+Deserializing an engine runs code of whoever wrote it, so, as ssh does with keys, the cache is only
+used when nobody else can write to it: the folder, every folder above it and every file read must
+be owned by this user (folders above may also be root's) and not group/world-writable (folders
+above may be if sticky, as /tmp is). Anything else is refused with the chmod/chown that fixes it.
+The cache creates its folders 0700 and its files 0600.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -88,6 +95,58 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "compactinst_ros" / "engines"
 
 
+def _owner_fix(path: Path) -> str:
+    """The command that gives ``path`` to this user."""
+    try:
+        import pwd
+
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        user = str(os.geteuid())
+    return f"sudo chown {user} '{path}'"
+
+
+def check_private(path: Path, st: os.stat_result | None = None, parent: bool = False) -> None:
+    """BackendError unless only this user (or root, for a ``parent`` folder) can change ``path``.
+
+    ``parent`` folders (those above the cache) may also be root's, and group/world-writable when
+    sticky, since then nobody else can rename or replace the entries in them.
+    """
+    st = st or os.stat(path)
+    uid = os.geteuid()
+    owners = (uid, 0) if parent else (uid,)
+    if st.st_uid not in owners:
+        raise BackendError(
+            f"engine cache refused: {path} is owned by uid {st.st_uid}, not by this user "
+            f"(uid {uid}), who would load engines anyone else put there; run {_owner_fix(path)} "
+            f"or point {DEFAULT_CACHE_ENV} / engine_cache_dir at a folder of your own"
+        )
+    writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if writable and not (parent and st.st_mode & stat.S_ISVTX):
+        mode = "go-w" if parent else "700" if stat.S_ISDIR(st.st_mode) else "600"
+        raise BackendError(
+            f"engine cache refused: {path} is group/world-writable "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}), so others could hand this process an engine; "
+            f"run chmod {mode} '{path}'"
+        )
+
+
+def read_private(path: Path) -> bytes:
+    """Bytes of a cache file after ``check_private`` on the very file opened (no swap between)."""
+    with open(path, "rb") as fh:
+        check_private(path, os.fstat(fh.fileno()))
+        return fh.read()
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Atomically replace ``path`` with ``data`` as a 0600 file (temp file + rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
 
@@ -102,6 +161,22 @@ class EngineCache:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
 
+    def check_root(self, create: bool = False) -> None:
+        """BackendError unless the cache folder and those above it are private (module doc);
+        ``create`` makes missing folders 0700 first."""
+        root = self.root.absolute()
+        if create:
+            for folder in reversed((root, *root.parents)):
+                if not folder.exists():
+                    folder.mkdir(mode=0o700, exist_ok=True)
+        if not root.exists():
+            return
+        resolved = root.resolve()
+        check_private(resolved)
+        # both chains: a symlink on the way is only as safe as the folder holding it
+        for folder in dict.fromkeys((*resolved.parents, *root.parents)):
+            check_private(folder, parent=True)
+
     def paths(self, key: EngineKey) -> tuple[Path, Path]:
         """Engine and sidecar paths of ``key``."""
         stem = f"{_slug(key.stage)}-{key.digest}"
@@ -115,16 +190,21 @@ class EngineCache:
 
     def lookup(self, key: EngineKey) -> Lookup:
         """Check the entry for ``key`` without reading the engine into TensorRT."""
+        return self._load(key)[0]
+
+    def _load(self, key: EngineKey) -> tuple[Lookup, bytes | None]:
+        """The lookup and, for a hit, the engine bytes that were hashed (read once)."""
+        self.check_root()
         engine, sidecar = self.paths(key)
         if not engine.is_file() or not sidecar.is_file():
-            return Lookup(CacheStatus.MISSING, "no cached engine", engine, sidecar)
+            return Lookup(CacheStatus.MISSING, "no cached engine", engine, sidecar), None
         try:
-            meta = json.loads(sidecar.read_text())
+            meta = json.loads(read_private(sidecar))
             stored_key = meta["key"]
             stored_sha = meta["engine_sha256"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
             reason = f"sidecar {sidecar.name} unreadable ({exc})"
-            return Lookup(CacheStatus.CORRUPT, reason, engine, sidecar)
+            return Lookup(CacheStatus.CORRUPT, reason, engine, sidecar), None
         wanted = key.to_json()
         if stored_key != wanted:
             diff = (
@@ -132,19 +212,19 @@ class EngineCache:
                 if isinstance(stored_key, dict)
                 else ["key"]
             )
-            return Lookup(
-                CacheStatus.STALE, f"built for a different {', '.join(diff)}", engine, sidecar
-            )
-        if _sha256(engine.read_bytes()) != stored_sha:
+            reason = f"built for a different {', '.join(diff)}"
+            return Lookup(CacheStatus.STALE, reason, engine, sidecar), None
+        blob = read_private(engine)
+        if _sha256(blob) != stored_sha:
             reason = f"{engine.name} does not match its sidecar hash"
-            return Lookup(CacheStatus.CORRUPT, reason, engine, sidecar)
-        return Lookup(CacheStatus.HIT, "cached engine matches", engine, sidecar)
+            return Lookup(CacheStatus.CORRUPT, reason, engine, sidecar), None
+        return Lookup(CacheStatus.HIT, "cached engine matches", engine, sidecar), blob
 
     def store(self, key: EngineKey, blob: bytes, build_seconds: float = 0.0) -> Path:
         """Write the engine, then its sidecar (a reader never sees a sidecar without engine)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.check_root(create=True)
         engine, sidecar = self.paths(key)
-        _atomic_write(engine, blob)
+        write_private(engine, blob)
         meta = {
             "format": SIDECAR_FORMAT,
             "key": key.to_json(),
@@ -153,7 +233,7 @@ class EngineCache:
             "build_seconds": round(build_seconds, 1),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        _atomic_write(sidecar, (json.dumps(meta, indent=2) + "\n").encode())
+        write_private(sidecar, (json.dumps(meta, indent=2) + "\n").encode())
         return engine
 
     def resolve(
@@ -169,9 +249,9 @@ class EngineCache:
         mismatch, truncated file); that counts as corrupt. ``build`` gets the key and the timing
         cache path and returns serialized engine bytes; None disables building.
         """
-        found = self.lookup(key)
-        if found.status is CacheStatus.HIT:
-            engine = deserialize(found.engine_path.read_bytes())
+        found, blob = self._load(key)
+        if blob is not None:
+            engine = deserialize(blob)
             if engine is not None:
                 return engine
             found = Lookup(
@@ -188,6 +268,7 @@ class EngineCache:
                 "(same GPU and TensorRT) or set allow_build"
             )
         log(f"building TensorRT engine for '{key.stage}' ({found.status.value}: {found.reason})")
+        self.check_root(create=True)
         start = time.monotonic()
         blob = build(key, self.timing_cache_path(key))
         self.store(key, blob, time.monotonic() - start)
@@ -199,8 +280,3 @@ class EngineCache:
             )
         return engine
 
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -18,7 +18,14 @@ from typing import Any
 
 from ..bundle import ModelBundle, StageSpec, sha256_file
 from ..errors import BackendError
-from .engine_cache import DeviceInfo, EngineCache, EngineKey, default_cache_dir
+from .engine_cache import (
+    DeviceInfo,
+    EngineCache,
+    EngineKey,
+    default_cache_dir,
+    read_private,
+    write_private,
+)
 
 MIN_TRT_MAJOR = 10
 LOG_PROGRESS_S = 5.0  # seconds between progress lines when stderr is not a terminal
@@ -175,7 +182,7 @@ def build_serialized(
         config.set_flag(trt.BuilderFlag.FP16)
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
     config.builder_optimization_level = options.opt_level
-    cache_bytes = timing_cache.read_bytes() if timing_cache.is_file() else b""
+    cache_bytes = read_private(timing_cache) if timing_cache.is_file() else b""
     cache = config.create_timing_cache(cache_bytes)
     config.set_timing_cache(cache, False)
     if progress:
@@ -186,8 +193,7 @@ def build_serialized(
             f"TensorRT failed to build an engine for {stage.path} (see the log above); check "
             "free GPU memory (stop other GPU work) and the ONNX opset (17)"
         )
-    timing_cache.parent.mkdir(parents=True, exist_ok=True)
-    timing_cache.write_bytes(bytes(config.get_timing_cache().serialize()))
+    write_private(timing_cache, bytes(config.get_timing_cache().serialize()))
     return bytes(plan)
 
 

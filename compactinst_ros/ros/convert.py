@@ -13,13 +13,11 @@ import json
 import sys
 from collections.abc import Sequence
 
-import cv2
 import numpy as np
 from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2, PointField
 from std_msgs.msg import Header
 
-from ..errors import InputError
-from ..image_formats import MAX_SIDE, array_from_buffer
+from ..image_formats import array_from_buffer, decode_compressed
 from ..labels import LabelSet
 from ..structures import FrameResult, Instances, Segments
 
@@ -30,9 +28,6 @@ RASTER_ENCODINGS = {
     np.dtype(np.int32): "32SC1",
 }
 
-#: Compressed payloads above this size are refused before decoding.
-MAX_COMPRESSED_BYTES = 64 << 20
-
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
@@ -42,54 +37,10 @@ def image_from_msg(msg: Image) -> tuple[np.ndarray, str]:
     return array_from_buffer(msg.data, msg.height, msg.width, msg.step, encoding), encoding
 
 
-def compressed_image_size(data: bytes | memoryview) -> tuple[int, int] | None:
-    """(height, width) from a PNG or JPEG header without decoding; None if not recognised."""
-    head = bytes(data[:24])
-    if head.startswith(b"\x89PNG\r\n\x1a\n") and len(head) >= 24:
-        return int.from_bytes(head[20:24], "big"), int.from_bytes(head[16:20], "big")
-    if not head.startswith(b"\xff\xd8"):
-        return None
-    buf = memoryview(data)
-    pos = 2
-    while pos + 9 < len(buf):
-        if buf[pos] != 0xFF:
-            return None
-        marker = buf[pos + 1]
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-            pos += 2
-            continue
-        length = int.from_bytes(buf[pos + 2 : pos + 4], "big")
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            h = int.from_bytes(buf[pos + 5 : pos + 7], "big")
-            w = int.from_bytes(buf[pos + 7 : pos + 9], "big")
-            return h, w
-        pos += 2 + length
-    return None
-
-
 def image_from_compressed(msg: CompressedImage) -> tuple[np.ndarray, str]:
-    """Decode a jpeg/png CompressedImage to bgr8; InputError for corrupt or oversized data."""
-    data = msg.data
-    if len(data) == 0:
-        raise InputError("compressed image is empty; the camera sent no data")
-    if len(data) > MAX_COMPRESSED_BYTES:
-        raise InputError(
-            f"compressed image of {len(data)} bytes exceeds {MAX_COMPRESSED_BYTES} bytes; "
-            "lower the camera resolution or quality"
-        )
-    size = compressed_image_size(data)
-    if size is not None and (size[0] > MAX_SIDE or size[1] > MAX_SIDE):
-        raise InputError(
-            f"compressed image {size[0]}x{size[1]} exceeds the {MAX_SIDE}-pixel side limit; "
-            "downscale at the camera"
-        )
-    decoded = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-    if decoded is None or decoded.size == 0:
-        raise InputError(
-            f"compressed image (format '{msg.format}', {len(data)} bytes) could not be decoded; "
-            "publish jpeg or png and check the camera driver"
-        )
-    return decoded, "bgr8"
+    """bgr8 frame of a jpeg/png CompressedImage; InputError for a format other than the one
+    ``msg.format`` names, a size over the limits, or corrupt data (checked before decoding)."""
+    return decode_compressed(msg.data, msg.format), "bgr8"
 
 
 def _payload(values: np.ndarray) -> array.array:

@@ -17,6 +17,7 @@ from std_msgs.msg import Header
 
 from compactinst_ros.bundle import default_bundle_path
 from compactinst_ros.errors import ConfigError, InputError
+from compactinst_ros.image_formats import compressed_image_size
 from compactinst_ros.ros import convert
 from compactinst_ros.ros.node import (
     PARAMETERS,
@@ -73,7 +74,7 @@ def test_worker_start_reraises_the_load_error():
 def test_compressed_size_is_read_from_the_header(ext):
     ok, data = cv2.imencode(ext, np.zeros((37, 53, 3), np.uint8))
     assert ok
-    assert convert.compressed_image_size(data.tobytes()) == (37, 53)
+    assert compressed_image_size(data.tobytes(), ext[1:].replace("jpg", "jpeg")) == (37, 53)
     msg = SimpleNamespace(data=data.tobytes(), format=ext[1:])
     image, encoding = convert.image_from_compressed(msg)
     assert image.shape == (37, 53, 3) and encoding == "bgr8"
