@@ -19,11 +19,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from .bundle import default_bundle_path
 from .errors import CompactInstError, ConfigError
 from .eval.bags import write_image_bag
+from .resources import default_model
 
-REPO = Path(__file__).resolve().parents[1]
 #: header stamp of the first demo frame (fixed, so the bag and its GT are reproducible)
 T0_NS = 1_700_000_000 * 1_000_000_000
 DATA_VERSION = 1
@@ -115,7 +114,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Build the demo data if needed, replay lockstep + realtime, print the summary."""
-    from .eval.replay import replay
+    from .eval.replay import ReplayOptions, replay
     from .eval.report import summary_text
 
     args = parse_args(argv)
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         paths = build_demo_data(Path(args.data), args.frames, args.seed, (h, w), args.fps)
-        model = Path(args.model) if args.model else default_bundle_path()
+        model = Path(args.model) if args.model else default_model()
         if model is None:
             print(
                 "demo: models/default is not there yet; exporting a RANDOM-weight bundle "
@@ -137,28 +136,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: model {model}")
         out = Path(args.out)
         shutil.rmtree(out, ignore_errors=True)
-        replay_args = argparse.Namespace(
-            bag=str(paths["bag"]),
-            model=str(model),
+        options = ReplayOptions(
+            bag=paths["bag"],
+            model=model,
             backend=args.backend,
-            topic=None,
             mode="both",
             rate=args.rate,
-            gt_instances=str(paths["gt_instances"]),
-            gt_panoptic=str(paths["gt_panoptic"]),
-            gt_panoptic_dir=str(paths["gt_panoptic_dir"]),
-            match="auto",
-            out=str(out),
-            output_bag=str(out / "output_bag"),
-            max_frames=None,
-            warmup=3,
+            gt_instances=paths["gt_instances"],
+            gt_panoptic=paths["gt_panoptic"],
+            gt_panoptic_dir=paths["gt_panoptic_dir"],
+            out=out,
+            output_bag=out / "output_bag",
             overlays=4,
-            no_plots=False,
-            quiet=args.quiet,
-            score_threshold=None,
+            progress=not args.quiet,
             command_line="python -m compactinst_ros.demo " + " ".join(argv or sys.argv[1:]),
         )
-        report = replay(replay_args)
+        report = replay(options)
     except CompactInstError as exc:
         print(f"demo: error: {exc}", file=sys.stderr)
         return 1
