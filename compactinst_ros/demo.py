@@ -30,25 +30,16 @@ DATA_VERSION = 1
 
 def random_bundle(cache: Path, size: tuple[int, int]) -> Path:
     """Export (once) a random-weight compactinst_demo bundle: runs the chain, learns nothing."""
-    out = cache / f"random_compactinst_demo_{size[0]}x{size[1]}"
-    if (out / "bundle.json").is_file():
-        return out
-    try:
-        import torch
-    except ImportError:
-        raise ConfigError(
-            "models/default is missing and torch is not installed to export a stand-in; pass "
-            "--model BUNDLE or install the train extra (pip install -e '.[dev]')"
-        ) from None
-    from .export.onnx_export import build_for_export, export_bundle
+    from .bench.models import random_bundle as export_random_bundle
+    from .labels import SYNTHETIC_LABELS
 
-    torch.set_num_threads(2)
-    model, labels, source = build_for_export("compactinst_demo", None, None, seed=0)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    export_bundle(model, "compactinst_demo", size, labels, tmp, source, progress=print)
-    tmp.rename(out)
-    return out
+    try:
+        return export_random_bundle("compactinst_demo", size, SYNTHETIC_LABELS, cache).root
+    except ImportError as exc:
+        raise ConfigError(
+            f"models/default is missing and a stand-in cannot be exported ({exc}); pass --model "
+            "BUNDLE or install the train extra (pip install -e '.[dev]')"
+        ) from None
 
 
 def build_demo_data(data: Path, frames: int, seed: int, size: tuple[int, int], fps: float) -> dict:
