@@ -234,20 +234,11 @@ class ModelBundle:
 
 
 def default_bundle_path() -> Path | None:
-    """The embedded default model (models/default) of this source checkout, else of the package
-    installed in an ament prefix; None when neither has a bundle.json."""
-    candidates = [Path(__file__).resolve().parents[1] / "models" / "default"]
-    try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+    """The embedded default model (models/default) of this checkout or installed package; None
+    when there is none (see resources.py for where it is searched)."""
+    from .resources import default_model
 
-        try:
-            share = Path(get_package_share_directory("compactinst_ros"))
-            candidates.append(share / "models" / "default")
-        except (PackageNotFoundError, OSError):  # OSError: AMENT_PREFIX_PATH unset (pip install)
-            pass
-    except ImportError:  # no ament_index_python: only the source checkout is searched
-        pass
-    return next((c for c in candidates if (c / METADATA_FILE).is_file()), None)
+    return default_model()
 
 
 def sha256_file(path: str | Path) -> str:

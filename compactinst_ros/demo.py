@@ -19,11 +19,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from .bundle import default_bundle_path
 from .errors import CompactInstError, ConfigError
 from .eval.bags import write_image_bag
+from .resources import default_model
 
-REPO = Path(__file__).resolve().parents[1]
 #: header stamp of the first demo frame (fixed, so the bag and its GT are reproducible)
 T0_NS = 1_700_000_000 * 1_000_000_000
 DATA_VERSION = 1
@@ -31,25 +30,16 @@ DATA_VERSION = 1
 
 def random_bundle(cache: Path, size: tuple[int, int]) -> Path:
     """Export (once) a random-weight compactinst_demo bundle: runs the chain, learns nothing."""
-    out = cache / f"random_compactinst_demo_{size[0]}x{size[1]}"
-    if (out / "bundle.json").is_file():
-        return out
-    try:
-        import torch
-    except ImportError:
-        raise ConfigError(
-            "models/default is missing and torch is not installed to export a stand-in; pass "
-            "--model BUNDLE or install the train extra (pip install -e '.[dev]')"
-        ) from None
-    from .export.onnx_export import build_for_export, export_bundle
+    from .bench.models import random_bundle as export_random_bundle
+    from .labels import SYNTHETIC_LABELS
 
-    torch.set_num_threads(2)
-    model, labels, source = build_for_export("compactinst_demo", None, None, seed=0)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    export_bundle(model, "compactinst_demo", size, labels, tmp, source, progress=print)
-    tmp.rename(out)
-    return out
+    try:
+        return export_random_bundle("compactinst_demo", size, SYNTHETIC_LABELS, cache).root
+    except ImportError as exc:
+        raise ConfigError(
+            f"models/default is missing and a stand-in cannot be exported ({exc}); pass --model "
+            "BUNDLE or install the train extra (pip install -e '.[dev]')"
+        ) from None
 
 
 def build_demo_data(data: Path, frames: int, seed: int, size: tuple[int, int], fps: float) -> dict:
@@ -115,7 +105,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Build the demo data if needed, replay lockstep + realtime, print the summary."""
-    from .eval.replay import replay
+    from .eval.replay import ReplayOptions, replay
     from .eval.report import summary_text
 
     args = parse_args(argv)
@@ -127,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         paths = build_demo_data(Path(args.data), args.frames, args.seed, (h, w), args.fps)
-        model = Path(args.model) if args.model else default_bundle_path()
+        model = Path(args.model) if args.model else default_model()
         if model is None:
             print(
                 "demo: models/default is not there yet; exporting a RANDOM-weight bundle "
@@ -137,28 +127,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: model {model}")
         out = Path(args.out)
         shutil.rmtree(out, ignore_errors=True)
-        replay_args = argparse.Namespace(
-            bag=str(paths["bag"]),
-            model=str(model),
+        options = ReplayOptions(
+            bag=paths["bag"],
+            model=model,
             backend=args.backend,
-            topic=None,
             mode="both",
             rate=args.rate,
-            gt_instances=str(paths["gt_instances"]),
-            gt_panoptic=str(paths["gt_panoptic"]),
-            gt_panoptic_dir=str(paths["gt_panoptic_dir"]),
-            match="auto",
-            out=str(out),
-            output_bag=str(out / "output_bag"),
-            max_frames=None,
-            warmup=3,
+            gt_instances=paths["gt_instances"],
+            gt_panoptic=paths["gt_panoptic"],
+            gt_panoptic_dir=paths["gt_panoptic_dir"],
+            out=out,
+            output_bag=out / "output_bag",
             overlays=4,
-            no_plots=False,
-            quiet=args.quiet,
-            score_threshold=None,
+            progress=not args.quiet,
             command_line="python -m compactinst_ros.demo " + " ".join(argv or sys.argv[1:]),
         )
-        report = replay(replay_args)
+        report = replay(options)
     except CompactInstError as exc:
         print(f"demo: error: {exc}", file=sys.stderr)
         return 1

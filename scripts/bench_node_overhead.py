@@ -26,20 +26,22 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(REPO / "config" / "fastdds_shm.xml"))
+from compactinst_ros.resources import default_model, fastdds_profile
+
+if fastdds_profile() is not None:
+    os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(fastdds_profile()))
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
 
-import rclpy  # noqa: E402
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
-from sensor_msgs.msg import Image, JointState  # noqa: E402
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
 
-from compactinst_ros.ros.node import CompactInstNode  # noqa: E402
-from compactinst_ros.ros.qos import publisher_count  # noqa: E402
+from compactinst_ros.ros.node import CompactInstNode
+from compactinst_ros.ros.qos import publisher_count
 
 BACKEND_STAGES = ("preprocess", "encoder", "decoder", "postprocess")
 MASKS = ("instance_mask", "panoptic", "semantic")
@@ -265,7 +267,7 @@ def measure(args: argparse.Namespace, sizes: list[tuple[int, int]]) -> int:
 def main() -> int:
     """Command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=REPO / "models" / "default")
+    parser.add_argument("--model", type=Path, default=default_model())
     parser.add_argument("--backend", default="onnxruntime")
     parser.add_argument("--sizes", default="512x1024,1024x2048")
     parser.add_argument("--frames", type=int, default=15)

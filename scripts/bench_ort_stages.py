@@ -19,27 +19,16 @@ from pathlib import Path
 import numpy as np
 
 from compactinst_ros.backends.ort import OrtBackend
-from compactinst_ros.labels import LabelSet
+from compactinst_ros.bench.models import placeholder_labels, random_bundle
 from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions
 
 STAGES = ("preprocess", "encoder", "decoder", "postprocess")
 CONFIGS = ("compactinst_r18", "fastinst_r18_d3")
 
 
-def _labels(k: int) -> LabelSet:
-    return LabelSet(
-        names=tuple(f"class{i}" for i in range(k)),
-        ids=tuple(range(1, k + 1)),
-        isthing=tuple(i < k // 2 or k == 1 for i in range(k)),
-    )
-
-
 def prepare(config: str, size: tuple[int, int], k: int, threads: int, root: Path) -> OrtBackend:
     """Export a random-weight bundle of ``config`` and open it, after a shape/finiteness check."""
-    from compactinst_ros.export.onnx_export import build_for_export, export_bundle
-
-    model, labels, source = build_for_export(config, _labels(k), None, seed=0)
-    bundle = export_bundle(model, config, size, labels, root / config, source)
+    bundle = random_bundle(config, size, placeholder_labels(k), root)
     backend = OrtBackend(bundle, threads=threads)
     frame = _frame(size)
     raw = backend.raw_outputs(frame, "rgb8", FrameMeta.letterbox(*size, *size))

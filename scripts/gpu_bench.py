@@ -33,6 +33,12 @@ sys.path.insert(0, str(ROOT))
 
 from compactinst_ros.bench import latency, roofline  # noqa: E402
 from compactinst_ros.bench.devices import DEVICES, Device  # noqa: E402
+from compactinst_ros.bench.models import (  # noqa: E402
+    build_bench_model,
+    feature_shapes,
+    synthetic_features,
+)
+from compactinst_ros.bench.runners import SCOPES  # noqa: E402
 from compactinst_ros.errors import InputError  # noqa: E402
 
 NCU_SIZE = (1088, 1920)
@@ -69,12 +75,11 @@ def ncu_target(config: str, size: tuple[int, int], device: str) -> None:
     """One decoder pass between cudaProfilerStart/Stop (ncu runs with --profile-from-start off)."""
     import torch
 
-    model = latency.build_bench_model(config, NUM_CLASSES)
+    model = build_bench_model(config, NUM_CLASSES)
     dtype = torch.float16 if device == "cuda" else torch.float32
     model = model.to(device=device, dtype=dtype)
-    shapes = latency.feature_shapes(model, *size)
-    feats = {n: t.to(device=device, dtype=dtype)
-             for n, t in latency.synthetic_features(shapes).items()}
+    shapes = feature_shapes(model, *size)
+    feats = {n: t.to(device=device, dtype=dtype) for n, t in synthetic_features(shapes).items()}
     with torch.no_grad():
         for _ in range(3):
             model.decode(feats)
@@ -133,14 +138,14 @@ def profile_decoder(ncu: str, config: str, out: Path, timeout_s: float) -> Path:
 
 
 def speedup_table(record: dict) -> list[str]:
-    """Compact rows: size, then speed-up vs FastInst per config, per stage."""
+    """Compact rows: size, then speed-up vs FastInst per config, per scope (decoder, model)."""
     lines = []
-    for stage in latency.STAGES:
-        rows = [r for r in record["results"] if r["stage"] == stage]
+    for scope in SCOPES:
+        rows = [r for r in record["results"] if r["scope"] == scope]
         if not rows:
             continue
         configs = list(dict.fromkeys(r["config"] for r in rows))
-        lines.append(f"{stage:<8} {'size':>10} " + " ".join(
+        lines.append(f"{scope:<8} {'size':>10} " + " ".join(
             f"{SHORT.get(c, c):>16}" for c in configs))
         for size in dict.fromkeys(tuple(r["size"]) for r in rows):
             cells = {r["config"]: r for r in rows if tuple(r["size"]) == size}
@@ -176,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         opts = latency.BenchOptions(sizes=[("small", (256, 320))], backends=["torch-cpu"],
                                     warmup=1, iters=1, trials=1, threads=2,
-                                    num_classes=NUM_CLASSES, workdir=args.out / "onnx")
+                                    num_classes=NUM_CLASSES, workdir=args.out / "bundles")
     else:
         opts = latency.BenchOptions(backends=["torch-cuda"], warmup=10, iters=20, trials=5,
                                     threads=4, num_classes=NUM_CLASSES,
-                                    workdir=args.out / "onnx")
+                                    workdir=args.out / "bundles")
     record = latency.run_sweep(opts, lambda m: print(m, flush=True))
     (args.out / "bench.json").write_text(json.dumps(record, indent=1))
     try:

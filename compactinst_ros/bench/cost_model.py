@@ -57,17 +57,17 @@ def op_time(op: OpRecord, device: Device, overhead_s: float = 0.0) -> tuple[floa
     return max(t_mem, t_math) + overhead_s, t_mem >= t_math
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageCost:
     """Totals of one stage: work, traffic, and per-device predicted time."""
 
-    ops: int = 0
-    macs: int = 0
-    fvcore_macs: int = 0
-    activation_bytes: int = 0
-    weight_bytes: int = 0
-    time_ms: dict[str, float] | None = None
-    bw_bound_share: dict[str, float] | None = None
+    ops: int
+    macs: int
+    fvcore_macs: int  # without the ops fvcore skips (the papers' FLOP convention)
+    activation_bytes: int
+    weight_bytes: int
+    time_ms: dict[str, float]  # per device
+    bw_bound_share: dict[str, float]  # per device: fraction of time_ms in bandwidth-bound ops
 
     @property
     def bytes(self) -> int:
@@ -78,26 +78,29 @@ class StageCost:
 def stage_costs(records: Iterable[OpRecord], devices: dict[str, Device],
                 overhead_s: float = 0.0) -> dict[str, StageCost]:
     """Sum op records into stages (plus ``total``) with predicted times per device."""
-    costs = {s: StageCost(time_ms=dict.fromkeys(devices, 0.0),
-                          bw_bound_share=dict.fromkeys(devices, 0.0))
-             for s in (*STAGES, "total")}
-    for op in records:
-        for key in (stage_of(op.component), "total"):
-            c = costs[key]
-            c.ops += 1
-            c.macs += op.macs
-            c.fvcore_macs += op.macs if op.counted else 0
-            c.activation_bytes += op_bytes(op) - op.weight_bytes
-            c.weight_bytes += op.weight_bytes
-            for name, device in devices.items():
-                t, bw_bound = op_time(op, device, overhead_s)
-                c.time_ms[name] += t * 1e3
-                c.bw_bound_share[name] += t * 1e3 if bw_bound else 0.0
-    for c in costs.values():
-        for name in devices:
-            c.bw_bound_share[name] = c.bw_bound_share[name] / c.time_ms[name] if c.time_ms[
-                name] else 0.0
-    return costs
+    records = list(records)
+    groups = {s: [op for op in records if stage_of(op.component) == s] for s in STAGES}
+    groups["total"] = records
+    return {s: _stage_cost(ops, devices, overhead_s) for s, ops in groups.items()}
+
+
+def _stage_cost(ops: list[OpRecord], devices: dict[str, Device], overhead_s: float) -> StageCost:
+    """Totals and per-device roofline time of one group of ops."""
+    time_ms, bw_bound_ms = dict.fromkeys(devices, 0.0), dict.fromkeys(devices, 0.0)
+    for op in ops:
+        for name, device in devices.items():
+            t, bw_bound = op_time(op, device, overhead_s)
+            time_ms[name] += t * 1e3
+            bw_bound_ms[name] += t * 1e3 if bw_bound else 0.0
+    return StageCost(
+        ops=len(ops),
+        macs=sum(op.macs for op in ops),
+        fvcore_macs=sum(op.macs for op in ops if op.counted),
+        activation_bytes=sum(op_bytes(op) - op.weight_bytes for op in ops),
+        weight_bytes=sum(op.weight_bytes for op in ops),
+        time_ms=time_ms,
+        bw_bound_share={n: bw_bound_ms[n] / t if t else 0.0 for n, t in time_ms.items()},
+    )
 
 
 def top_decoder_kinds(records: Iterable[OpRecord], device: Device, n: int,

@@ -39,28 +39,23 @@ class Device:
         return self.cuda_tflops * 1e12 / (self.bandwidth_gbs * 1e9)
 
 
-#: name -> preset. Bandwidths are the ones the paper used; peaks from the vendor sheets.
+#: name -> preset. Bandwidths are the ones the paper used; peaks from the vendor sheets
+#: (``source``), derived as the comment above each preset says.
 DEVICES: dict[str, Device] = {
-    "orin-nano": Device(
-        "Jetson Orin Nano 8GB (15 W, 625 MHz GPU)", 68.0, 10.0, 1.28,
-        "NVIDIA Jetson Orin Nano datasheet: 68 GB/s LPDDR5, 40 INT8 TOPS (sparse) -> 10 TFLOPS "
-        "dense FP16 tensor; 1024 CUDA cores x 2 x 0.625 GHz = 1.28 TFLOPS (FP16 1:1 on GA10x)",
-    ),
-    "agx-orin": Device(
-        "Jetson AGX Orin 64GB (MAXN)", 204.8, 42.5, 5.3,
-        "NVIDIA Jetson AGX Orin Series Technical Brief v1.2: 204.8 GB/s, GPU 170 sparse INT8 "
-        "TOPS -> 42.5 TFLOPS dense FP16 tensor; 2048 CUDA cores = 5.3 FP32 TFLOPS",
-    ),
-    "rtx-a4000": Device(
-        "NVIDIA RTX A4000", 448.0, 76.7, 19.2,
-        "NVIDIA RTX A4000 datasheet: 448 GB/s GDDR6, tensor 153.4 TFLOPS (sparse) -> 76.7 dense "
-        "FP16; single precision 19.2 TFLOPS (FP16 non-tensor 1:1 on GA104)",
-    ),
-    "h200": Device(
-        "NVIDIA H200 SXM", 4800.0, 989.5, 133.8,
-        "NVIDIA H200 product brief: 4.8 TB/s HBM3e, FP16 tensor 1,979 TFLOPS (sparse) -> 989.5 "
-        "dense; FP16 non-tensor 133.8 TFLOPS (GH100 SXM, same die as H100 SXM)",
-    ),
+    # 68 GB/s LPDDR5; 40 INT8 TOPS (sparse) -> 10 TFLOPS dense FP16 tensor; 1024 CUDA cores x 2
+    # x 0.625 GHz = 1.28 TFLOPS (FP16 1:1 on GA10x)
+    "orin-nano": Device("Jetson Orin Nano 8GB (15 W, 625 MHz GPU)", 68.0, 10.0, 1.28,
+                        "NVIDIA Jetson Orin Nano datasheet"),
+    # 204.8 GB/s; GPU 170 sparse INT8 TOPS -> 42.5 TFLOPS dense FP16 tensor; 2048 CUDA cores =
+    # 5.3 FP32 TFLOPS
+    "agx-orin": Device("Jetson AGX Orin 64GB (MAXN)", 204.8, 42.5, 5.3,
+                       "NVIDIA Jetson AGX Orin Series Technical Brief v1.2"),
+    # 448 GB/s GDDR6; tensor 153.4 TFLOPS (sparse) -> 76.7 dense FP16; single precision 19.2
+    # TFLOPS (FP16 non-tensor 1:1 on GA104)
+    "rtx-a4000": Device("NVIDIA RTX A4000", 448.0, 76.7, 19.2, "NVIDIA RTX A4000 datasheet"),
+    # 4.8 TB/s HBM3e; FP16 tensor 1,979 TFLOPS (sparse) -> 989.5 dense; FP16 non-tensor 133.8
+    # TFLOPS (GH100 SXM, same die as H100 SXM)
+    "h200": Device("NVIDIA H200 SXM", 4800.0, 989.5, 133.8, "NVIDIA H200 product brief"),
 }
 
 

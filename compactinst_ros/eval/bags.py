@@ -7,11 +7,12 @@ carry no message definitions). Image and CompressedImage topics are detected by 
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import cv2
 import numpy as np
@@ -25,6 +26,23 @@ if TYPE_CHECKING:
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
 IMAGE_TYPES = (IMAGE, COMPRESSED)
+#: Namespace of the node's output topics, as recorded in output bags (the node's default).
+OUTPUT_NS = "/compactinst"
+_Closable = TypeVar("_Closable", bound="ClosedOnExit")
+
+
+class ClosedOnExit:
+    """``with`` support for a class with ``close()``: leaving the block closes it."""
+
+    def close(self) -> None:
+        """Release what the object holds."""
+        raise NotImplementedError
+
+    def __enter__(self: _Closable) -> _Closable:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @lru_cache(maxsize=1)
@@ -81,7 +99,7 @@ def _bag_root(path: Path) -> Path:
     return path
 
 
-class ImageBag:
+class ImageBag(ClosedOnExit):
     """An opened bag with its chosen image topic; iterate ``frames()`` in recording order."""
 
     def __init__(self, path: str | Path, topic: str | None = None) -> None:
@@ -144,12 +162,6 @@ class ImageBag:
         """Close the underlying reader."""
         self._reader.close()
 
-    def __enter__(self) -> ImageBag:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def bag_hash(path: str | Path) -> str:
     """Short sha256 over the bag's files (names and bytes): identifies the input in reports."""
@@ -202,7 +214,7 @@ def _header(stamp_ns: int, frame_id: str) -> object:
     return ts.types["std_msgs/msg/Header"](stamp=time, frame_id=frame_id)
 
 
-class BagWriter:
+class BagWriter(ClosedOnExit):
     """A rosbag2 writer that adds a connection per topic on first use (sqlite3 or mcap)."""
 
     def __init__(self, path: str | Path, storage: str = "mcap") -> None:
@@ -231,11 +243,22 @@ class BagWriter:
         """Finish the bag (writes metadata.yaml)."""
         self._writer.close()
 
-    def __enter__(self) -> BagWriter:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def default_output_bag(bag: str | Path) -> Path:
+    """``<bag>_compactinst`` next to the input bag folder."""
+    path = Path(bag)
+    if path.is_file():
+        path = path.parent if (path.parent / "metadata.yaml").is_file() else path.with_suffix("")
+    return path.with_name(path.name + "_compactinst")
+
+
+def open_output_bag(path: Path) -> BagWriter:
+    """A fresh output bag at ``path``; an earlier replay's output bag there is replaced."""
+    if path.exists():
+        if not (path / "metadata.yaml").is_file():
+            raise DataError(f"'{path}' exists and is not a bag; pick another output bag path")
+        shutil.rmtree(path)
+    return BagWriter(path, storage="mcap")
 
 
 def write_image_bag(

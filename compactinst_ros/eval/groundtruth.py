@@ -154,10 +154,6 @@ class GroundTruth:
         """The GT image entry (height, width, file_name, ...)."""
         return self.images[image_id]
 
-    def coco_instances(self) -> dict | None:
-        """The instance GT as a pycocotools dataset dict (None without instance GT)."""
-        return self.instances
-
     def panoptic_frame(self, image_id: int) -> tuple[np.ndarray, dict[int, tuple[int, bool]]]:
         """GT panoptic id raster (H, W) int64 and {segment id: (category id, iscrowd)}."""
         if self.panoptic is None or self.panoptic_dir is None:
@@ -188,25 +184,3 @@ class GroundTruth:
         pos = np.clip(np.searchsorted(seg_ids[order], ids), 0, len(seg_ids) - 1)
         hit = seg_ids[order][pos] == ids
         return np.where(hit, cats[order][pos], 0)
-
-    def instance_masks(self, image_id: int) -> list[tuple[int, np.ndarray]]:
-        """(category id, HxW bool mask) of each non-crowd GT instance of an image."""
-        if self.instances is None:
-            return []
-        from pycocotools import mask as mask_utils
-
-        entry = self.images[image_id]
-        h, w = int(entry["height"]), int(entry["width"])
-        out = []
-        for ann in self.instances["annotations"]:
-            if int(ann["image_id"]) != image_id or ann.get("iscrowd", 0):
-                continue
-            seg = ann["segmentation"]
-            if isinstance(seg, list):
-                rle = mask_utils.merge(mask_utils.frPyObjects(seg, h, w))
-            elif isinstance(seg.get("counts"), list):
-                rle = mask_utils.frPyObjects(seg, h, w)
-            else:
-                rle = seg
-            out.append((int(ann["category_id"]), mask_utils.decode(rle).astype(bool)))
-        return out

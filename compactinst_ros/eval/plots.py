@@ -19,6 +19,14 @@ def _pyplot():
     return plt
 
 
+def _save(plt: object, fig: object, path: Path) -> str:
+    """Lay out, write and close one figure; returns its path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
 def write_plots(report: dict, out_dir: str | Path) -> list[str]:
     """Write the plots that the report has data for; returns their names relative to out_dir."""
     out = Path(out_dir)
@@ -57,10 +65,7 @@ def latency_breakdown(modes: dict, path: Path) -> str:
     ax.set_xlabel("ms per frame")
     ax.set_title("Per-stage latency (warm-up excluded)")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
+    return _save(plt, fig, path)
 
 
 def latency_cdf(modes: dict, path: Path) -> str:
@@ -84,10 +89,7 @@ def latency_cdf(modes: dict, path: Path) -> str:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("Latency CDF")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
+    return _save(plt, fig, path)
 
 
 def accuracy_by_size(accuracy: dict, path: Path) -> str:
@@ -123,7 +125,4 @@ def accuracy_by_size(accuracy: dict, path: Path) -> str:
     ax.set_ylabel("%")
     ax.set_title(f"Accuracy by object size ({accuracy.get('frames_evaluated')} frames)")
     ax.tick_params(axis="x", labelsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
+    return _save(plt, fig, path)

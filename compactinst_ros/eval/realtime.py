@@ -25,14 +25,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, ConfigError
-from .bags import COMPRESSED, IMAGE, BagFrame, BagWriter, ImageBag
-from .replay import OUTPUT_NS, open_output_bag
+from ..resources import fastdds_profile
+from .bags import COMPRESSED, IMAGE, OUTPUT_NS, BagFrame, BagWriter, ImageBag, open_output_bag
 from .report import Progress, latency_stats
 
 #: input topic the player publishes on (the node is pointed at it by parameter)
 INPUT_TOPIC = "/compactinst_replay/image"
 RASTERS = ("instance_mask", "panoptic", "semantic")
-REPO = Path(__file__).resolve().parents[2]
 
 
 def ros_environment(domain_id: int | None = None) -> dict[str, str]:
@@ -41,9 +40,9 @@ def ros_environment(domain_id: int | None = None) -> dict[str, str]:
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("ROS_LOCALHOST_ONLY", "1")
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
-    profile = REPO / "config" / "fastdds_shm.xml"
+    profile = fastdds_profile()
     current = env.get("FASTDDS_DEFAULT_PROFILES_FILE")
-    if profile.is_file() and (not current or not Path(current).is_file()):
+    if profile is not None and (not current or not Path(current).is_file()):
         env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)  # unset, or set to a missing file
     if domain_id is not None:
         env["ROS_DOMAIN_ID"] = str(domain_id)
@@ -59,31 +58,38 @@ def cdr_stamp_ns(raw: bytes) -> int:
     return sec * 1_000_000_000 + nanosec
 
 
-class NodeProcess:
-    """``compactinst_node`` (or the lifecycle variant) in a subprocess; output to ``log_path``.
+def node_command(params: dict[str, Any], lifecycle: bool = False) -> list[str]:
+    """The command line that starts ``compactinst_node`` (or its lifecycle variant) with
+    ``params`` in this interpreter."""
+    entry = "lifecycle_main" if lifecycle else "main"
+    code = f"import sys; from compactinst_ros.ros.node import {entry}; sys.exit({entry}())"
+    return [sys.executable, "-c", code, *ros_args(params)]
 
-    ``script`` runs a Python file that starts the node instead (tests wrap the node with it).
-    """
+
+def ros_args(params: dict[str, Any]) -> list[str]:
+    """``--ros-args -p name:=value ...`` for a node's command line."""
+    args = ["--ros-args"]
+    for key, value in params.items():
+        args += ["-p", f"{key}:={ros_param_text(value)}"]
+    return args
+
+
+class NodeProcess:
+    """A node's ``command`` (see ``node_command``) in a subprocess; its output goes to
+    ``log_path``."""
 
     def __init__(
         self,
-        params: dict[str, Any],
+        command: list[str],
         env: dict[str, str],
         log_path: Path,
-        lifecycle: bool = False,
         cwd: Path | None = None,
-        script: Path | None = None,
     ) -> None:
-        entry = "lifecycle_main" if lifecycle else "main"
-        code = f"import sys; from compactinst_ros.ros.node import {entry}; sys.exit({entry}())"
-        args = [sys.executable, *((str(script),) if script else ("-c", code)), "--ros-args"]
-        for key, value in params.items():
-            args += ["-p", f"{key}:={ros_param_text(value)}"]
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            args, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd
+            command, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd
         )
 
     def log(self) -> str:
@@ -132,7 +138,6 @@ class Recorder:
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import CompressedImage, Image, JointState
-        from std_msgs.msg import Float64
 
         self.rclpy = rclpy
         self.context = Context()  # rclpy.context.Context: the module path every distro has
@@ -153,8 +158,6 @@ class Recorder:
         self.latency_topic = f"{OUTPUT_NS}/latency/frame"
         deep = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         self.node.create_subscription(JointState, self.latency_topic, self._on_latency, deep)
-        # The node computes latency only while a per-stage topic has subscribers too.
-        self.node.create_subscription(Float64, f"{OUTPUT_NS}/latency/total", lambda _: None, 10)
         for name in outputs:
             self.node.create_subscription(
                 Image, f"{OUTPUT_NS}/{name}", self._raster_cb(name), deep, raw=True
@@ -292,7 +295,7 @@ def run_realtime(
         or Path(os.environ.get("TMPDIR", "/tmp")) / f"compactinst_replay_node_{domain_id}.log"
     )
     writer = open_output_bag(output_bag) if output_bag else None
-    node = NodeProcess(params, env, log_path)
+    node = NodeProcess(node_command(params), env, log_path)
     recorder = None
     try:
         recorder = Recorder(domain_id, bag.msgtype, writer, outputs)

@@ -9,46 +9,80 @@ recorded (latency and drops as on the vehicle); see ``realtime.py``.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError
+from ..resources import default_model
 from ..structures import OutputSet, PostprocessOptions
-from .bags import IMAGE, BagWriter, ImageBag, bag_hash, image_message
+from .bags import (
+    IMAGE,
+    OUTPUT_NS,
+    BagWriter,
+    ImageBag,
+    bag_hash,
+    default_output_bag,
+    image_message,
+    open_output_bag,
+)
+from .groundtruth import MATCH_MODES, GroundTruth
+from .realtime import run_realtime
 from .report import Progress, host_info, latency_stats, now_iso, summary_text, write_report
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
     from ..structures import FrameResult
-    from .groundtruth import GroundTruth
 
 MODES = ("lockstep", "realtime", "both")
-#: output topics written to the output bag (the node's names under its default namespace)
-OUTPUT_NS = "/compactinst"
 
 
-def default_output_bag(bag: str | Path) -> Path:
-    """``<bag>_compactinst`` next to the input bag folder."""
-    path = Path(bag)
-    if path.is_file():
-        path = path.parent if (path.parent / "metadata.yaml").is_file() else path.with_suffix("")
-    return path.with_name(path.name + "_compactinst")
+@dataclass(frozen=True)
+class ReplayOptions:
+    """One replay: input bag, model, modes, ground truth and outputs (``compactinst replay``
+    builds it from its flags; the demo builds it directly)."""
 
+    bag: Path
+    model: Path
+    backend: str = "auto"
+    topic: str | None = None  # None: detected (raw Image preferred)
+    mode: str = "lockstep"
+    rate: float = 1.0  # realtime playback rate factor
+    gt_instances: Path | None = None
+    gt_panoptic: Path | None = None
+    gt_panoptic_dir: Path | None = None
+    match: str = "auto"
+    out: Path = Path("out/replay")
+    output_bag: Path | None = None  # None: no output bag
+    score_threshold: float | None = None  # None: the pipeline's default
+    max_frames: int | None = None
+    warmup: int = 3  # frames excluded from the latency statistics
+    overlays: int = 3  # overlay images written
+    plots: bool = True
+    progress: bool = True
+    command_line: str = ""  # recorded in the report
 
-def open_output_bag(path: Path) -> BagWriter:
-    """A fresh output bag at ``path``; an earlier replay's output bag there is replaced."""
-    if path.exists():
-        if not (path / "metadata.yaml").is_file():
-            raise DataError(f"'{path}' exists and is not a bag; pick another --output-bag path")
-        shutil.rmtree(path)
-    return BagWriter(path, storage="mcap")
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode {self.mode} is unknown; choose one of {', '.join(MODES)}")
+        if self.match not in MATCH_MODES:
+            raise ConfigError(f"--match {self.match} is unknown; choose one of {MATCH_MODES}")
+        if self.rate <= 0:
+            raise ConfigError(f"--rate {self.rate} must be positive (1.0 = recorded rate)")
+        if self.warmup < 0 or self.overlays < 0:
+            raise ConfigError("--warmup and --overlays must be >= 0")
+
+    def load_ground_truth(self) -> GroundTruth | None:
+        """The ground truth files loaded, or None when neither GT file is given."""
+        if self.gt_instances is None and self.gt_panoptic is None:
+            return None
+        return GroundTruth(self.gt_instances, self.gt_panoptic, self.gt_panoptic_dir)
 
 
 def write_outputs(writer: BagWriter, stamp_ns: int, result: FrameResult) -> None:
@@ -178,22 +212,26 @@ def bag_block(bag: ImageBag, path: str | Path) -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst replay``."""
-    parser.add_argument("bag", help="rosbag2 folder (sqlite3 or mcap) or .mcap file")
-    parser.add_argument("--model", default="models/default", help="model bundle folder")
+    parser.add_argument("bag", type=Path, help="rosbag2 folder (sqlite3 or mcap) or .mcap file")
+    parser.add_argument(
+        "--model", type=Path, help="model bundle folder (default: the embedded models/default)"
+    )
     parser.add_argument("--backend", default="auto", help="auto | onnxruntime | tensorrt")
     parser.add_argument("--topic", help="image topic (default: detected; raw Image preferred)")
     parser.add_argument("--mode", choices=MODES, default="lockstep", help="default: lockstep")
     parser.add_argument("--rate", type=float, default=1.0, help="realtime playback rate factor")
-    parser.add_argument("--gt-instances", help="COCO instance JSON")
-    parser.add_argument("--gt-panoptic", help="COCO panoptic JSON")
-    parser.add_argument("--gt-panoptic-dir", help="folder of the panoptic PNGs")
+    parser.add_argument("--gt-instances", type=Path, help="COCO instance JSON")
+    parser.add_argument("--gt-panoptic", type=Path, help="COCO panoptic JSON")
+    parser.add_argument("--gt-panoptic-dir", type=Path, help="folder of the panoptic PNGs")
     parser.add_argument(
         "--match",
-        choices=("auto", "stamp", "index"),
+        choices=MATCH_MODES,
         default="auto",
         help="frame <-> GT image matching (auto: header stamp when the GT carries one)",
     )
-    parser.add_argument("--out", default="out/replay", help="report folder (default out/replay)")
+    parser.add_argument(
+        "--out", type=Path, default=Path("out/replay"), help="report folder (default out/replay)"
+    )
     parser.add_argument(
         "--output-bag",
         nargs="?",
@@ -214,76 +252,87 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress line")
 
 
-def replay(args: argparse.Namespace) -> dict:
-    """Run the replay described by ``args``; returns the report (also written under --out)."""
-    from ..pipeline import Pipeline
-    from .groundtruth import GroundTruth
-
-    if args.rate <= 0:
-        raise ConfigError(f"--rate {args.rate} must be positive (1.0 = recorded rate)")
-    out = Path(args.out)
-    gt = None
-    if args.gt_instances or args.gt_panoptic:
-        gt = GroundTruth(args.gt_instances, args.gt_panoptic, args.gt_panoptic_dir)
+def options_from_args(args: argparse.Namespace) -> ReplayOptions:
+    """The ReplayOptions of parsed ``compactinst replay`` flags (defaults resolved here)."""
+    model = args.model or default_model()
+    if model is None:
+        raise ConfigError("no default model is installed; pass --model BUNDLE")
     output_bag = None
     if args.output_bag is not None:
         output_bag = Path(args.output_bag) if args.output_bag else default_output_bag(args.bag)
+    flags = vars(args)
+    same = {f.name: flags[f.name] for f in fields(ReplayOptions) if f.name in flags}
+    return ReplayOptions(
+        **{
+            **same,
+            "model": model,
+            "output_bag": output_bag,
+            "plots": not args.no_plots,
+            "progress": not args.quiet,
+            "command_line": "compactinst replay " + " ".join(sys.argv[2:]),
+        }
+    )
+
+
+def replay(options: ReplayOptions) -> dict:
+    """Run one replay; returns the report (also written under ``options.out``)."""
+    from ..pipeline import Pipeline
+
+    gt = options.load_ground_truth()
     modes: dict[str, dict] = {}
-    with ImageBag(args.bag, args.topic) as bag:
+    with ImageBag(options.bag, options.topic) as bag:
         report = {
             "created": now_iso(),
-            "command": getattr(args, "command_line", None)
-            or "compactinst replay " + " ".join(sys.argv[2:]),
-            "bag": bag_block(bag, args.bag),
+            "command": options.command_line,
+            "bag": bag_block(bag, options.bag),
         }
-        if args.mode in ("lockstep", "both"):
-            options = None
-            if args.score_threshold is not None:
-                options = PostprocessOptions(score_threshold=args.score_threshold)
-            with Pipeline(args.model, args.backend, options) as pipeline:
+        if options.mode in ("lockstep", "both"):
+            thresholds = None
+            if options.score_threshold is not None:
+                thresholds = PostprocessOptions(score_threshold=options.score_threshold)
+            with Pipeline(options.model, options.backend, thresholds) as pipeline:
                 report["model"] = pipeline.describe()
                 modes["lockstep"] = run_lockstep(
                     bag,
                     pipeline,
                     gt,
-                    args.match,
-                    output_bag if args.mode == "lockstep" else None,
-                    out / "overlays",
-                    args.overlays,
-                    args.max_frames,
-                    args.warmup,
-                    not args.quiet,
+                    options.match,
+                    options.output_bag if options.mode == "lockstep" else None,
+                    options.out / "overlays",
+                    options.overlays,
+                    options.max_frames,
+                    options.warmup,
+                    options.progress,
                 )
-        if args.mode in ("realtime", "both"):
-            from .realtime import run_realtime
-
+        if options.mode in ("realtime", "both"):
             block, model = run_realtime(
                 bag,
-                args.model,
-                args.backend,
-                rate=args.rate,
-                output_bag=output_bag,
-                max_frames=args.max_frames,
-                warmup=args.warmup,
-                progress=not args.quiet,
+                options.model,
+                options.backend,
+                rate=options.rate,
+                output_bag=options.output_bag,
+                max_frames=options.max_frames,
+                warmup=options.warmup,
+                progress=options.progress,
             )
             report.setdefault("model", model)
             modes["realtime"] = block
     report["host"] = host_info()
     report["modes"] = modes
-    if output_bag is not None:
-        report["output_bag"] = str(output_bag)
-    if not args.no_plots:
+    if options.output_bag is not None:
+        report["output_bag"] = str(options.output_bag)
+    if options.plots:
         from .plots import write_plots
 
-        report["plots"] = write_plots(report, out)
-    write_report(report, out)
+        report["plots"] = write_plots(report, options.out)
+    write_report(report, options.out)
     return report
 
 
 def run(args: argparse.Namespace) -> int:
     """CLI entry: replay, write the report, print the summary."""
-    report = replay(args)
+    options = options_from_args(args)
+    report = replay(options)
     print(summary_text(report))
-    print(f"report: {Path(args.out) / 'report.md'}")
+    print(f"report: {options.out / 'report.md'}")
     return 0

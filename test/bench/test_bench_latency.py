@@ -10,12 +10,13 @@ import pytest
 
 from compactinst_ros.bench.latency import (
     NAMED_SIZES,
-    WallRunner,
+    BenchOptions,
     format_tables,
     measure,
     pad32,
     parse_sizes,
 )
+from compactinst_ros.bench.runners import WallRunner
 from compactinst_ros.cli import main
 from compactinst_ros.errors import ConfigError
 
@@ -55,12 +56,13 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
     assert "padded from 250x320" in text
     assert "onnxruntime / decoder" in text and "(1.00x)" in text
     record = json.loads((tmp_path / "bench.json").read_text())
-    assert set(record) == {"protocol", "host", "results", "unavailable"}
+    assert set(record) == {"protocol", "host", "backends", "results", "unavailable"}
+    assert record["backends"]["onnxruntime"]["threads"] == 1
     assert record["protocol"]["baseline"] == "fastinst_r18_d3"
     rows = record["results"]
     assert [r["config"] for r in rows] == ["fastinst_r18_d3", "compactinst_r18"]
     for r in rows:
-        assert r["backend"] == "onnxruntime" and r["stage"] == "decoder"
+        assert r["backend"] == "onnxruntime" and r["scope"] == "decoder"
         assert r["size"] == [256, 320] and r["requested_size"] == [250, 320]
         assert len(r["trials_ms"]) == 2 and r["median_ms"] > 0
     assert rows[0]["speedup"] == pytest.approx(1.0)
@@ -75,13 +77,22 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
     if importlib.util.find_spec("tensorrt") is None:
         assert "TensorRT" in record["unavailable"]["tensorrt"]
     assert (tmp_path / "latency_decoder_onnxruntime.png").stat().st_size > 10_000
-    assert (tmp_path / "onnx" / "compactinst_r18_k80_256x320_decoder.onnx").exists()
+    assert (tmp_path / "bundles" / "compactinst_r18_k80_256x320" / "decoder.onnx").exists()
     assert "compactinst_r18" in format_tables(record)
 
 
 def test_unknown_backend_is_named(capsys: pytest.CaptureFixture) -> None:
     assert main(["bench", "--backends", "tpu"]) == 1
     assert "tpu" in capsys.readouterr().err
+
+
+def test_options_refuse_what_cannot_be_swept() -> None:
+    with pytest.raises(ConfigError, match="each config once"):
+        BenchOptions(configs=("compactinst_r18", "compactinst_r18"))
+    with pytest.raises(ConfigError, match="scopes"):
+        BenchOptions(scopes=("encoder",))
+    with pytest.raises(ConfigError, match="--trials"):
+        BenchOptions(trials=0)
 
 
 def _gpu_bench():
@@ -96,7 +107,7 @@ def test_gpu_script_cpu_parts(capsys: pytest.CaptureFixture) -> None:
     assert gpu_bench.device_preset("NVIDIA H200").name.startswith("NVIDIA H200")
     assert gpu_bench.device_preset("NVIDIA RTX A4000").bandwidth_gbs == 448.0
     record = {"results": [
-        {"stage": "decoder", "config": c, "size": [1088, 1920], "median_ms": ms, "speedup": s}
+        {"scope": "decoder", "config": c, "size": [1088, 1920], "median_ms": ms, "speedup": s}
         for c, ms, s in (("fastinst_r18_d3", 4.0, 1.0), ("compactinst_r18", 2.0, 2.0))
     ]}
     lines = gpu_bench.speedup_table(record)

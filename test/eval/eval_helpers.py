@@ -11,6 +11,7 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 from compactinst_ros.eval.bags import write_image_bag
+from compactinst_ros.eval.groundtruth import GroundTruth
 from compactinst_ros.structures import FrameMeta, FrameResult, Instances, Segments
 
 THINGS = {1: "person", 2: "vehicle"}
@@ -169,3 +170,24 @@ def scene_bag(scenes: list[Scene], path: Path, storage: str, compressed: str | N
     return write_image_bag(
         path, ((s.stamp_ns, s.image) for s in scenes), storage=storage, compressed=compressed
     )
+
+
+def instance_masks(gt: GroundTruth, image_id: int) -> list[tuple[int, np.ndarray]]:
+    """(category id, HxW bool mask) of each non-crowd instance of ``gt``'s image ``image_id``."""
+    if gt.instances is None:
+        return []
+    entry = gt.image(image_id)
+    h, w = int(entry["height"]), int(entry["width"])
+    out = []
+    for ann in gt.instances["annotations"]:
+        if int(ann["image_id"]) != image_id or ann.get("iscrowd", 0):
+            continue
+        seg = ann["segmentation"]
+        if isinstance(seg, list):
+            rle = mask_utils.merge(mask_utils.frPyObjects(seg, h, w))
+        elif isinstance(seg.get("counts"), list):
+            rle = mask_utils.frPyObjects(seg, h, w)
+        else:
+            rle = seg
+        out.append((int(ann["category_id"]), mask_utils.decode(rle).astype(bool)))
+    return out

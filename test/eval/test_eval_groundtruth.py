@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from eval_helpers import write_gt
+from eval_helpers import instance_masks, write_gt
 
 from compactinst_ros.errors import DataError
 from compactinst_ros.eval.groundtruth import GroundTruth, image_stamp_ns
@@ -60,7 +60,7 @@ def test_semantic_and_instances_from_gt(scenes, gt_files) -> None:
     expected = scenes[0].panoptic // 1000
     expected[scenes[0].panoptic < 1000] = scenes[0].panoptic[scenes[0].panoptic < 1000]
     assert (sem == expected).all()
-    masks = gt.instance_masks(1)
+    masks = instance_masks(gt, 1)
     things = [k for k, (c, _) in scenes[0].segments.items() if c < 5]
     assert len(masks) == len(things)
     assert all(

@@ -12,7 +12,7 @@ from compactinst_ros.cli import main
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.eval.bags import ImageBag, typestore
 from compactinst_ros.eval.groundtruth import GroundTruth
-from compactinst_ros.eval.replay import add_arguments, replay, run_lockstep
+from compactinst_ros.eval.replay import add_arguments, options_from_args, run_lockstep
 
 
 @pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
@@ -122,4 +122,4 @@ def test_bag_errors_through_the_cli(tmp_path, random_bundle, capsys) -> None:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     with pytest.raises(ConfigError, match=r"--rate 0\.0 must be positive"):
-        replay(parser.parse_args([str(tmp_path), "--rate", "0"]))
+        options_from_args(parser.parse_args([str(tmp_path), "--rate", "0"]))

@@ -34,6 +34,8 @@ GPU_SOURCES = (
     "compactinst_ros/postprocess/cuda.py",
     "scripts/gpu_check.py",
     "scripts/bench_postprocess_gpu.py",
+    "compactinst_ros/bench/runners.py",
+    "compactinst_ros/bench/latency.py",
 )
 TRT_ROOTS = {"trt", "self._trt"}
 PYCUDA_ROOTS = {"cuda", "self.cuda", "self._cuda"}

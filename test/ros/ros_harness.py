@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -47,7 +48,8 @@ def ros_env(domain: int) -> dict[str, str]:
 
 
 class NodeProcess(realtime.NodeProcess):
-    """The node (or its lifecycle variant) on its own ROS domain; must exit on Ctrl-C."""
+    """The node (or its lifecycle variant, or a ``script`` that starts it wrapped) on its own ROS
+    domain; must exit on Ctrl-C."""
 
     def __init__(
         self,
@@ -57,8 +59,12 @@ class NodeProcess(realtime.NodeProcess):
         script: Path | None = None,
     ) -> None:
         log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"compactinst_node_{domain}.log"
-        env = ros_env(domain)
-        super().__init__(params, env, log_path, lifecycle=lifecycle, cwd=REPO, script=script)
+        command = (
+            [sys.executable, str(script), *realtime.ros_args(params)]
+            if script
+            else realtime.node_command(params, lifecycle)
+        )
+        super().__init__(command, ros_env(domain), log_path, cwd=REPO)
 
     def stop(self, timeout: float = 15.0) -> int:
         """Ctrl-C the node; a node that does not exit within ``timeout`` fails the test."""
