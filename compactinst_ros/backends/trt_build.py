@@ -316,16 +316,16 @@ def ensure_engines(
     """Deserialized engine per stage: from the cache, or built now (never per frame)."""
     trt = import_tensorrt()
     options = options or BuildOptions()
-    pins = load_fp32_layers(bundle)
+    fp32_by_stage = load_fp32_layers(bundle)
     engines: dict[str, Any] = {}
     for stage in bundle.stages:
-        fp32_layers = pins.get(stage.name, ())
+        fp32_layers = fp32_by_stage.get(stage.name, ())
         key = engine_key(stage, trt.__version__, device, options, fp32_layers)
 
         def build(
-            k: EngineKey, timing: Path, stage: StageSpec = stage, layers: Sequence[str] = fp32_layers
+            k: EngineKey, timing: Path, stage: StageSpec = stage, pins: Sequence[str] = fp32_layers
         ) -> bytes:
-            return build_serialized(stage, k, timing, options, fp32_layers=layers)
+            return build_serialized(stage, k, timing, options, fp32_layers=pins)
 
         engines[stage.name] = cache.resolve(key, deserialize, build if allow_build else None, log)
     return engines

@@ -14,9 +14,11 @@ the check runs the bundle's own ONNX graphs on ONNX Runtime:
   rounded and, as TensorRT does, clamped to +-65504). Pinned nodes keep FP32 inputs and outputs.
 
 A node is flagged when its FP32 range is within ``HEADROOM_LIMIT`` (2x) of 65504, or when its
-output is the first inf/NaN of a frame in the emulation. Pins: a flagged node, and for a range
-flag also every node reading its output (an FP16 consumer would convert it back to half). The
-emulation is re-run with the pins until no frame produces inf/NaN (at most ``MAX_ROUNDS``).
+output is the first inf/NaN of a frame in the emulation that FP32 does not have. Pins: a flagged
+node, and for a range flag also every node reading its output (an FP16 reader would convert it
+back to half). The emulation is re-run with the pins until no frame has such an inf/NaN (at most
+``MAX_ROUNDS``); an origin that is already pinned pins the nodes feeding it, one step upstream
+per round (e.g. a difference that rounds to 0 in half before a division).
 
 What this proves and does not (docs/gpu.md): storage overflow and the rounding of stored
 tensors, per ONNX node; not the arithmetic inside a TensorRT kernel (FP16 accumulation in a
@@ -41,7 +43,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..backends.ort import create_session
-from ..backends.trt_build import save_fp32_layers
+from ..backends.trt_build import PRECISION_FILE, save_fp32_layers
 from ..bundle import ModelBundle, StageSpec, sha256_file
 from ..errors import ConfigError
 from ..preprocess import letterbox
@@ -51,7 +53,7 @@ FP16_MAX = 65504.0
 #: Flag a layer whose FP32 range comes within this factor of FP16_MAX.
 HEADROOM_LIMIT = 2.0
 #: Emulation passes that may add pins for new inf/NaN origins before the check gives up.
-MAX_ROUNDS = 4
+MAX_ROUNDS = 8
 #: Held-out synthetic scenes: seed 0 trains the default model and seed 1 evaluates it.
 DEFAULT_SEED = 2
 AMAX, NANS, INFS, ZERO = "amax::", "nans::", "infs::", "::zero"
@@ -82,7 +84,7 @@ class LayerRange:
     fp16_amax: float = 0.0
     fp32_nonfinite: int = 0  # frames with inf/NaN in FP32 (by design, e.g. masked attention)
     fp16_new_nonfinite: int = 0  # frames with NaN, or inf, in the emulation that FP32 lacks
-    fp16_origin: int = 0  # frames where such a new inf/NaN first appeared here (any round)
+    fp16_origin: int = 0  # frames where such a new inf/NaN first appeared here, over all rounds
     pinned: bool = False
 
     @property
@@ -208,7 +210,7 @@ def emulate_fp16(model: onnx.ModelProto, fp32_nodes: Iterable[str] = ()) -> onnx
             if value is not None and value.t.data_type == TensorProto.FLOAT:
                 array = to_fp16_storage(numpy_helper.to_array(value.t))
                 name = f"{node.output[0]}::fp16"
-                nodes.append(helper.make_node("Constant", [], [name], name=f"{node_name(node)}::fp16",
+                nodes.append(helper.make_node("Constant", [], [name], name=f"{name}::node",
                                               value=numpy_helper.from_array(array, name)))
                 rounded[node.output[0]] = name
             continue
@@ -302,8 +304,10 @@ def calibration_frames(bundle: ModelBundle, scenes: int, seed: int = DEFAULT_SEE
         "stripes 8px": ((rows // 8) % 2) * 255,
         "checker 1px": ((rows + columns) % 2) * 255,
     }
-    images += [("black", np.zeros((h, w, 3), np.uint8)), ("white", np.full((h, w, 3), 255, np.uint8))]
-    images += [(name, np.broadcast_to(v, (h, w, 3)).astype(np.uint8)) for name, v in stripes.items()]
+    images += [("black", np.zeros((h, w, 3), np.uint8)),
+               ("white", np.full((h, w, 3), 255, np.uint8))]
+    images += [(name, np.broadcast_to(v, (h, w, 3)).astype(np.uint8))
+               for name, v in stripes.items()]
     noise = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
     images.append(("noise", noise))
     return [(name, letterbox(image, "rgb8", meta, bundle.pad_value)) for name, image in images]
@@ -329,6 +333,18 @@ def _readers(model: onnx.ModelProto) -> dict[str, list[str]]:
         for name in node.input:
             readers.setdefault(name, []).append(node_name(node))
     return readers
+
+
+def _producers(model: onnx.ModelProto, nodes: set[str]) -> set[str]:
+    """Names of the non-Constant nodes whose outputs ``nodes`` read."""
+    made_by = {out: n for n in model.graph.node if n.op_type != "Constant" for out in n.output}
+    return {
+        node_name(made_by[x])
+        for n in model.graph.node
+        if node_name(n) in nodes
+        for x in n.input
+        if x in made_by
+    }
 
 
 def _run_chain(bundle: ModelBundle, runners: dict[str, StageRunner], tensor: np.ndarray
@@ -391,7 +407,8 @@ def check_bundle(bundle: ModelBundle, frames: Sequence[tuple[str, np.ndarray]],
                         row.fp16_origin += 1
                         origins[name].add(row.tracked.node)
             residual += frame_bad
-        added = {n: origins[n] - pins[n] for n in models}
+        added = {n: (origins[n] - pins[n]) | _producers(models[n], origins[n] & pins[n]) - pins[n]
+                 for n in models}
         if not residual or not any(added.values()) or rounds == MAX_ROUNDS:
             break
         for n in models:
@@ -483,7 +500,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="write the whole table as CSV")
     parser.add_argument("--top", type=int, default=20, help="rows to print (flagged rows always)")
     parser.add_argument("--write-pins", action="store_true",
-                        help=f"write the FP32 pins to BUNDLE/precision.json for build-engine")
+                        help=f"write the FP32 pins to BUNDLE/{PRECISION_FILE} for build-engine")
     parser.add_argument("--eval", metavar="DATA",
                         help="also compare mask AP / PQ, FP32 vs FP16 emulation, on a COCO folder "
                              "('compactinst synth' layout)")
