@@ -17,8 +17,8 @@ A node is flagged when its FP32 range is within ``HEADROOM_LIMIT`` (2x) of 65504
 output is the first inf/NaN of a frame in the emulation that FP32 does not have. Pins: a flagged
 node, and for a range flag also every node reading its output (an FP16 reader would convert it
 back to half). The emulation is re-run with the pins until no frame has such an inf/NaN (at most
-``MAX_ROUNDS``); an origin that is already pinned pins the nodes feeding it, one step upstream
-per round (e.g. a difference that rounds to 0 in half before a division).
+``MAX_ROUNDS``); an origin that is already pinned pins the nearest unpinned nodes feeding it,
+one step upstream per round (e.g. a difference that rounds to 0 in half before a division).
 
 What this proves and does not (docs/gpu.md): storage overflow and the rounding of stored
 tensors, per ONNX node; not the arithmetic inside a TensorRT kernel (FP16 accumulation in a
@@ -335,16 +335,24 @@ def _readers(model: onnx.ModelProto) -> dict[str, list[str]]:
     return readers
 
 
-def _producers(model: onnx.ModelProto, nodes: set[str]) -> set[str]:
-    """Names of the non-Constant nodes whose outputs ``nodes`` read."""
+def _unpinned_feeders(model: onnx.ModelProto, nodes: set[str], pinned: set[str]) -> set[str]:
+    """The nearest unpinned nodes upstream of ``nodes``, walking through pinned ones: what to
+    pin next when a pinned node still produces a new inf/NaN from inputs rounded upstream."""
     made_by = {out: n for n in model.graph.node if n.op_type != "Constant" for out in n.output}
-    return {
-        node_name(made_by[x])
-        for n in model.graph.node
-        if node_name(n) in nodes
-        for x in n.input
-        if x in made_by
-    }
+    by_name = {node_name(n): n for n in model.graph.node}
+    found: set[str] = set()
+    stack, seen = list(nodes), set(nodes)
+    while stack:
+        for tensor in by_name[stack.pop()].input:
+            if tensor not in made_by or node_name(made_by[tensor]) in seen:
+                continue
+            feeder = node_name(made_by[tensor])
+            seen.add(feeder)
+            if feeder in pinned:
+                stack.append(feeder)
+            else:
+                found.add(feeder)
+    return found
 
 
 def _run_chain(bundle: ModelBundle, runners: dict[str, StageRunner], tensor: np.ndarray
@@ -407,8 +415,10 @@ def check_bundle(bundle: ModelBundle, frames: Sequence[tuple[str, np.ndarray]],
                         row.fp16_origin += 1
                         origins[name].add(row.tracked.node)
             residual += frame_bad
-        added = {n: (origins[n] - pins[n]) | _producers(models[n], origins[n] & pins[n]) - pins[n]
-                 for n in models}
+        added = {
+            n: (origins[n] - pins[n]) | _unpinned_feeders(models[n], origins[n] & pins[n], pins[n])
+            for n in models
+        }
         if not residual or not any(added.values()) or rounds == MAX_ROUNDS:
             break
         for n in models:
