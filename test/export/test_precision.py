@@ -69,7 +69,7 @@ def tiny_bundle(root: Path, body: list, inits: list) -> ModelBundle:
         root / "decoder.onnx", body + head, [e3],
         [helper.make_tensor_value_info("pred_logits", TensorProto.FLOAT, [1, 2, 2]),
          helper.make_tensor_value_info("pred_masks", TensorProto.FLOAT, [1, 2, 4, 4])],
-        inits + [constant("zero", [0]), constant("two", [2]), constant("one", [1]),
+        [*inits, constant("zero", [0]), constant("two", [2]), constant("one", [1]),
                  constant("q1", [1, 2, 1])],
     )  # fmt: skip
 

@@ -17,10 +17,10 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).parent / "emu"))
 
-import tensorrt_emu  # noqa: E402
+import tensorrt_emu
 
-from compactinst_ros.backends.engine_cache import DeviceInfo, EngineCache  # noqa: E402
-from compactinst_ros.backends.trt_build import (  # noqa: E402
+from compactinst_ros.backends.engine_cache import DeviceInfo, EngineCache
+from compactinst_ros.backends.trt_build import (
     PRECISION_FILE,
     BuildOptions,
     build_serialized,
@@ -30,8 +30,8 @@ from compactinst_ros.backends.trt_build import (  # noqa: E402
     onnx_node_of_layer,
     save_fp32_layers,
 )
-from compactinst_ros.bundle import ModelBundle, StageSpec, TensorSpec, default_bundle_path  # noqa: E402
-from compactinst_ros.errors import BackendError  # noqa: E402
+from compactinst_ros.bundle import ModelBundle, StageSpec, TensorSpec, default_bundle_path
+from compactinst_ros.errors import BackendError
 
 DEVICE = DeviceInfo(name="stand-in", compute_capability="8.7", sm_count=8)
 
@@ -159,8 +159,8 @@ def test_precision_record_round_trip_and_its_errors(bundle) -> None:
     record = json.loads(path.read_text())
     record["stages"]["decoder"]["onnx_sha256"] = "0" * 64
     path.write_text(json.dumps(record))
-    with pytest.raises(BackendError, match="written for another decoder.onnx.*fp16-check"):
+    with pytest.raises(BackendError, match=r"written for another decoder\.onnx.*fp16-check"):
         load_fp32_layers(bundle)
     path.write_text("{not json")
-    with pytest.raises(BackendError, match="not a valid precision record.*--write-pins"):
+    with pytest.raises(BackendError, match=r"not a valid precision record.*--write-pins"):
         load_fp32_layers(bundle)
