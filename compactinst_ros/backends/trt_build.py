@@ -2,21 +2,25 @@
 
 TensorRT 10 Python API only (named tensors, ``build_serialized_network``), ONNX parser, FP16
 builder flag with FP32 I/O, static shapes, a persistent timing cache and a progress display.
-tensorrt and pycuda are imported inside functions so the CPU path never needs them.
+Layers that ``compactinst fp16-check`` found too close to FP16's range are pinned to FP32 from
+the bundle's ``precision.json`` (matched to parsed layers by ONNX node name; part of the cache
+key). tensorrt and pycuda are imported inside functions so the CPU path never needs them.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bundle import ModelBundle, StageSpec, sha256_file
+from ..bundle import STAGE_ORDER, ModelBundle, StageSpec, sha256_file
 from ..errors import BackendError
 from .engine_cache import (
     DeviceInfo,
@@ -29,6 +33,12 @@ from .engine_cache import (
 
 MIN_TRT_MAJOR = 10
 LOG_PROGRESS_S = 5.0  # seconds between progress lines when stderr is not a terminal
+#: Sidecar in the bundle folder naming, per stage, the ONNX nodes whose layers stay FP32.
+PRECISION_FILE = "precision.json"
+PRECISION_FORMAT = 1
+#: Prefix of the metadata the ONNX parser (TensorRT >= 10.0) gives every layer it makes for a
+#: node: "[ONNX Layer: NODE]" or "[ONNX Layer: NODE | Local Function: F]".
+ONNX_LAYER_TAG = "[ONNX Layer: "
 
 
 @dataclass(frozen=True)
@@ -87,10 +97,102 @@ def device_info(device: int = 0) -> DeviceInfo:
     return DeviceInfo(name=dev.name(), compute_capability=f"{major}.{minor}", sm_count=int(sms))
 
 
+def load_fp32_layers(bundle: ModelBundle) -> dict[str, tuple[str, ...]]:
+    """Per stage, the ONNX node names whose layers an FP16 build pins to FP32, from the bundle's
+    precision.json ({} without one); BackendError if it is unreadable or belongs to other ONNX."""
+    path = bundle.root / PRECISION_FILE
+    if not path.is_file():
+        return {}
+    fix = f"re-run 'compactinst fp16-check {bundle.root} --write-pins' or delete {path}"
+    try:
+        record = json.loads(path.read_text())
+        stages = record["stages"]
+        if record.get("format") != PRECISION_FORMAT or not isinstance(stages, dict):
+            raise ValueError(f"format {record.get('format')!r}, expected {PRECISION_FORMAT}")
+        pins = {
+            name: (str(entry["onnx_sha256"]), tuple(str(n) for n in entry["fp32_layers"]))
+            for name, entry in stages.items()
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BackendError(f"{path} is not a valid precision record ({exc!r}); {fix}") from None
+    layers: dict[str, tuple[str, ...]] = {}
+    for stage in bundle.stages:
+        if stage.name not in pins:
+            continue
+        recorded, nodes = pins[stage.name]
+        if recorded != sha256_file(stage.path):
+            raise BackendError(
+                f"{path} was written for another {stage.path.name} (sha256 {recorded[:12]}…, the "
+                f"file is {sha256_file(stage.path)[:12]}…); its FP32 pins may not fit; {fix}"
+            )
+        layers[stage.name] = nodes
+    return layers
+
+
+def save_fp32_layers(
+    bundle: ModelBundle, layers: dict[str, Iterable[str]], provenance: dict
+) -> Path:
+    """Write the bundle's precision.json: per stage the ONNX file's sha256 and the sorted node
+    names to pin, plus ``provenance`` (how the pins were found); returns its path."""
+    unknown = sorted(set(layers) - set(STAGE_ORDER))
+    if unknown:
+        raise BackendError(f"no stage named {unknown} in a bundle (stages: {list(STAGE_ORDER)})")
+    record = {
+        "format": PRECISION_FORMAT,
+        **provenance,
+        "stages": {
+            stage.name: {
+                "onnx_sha256": sha256_file(stage.path),
+                "fp32_layers": sorted(set(layers.get(stage.name, ()))),
+            }
+            for stage in bundle.stages
+        },
+    }
+    path = bundle.root / PRECISION_FILE
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def onnx_node_of_layer(layer: Any) -> str:
+    """The ONNX node a parsed layer came from: the name in the parser's metadata tag, else the
+    layer name (the parser names a node's first layer after the node, later ones NODE_<n>)."""
+    metadata = str(layer.metadata or "")
+    if metadata.startswith(ONNX_LAYER_TAG) and metadata.endswith("]"):
+        return metadata[len(ONNX_LAYER_TAG) : -1].split(" | ")[0]
+    return str(layer.name)
+
+
+def pin_fp32(trt: Any, network: Any, nodes: Iterable[str]) -> set[str]:
+    """Constrain every layer parsed from one of ``nodes`` to FP32 compute and FP32 float outputs
+    (needs BuilderFlag.OBEY_PRECISION_CONSTRAINTS); returns the node names that had a layer."""
+    wanted = set(nodes)
+    matched: set[str] = set()
+    for index in range(network.num_layers):
+        layer = network.get_layer(index)
+        node = onnx_node_of_layer(layer)
+        if node not in wanted:
+            continue
+        matched.add(node)
+        layer.precision = trt.DataType.FLOAT
+        for output in range(layer.num_outputs):
+            if layer.get_output(output).dtype == trt.DataType.FLOAT:
+                layer.set_output_type(output, trt.DataType.FLOAT)
+    return matched
+
+
 def engine_key(
-    stage: StageSpec, trt_version: str, device: DeviceInfo, options: BuildOptions
+    stage: StageSpec,
+    trt_version: str,
+    device: DeviceInfo,
+    options: BuildOptions,
+    fp32_layers: Sequence[str] = (),
 ) -> EngineKey:
-    """Cache key of ``stage``: hashes the ONNX file itself (not the bundle's recorded hash)."""
+    """Cache key of ``stage``: hashes the ONNX file itself (not the bundle's recorded hash) and,
+    for FP16 builds with FP32 pins, the pinned node names."""
+    key_options = options.key_options()
+    if options.precision == "fp16" and fp32_layers:
+        names = json.dumps(sorted(set(fp32_layers))).encode()
+        key_options["fp32_layers"] = hashlib.sha256(names).hexdigest()[:16]
     return EngineKey(
         stage=stage.name,
         onnx_sha256=sha256_file(stage.path),
@@ -100,7 +202,7 @@ def engine_key(
         sm_count=device.sm_count,
         precision=options.precision,
         input_shapes={t.name: list(t.shape) for t in stage.inputs},
-        options=options.key_options(),
+        options=key_options,
     )
 
 
@@ -160,8 +262,10 @@ def build_serialized(
     timing_cache: Path,
     options: BuildOptions,
     progress: bool = True,
+    fp32_layers: Sequence[str] = (),
 ) -> bytes:
-    """Parse ``stage``'s ONNX, build an FP16 engine with static shapes; returns plan bytes."""
+    """Parse ``stage``'s ONNX, build an FP16 engine with static shapes, the layers of the ONNX
+    nodes ``fp32_layers`` pinned to FP32; returns plan bytes."""
     trt = import_tensorrt()
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
@@ -180,6 +284,15 @@ def build_serialized(
     config = builder.create_builder_config()
     if options.precision == "fp16":
         config.set_flag(trt.BuilderFlag.FP16)
+        if fp32_layers:
+            config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
+            missing = sorted(set(fp32_layers) - pin_fp32(trt, network, fp32_layers))
+            if missing:
+                print(
+                    f"[{key.stage}] {len(missing)} FP32-pinned ONNX nodes have no TensorRT layer "
+                    f"(folded by the parser), e.g. {missing[:3]}",
+                    file=sys.stderr,
+                )
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
     config.builder_optimization_level = options.opt_level
     cache_bytes = read_private(timing_cache) if timing_cache.is_file() else b""
@@ -209,12 +322,16 @@ def ensure_engines(
     """Deserialized engine per stage: from the cache, or built now (never per frame)."""
     trt = import_tensorrt()
     options = options or BuildOptions()
+    fp32_by_stage = load_fp32_layers(bundle)
     engines: dict[str, Any] = {}
     for stage in bundle.stages:
-        key = engine_key(stage, trt.__version__, device, options)
+        fp32_layers = fp32_by_stage.get(stage.name, ())
+        key = engine_key(stage, trt.__version__, device, options, fp32_layers)
 
-        def build(k: EngineKey, timing: Path, stage: StageSpec = stage) -> bytes:
-            return build_serialized(stage, k, timing, options)
+        def build(
+            k: EngineKey, timing: Path, stage: StageSpec = stage, pins: Sequence[str] = fp32_layers
+        ) -> bytes:
+            return build_serialized(stage, k, timing, options, fp32_layers=pins)
 
         engines[stage.name] = cache.resolve(key, deserialize, build if allow_build else None, log)
     return engines
@@ -248,14 +365,21 @@ def run(args: argparse.Namespace) -> int:
         opt_level=args.opt_level,
         workspace_mib=args.workspace_mib,
     )
+    pins = load_fp32_layers(bundle)
+    keys = {
+        stage.name: engine_key(stage, trt.__version__, device, options, pins.get(stage.name, ()))
+        for stage in bundle.stages
+    }
     if args.force:
-        for stage in bundle.stages:
-            for path in cache.paths(engine_key(stage, trt.__version__, device, options)):
+        for key in keys.values():
+            for path in cache.paths(key):
                 path.unlink(missing_ok=True)
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
     ensure_engines(bundle, cache, runtime.deserialize_cuda_engine, device, True, options)
     print(f"TensorRT {trt.__version__} on {device.name} (sm {device.compute_capability}):")
     for stage in bundle.stages:
-        path, _ = cache.paths(engine_key(stage, trt.__version__, device, options))
-        print(f"  {stage.name:8s} {path}  {path.stat().st_size / 2**20:.1f} MiB")
+        path, _ = cache.paths(keys[stage.name])
+        pinned = len(pins.get(stage.name, ())) if options.precision == "fp16" else 0
+        note = f"  ({pinned} ONNX nodes pinned to FP32)" if pinned else ""
+        print(f"  {stage.name:8s} {path}  {path.stat().st_size / 2**20:.1f} MiB{note}")
     return 0

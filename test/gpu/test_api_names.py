@@ -12,6 +12,8 @@ import argparse
 import ast
 import builtins
 import concurrent.futures
+import hashlib
+import json
 import os
 import sys
 import threading
@@ -128,6 +130,20 @@ def test_fixtures_know_the_tensorrt_10_api_and_not_the_removed_one() -> None:
         assert registered(name, PYCUDA_NAMES), name
 
 
+def test_fixture_knows_the_layer_precision_api() -> None:
+    """What the FP32 pins of trt_build.py use. ``ILayer.precision``, ``ILayer.set_output_type``
+    and ``ITensor.dtype`` (pybind11 properties/methods in the 10.3 bindings' pyGraph.cpp) are only
+    stored as the tails of ``compute_precision``, ``reset_output_type`` and ``get_tensor_dtype``,
+    so they are found as suffixes; the others are whole strings."""
+    for name in (
+        "OBEY_PRECISION_CONSTRAINTS", "get_layer", "num_layers", "num_outputs", "get_output",
+        "metadata", "precision_is_set", "get_output_type", "DataType", "FLOAT",
+    ):  # fmt: skip
+        assert name in TRT_NAMES, name
+    for name in ("precision", "set_output_type", "dtype"):
+        assert registered(name, TRT_NAMES), name
+
+
 def test_extension_names_reads_identifiers_that_end_c_strings() -> None:
     blob = b"\x00execute_async_v3\x00_ZN8nvinfer1\x00two words.\x00context::pop\x00tail"
     assert extension_names(blob) == {"execute_async_v3", "pop"}
@@ -171,7 +187,8 @@ def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api() -> 
         ours |= python_names(text) | argparse_dests(ast.parse(text))
     python = set(dir(builtins))
     for obj in (
-        np, np.ndarray, np.dtype, str, bytes, dict, list, tuple, set, int, float, Path, os,
+        np, np.ndarray, np.dtype, str, bytes, dict, list, tuple, set, int, float, Path, os, json,
+        hashlib, hashlib.sha256(),
         os.stat_result, time, sys, threading, threading.Lock(), argparse,
         argparse.ArgumentParser, concurrent.futures.ThreadPoolExecutor, concurrent.futures.Future,
     ):  # fmt: skip

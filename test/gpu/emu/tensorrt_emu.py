@@ -2,8 +2,14 @@
 CI executes trt_build.py and trt.py end to end: a "plan" is the ONNX file's bytes behind a
 header, and an engine runs that graph with ONNX Runtime on the emulated device memory of
 pycuda_emu (host addresses). It checks how the API is driven (static shapes, named tensors,
-every I/O address set before execute_async_v3, FP16 flag, timing cache round trip, progress
-callbacks), not TensorRT itself. test_api_names.py checks that every name used is real TensorRT.
+every I/O address set before execute_async_v3, FP16 flag, per-layer precision constraints,
+timing cache round trip, progress callbacks), not TensorRT itself. test_api_names.py checks that
+every name used is real TensorRT.
+
+Parsed layers follow the ONNX parser of TensorRT 10 (onnx-tensorrt ``registerLayer``): one layer
+per non-Constant node, named after the node (``node_of_<output 0>`` when unnamed; a repeated name
+gets ``_<n>`` from one counter shared by the whole network) with the metadata
+``[ONNX Layer: <node name>]``. The real parser may make several or helper layers for a node.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import onnx
 PLAN_MAGIC = b"EMUPLAN1"
 #: What the last execute_async_v3 read from device memory, per input tensor (tests look).
 last_inputs: dict[str, np.ndarray] = {}
+#: The network and config of the last build_serialized_network (tests look).
+last_build: dict[str, Any] = {}
 TIMING_MAGIC = b"EMUTIMING"
 
 
@@ -29,6 +37,10 @@ class DataType(enum.Enum):
 
     FLOAT = np.float32
     INT64 = np.int64
+    BOOL = np.bool_
+
+
+ONNX_TYPES = {onnx.TensorProto.FLOAT: DataType.FLOAT, onnx.TensorProto.BOOL: DataType.BOOL}
 
 
 def nptype(trt_type: DataType) -> type:
@@ -49,6 +61,7 @@ class BuilderFlag(enum.Enum):
     """Builder flags used."""
 
     FP16 = 0
+    OBEY_PRECISION_CONSTRAINTS = 1
 
 
 class MemoryPoolType(enum.Enum):
@@ -65,10 +78,59 @@ class IProgressMonitor:
 
 
 class Tensor:
-    """A network input: name and static shape."""
+    """A network tensor: name, static shape (-1 where unknown) and type."""
 
-    def __init__(self, name: str, shape: tuple[int, ...]) -> None:
-        self.name, self.shape = name, shape
+    def __init__(
+        self, name: str, shape: tuple[int, ...], dtype: DataType = DataType.FLOAT
+    ) -> None:
+        self.name, self.shape, self.dtype = name, shape, dtype
+
+
+class Layer:
+    """A parsed layer: name, parser metadata, outputs, and the precision constraints set on it."""
+
+    def __init__(self, name: str, metadata: str, outputs: list[Tensor]) -> None:
+        self.name, self.metadata = name, metadata
+        self._outputs = outputs
+        self._precision: DataType | None = None
+        self._output_types: dict[int, DataType] = {}
+
+    @property
+    def num_outputs(self) -> int:
+        """Number of output tensors."""
+        return len(self._outputs)
+
+    def get_output(self, index: int) -> Tensor:
+        """Output tensor ``index``."""
+        return self._outputs[index]
+
+    @property
+    def precision(self) -> DataType:
+        """Compute precision (FLOAT unless constrained)."""
+        return self._precision or DataType.FLOAT
+
+    @precision.setter
+    def precision(self, dtype: DataType) -> None:
+        self._precision = dtype
+
+    @property
+    def precision_is_set(self) -> bool:
+        """Whether a compute precision was constrained."""
+        return self._precision is not None
+
+    def set_output_type(self, index: int, dtype: DataType) -> None:
+        """Constrain output ``index`` to ``dtype``."""
+        if not 0 <= index < len(self._outputs):
+            raise IndexError(f"layer '{self.name}' has no output {index}")
+        self._output_types[index] = dtype
+
+    def get_output_type(self, index: int) -> DataType:
+        """Constrained type of output ``index`` (FLOAT by default)."""
+        return self._output_types.get(index, DataType.FLOAT)
+
+    def output_type_is_set(self, index: int) -> bool:
+        """Whether output ``index`` has a type constraint."""
+        return index in self._output_types
 
 
 def _value_shape(value: onnx.ValueInfoProto) -> tuple[int, ...]:
@@ -83,6 +145,7 @@ class Network:
     def __init__(self) -> None:
         self.onnx_bytes = b""
         self.inputs: list[Tensor] = []
+        self.layers: list[Layer] = []
 
     @property
     def num_inputs(self) -> int:
@@ -92,6 +155,38 @@ class Network:
     def get_input(self, index: int) -> Tensor:
         """Graph input ``index``."""
         return self.inputs[index]
+
+    @property
+    def num_layers(self) -> int:
+        """Number of layers."""
+        return len(self.layers)
+
+    def get_layer(self, index: int) -> Layer:
+        """Layer ``index``, in parse order."""
+        return self.layers[index]
+
+
+def _parsed_layers(model: onnx.ModelProto) -> list[Layer]:
+    """The layers the ONNX parser would name for ``model`` (see the module docstring)."""
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    types = {
+        v.name: ONNX_TYPES.get(v.type.tensor_type.elem_type, DataType.INT64)
+        for v in [*inferred.value_info, *inferred.output]
+    }
+    taken: set[str] = set()
+    suffix = 0
+    layers = []
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            continue
+        base = node.name or f"node_of_{node.output[0]}"
+        name = base
+        while name in taken:
+            name, suffix = f"{base}_{suffix}", suffix + 1
+        taken.add(name)
+        outputs = [Tensor(o, (-1,), types.get(o, DataType.FLOAT)) for o in node.output]
+        layers.append(Layer(name, f"[ONNX Layer: {base}]", outputs))
+    return layers
 
 
 class OnnxParser:
@@ -124,6 +219,7 @@ class OnnxParser:
         self.network.inputs = [
             Tensor(v.name, _value_shape(v)) for v in model.graph.input if v.name not in initialisers
         ]
+        self.network.layers = _parsed_layers(model)
         return True
 
 
@@ -192,6 +288,7 @@ class Builder:
 
     def build_serialized_network(self, network: Network, config: BuilderConfig) -> bytes | None:
         """Report progress like TensorRT (two phases, nested), then return the plan."""
+        last_build.update(network=network, config=config)
         if not network.onnx_bytes or any(d < 0 for t in network.inputs for d in t.shape):
             return None
         monitor = config.progress_monitor
