@@ -1,21 +1,22 @@
-"""pycuda host side of the GPU kernels: fused post-processing and one-kernel pre-processing.
+"""Post-processing launcher: the fused kernels (kernels/postprocess.cu) for one model.
 
 Everything is enqueued on the caller's stream; nothing here synchronises. Buffers are allocated
-once per frame geometry. The caller must run in a thread where the CUDA context is current (the
-TensorRT backend's GPU thread, or scripts/gpu_check.py). Kernels: compactinst_ros/cuda/*.cu; the
-algorithm is documented and twinned in numpy in postprocess/gpu_twin.py.
+once per frame geometry. The caller's thread must have the CUDA context current (the TensorRT
+backend's GPU thread, or scripts/gpu_check.py). The algorithm is documented and executed step
+for step in numpy by ``twin.TwinFrame``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import BackendError
 from ..labels import LabelSet
+from ..postprocess.resample import bilinear_taps, logit_threshold, valid_region
+from ..postprocess.semantic import semantic_dtype
 from ..structures import (
     FrameMeta,
     FrameResult,
@@ -24,84 +25,24 @@ from ..structures import (
     PostprocessOptions,
     Segments,
 )
-from .gpu_twin import ENCODING_CODES, TILE
-from .resample import bilinear_taps, logit_threshold, valid_region
-from .semantic import semantic_dtype
-
-CUDA_DIR = Path(__file__).resolve().parent.parent / "cuda"
-MAX_QUERIES = 256  # ci::kMaxQueries
-MAX_CLASSES = 256  # ci::kMaxClasses
-SEM_CHUNK = 32  # kSemChunk in postprocess.cu: classes per pp_semantic_low block row
-NVCC_OPTIONS = ["-std=c++17", "-O3"]
-ALIGN = 256
-
-_Q = (MAX_QUERIES,)
-#: Host mirror of ``PPTables`` in postprocess.cu (4-byte fields only, no padding).
-TABLES_DTYPE = np.dtype(
-    [
-        ("n_inst", "<i4"),
-        ("n_pan", "<i4"),
-        ("n_inst_out", "<i4"),
-        ("n_seg", "<i4"),
-        ("mask_score", "<f4", _Q),
-        ("inst_query", "<i4", _Q),
-        ("inst_class", "<i4", _Q),
-        ("inst_score", "<f4", _Q),
-        ("pan_query", "<i4", _Q),
-        ("pan_class", "<i4", _Q),
-        ("pan_score", "<f4", _Q),
-        ("inst_area", "<u4", _Q),
-        ("inst_box", "<i4", (MAX_QUERIES, 4)),
-        ("wins", "<u4", _Q),
-        ("orig", "<u4", _Q),
-        ("seg", "<u4", _Q),
-        ("inst_lut", "<i4", (MAX_QUERIES + 1,)),
-        ("pan_lut", "<i4", _Q),
-        ("out_slot", "<i4", _Q),
-        ("seg_id", "<i4", _Q),
-        ("seg_class", "<i4", _Q),
-        ("seg_score", "<f4", _Q),
-        ("seg_area", "<u4", _Q),
-    ]
+from .constants import (
+    MAX_CLASSES,
+    MAX_QUERIES,
+    SEM_CHUNK,
+    TABLES_DTYPE,
+    TILE,
+    WANT_INSTANCE,
+    WANT_PANOPTIC,
+    WANT_SEMANTIC,
 )
+from .launch import load_kernels
 
-WANT_INSTANCE, WANT_PANOPTIC, WANT_SEMANTIC = 1, 2, 4
-
-#: pycuda ``prepare`` argument types of every kernel (P pointer, i int, f float, d double);
-#: test/gpu/test_cuda_compile.py checks them against the kernel signatures in the .cu files.
-SIGNATURES: dict[str, str] = {
-    "pp_query_stats": "PiiiifP",
-    "pp_select": "PiiPffiPP",
-    "pp_semantic_low": "PPiiiP",
-    "pp_fused": "iiPPiiiiiPPPPPPfPPPPPi",
-    "pp_finalize": "PPidP",
-    "pre_letterbox": "PiiiiiifffffiiP",
-    "ov_instance": "PiiiiPiPffP",
-    "ov_panoptic": "PiiiiPPiPffP",
-}
+#: Byte alignment of each part of the output arena.
+ALIGN = 256
 
 
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
-
-
-def compile_module(name: str, cache_dir: str | None = None) -> Any:
-    """pycuda SourceModule of ``cuda/<name>.cu`` for the current device (needs nvcc)."""
-    from pycuda.compiler import SourceModule
-
-    source = (CUDA_DIR / f"{name}.cu").read_text()
-    return SourceModule(
-        source,
-        options=NVCC_OPTIONS,
-        no_extern_c=True,
-        include_dirs=[str(CUDA_DIR)],
-        cache_dir=cache_dir,
-    )
-
-
-def _kernel(module: Any, name: str) -> Any:
-    """A prepared kernel function of ``module``."""
-    return module.get_function(name).prepare(SIGNATURES[name])
 
 
 @dataclass
@@ -125,7 +66,8 @@ class GpuPostprocessor:
             raise BackendError(
                 f"the GPU post-processing supports 1 to {MAX_QUERIES} queries and up to "
                 f"{MAX_CLASSES} classes, this model has {num_queries} and {labels.num_classes}; "
-                "use the onnxruntime backend or raise kMaxQueries/kMaxClasses in cuda/common.cuh"
+                "use the onnxruntime backend or raise kMaxQueries/kMaxClasses in "
+                "gpu/kernels/common.cuh"
             )
         import pycuda.driver as cuda
 
@@ -133,12 +75,12 @@ class GpuPostprocessor:
         self.labels = labels
         self.q, self.k = num_queries, labels.num_classes
         self.h, self.w, self.stride = mask_h, mask_w, stride
-        module = compile_module("postprocess")
-        self.k_stats = _kernel(module, "pp_query_stats")
-        self.k_select = _kernel(module, "pp_select")
-        self.k_semantic = _kernel(module, "pp_semantic_low")
-        self.k_fused = _kernel(module, "pp_fused")
-        self.k_finalize = _kernel(module, "pp_finalize")
+        self.k_stats, self.k_select, self.k_semantic, self.k_fused, self.k_finalize = (
+            load_kernels(
+                "postprocess",
+                "pp_query_stats", "pp_select", "pp_semantic_low", "pp_fused", "pp_finalize",
+            )
+        )  # fmt: skip
         self.label_ids = cuda.to_device(labels.id_array.astype(np.int32))
         self.isthing = cuda.to_device(labels.thing_mask.astype(np.uint8))
         self.prob = cuda.mem_alloc(4 * self.q * (self.k + 1))
@@ -286,108 +228,3 @@ class GpuPostprocessor:
             raster = g.host[off : off + size].view(self.sem_dtype).reshape(shape)
             result.semantic_raster = raster.copy()
         return result
-
-
-class GpuPreprocessor:
-    """Raw camera frame (pinned upload) -> encoder input buffer, one kernel."""
-
-    def __init__(self, pad_value: tuple[float, float, float]) -> None:
-        import pycuda.driver as cuda
-
-        self.cuda = cuda
-        self.pad = tuple(np.float32(v) for v in pad_value)
-        self.kernel = _kernel(compile_module("preprocess"), "pre_letterbox")
-        self.capacity = 0
-        self.host: np.ndarray | None = None
-        self.device: Any = None
-
-    def enqueue(
-        self, stream: Any, image: np.ndarray, encoding: str, meta: FrameMeta, dst_ptr: int
-    ) -> None:
-        """Copy ``image`` into pinned memory, upload it once and run the letterbox kernel."""
-        h, w = image.shape[:2]
-        row = int(np.prod(image.shape[1:]))
-        nbytes = h * row
-        if nbytes > self.capacity:
-            self.host = self.cuda.pagelocked_empty(nbytes, np.uint8)
-            self.device = self.cuda.mem_alloc(nbytes)
-            self.capacity = nbytes
-        staging = self.host[:nbytes].reshape(image.shape)
-        np.copyto(staging, image)
-        self.cuda.memcpy_htod_async(self.device, self.host[:nbytes], stream)
-        grid = (-(-meta.input_w // 32), -(-meta.input_h // 8))
-        self.kernel.prepared_async_call(
-            grid, (32, 8, 1), stream,
-            int(self.device), h, w, row, ENCODING_CODES[encoding.lower()],
-            meta.resized_h, meta.resized_w,
-            np.float32(h / meta.resized_h), np.float32(w / meta.resized_w),
-            *self.pad, meta.input_h, meta.input_w, dst_ptr,
-        )  # fmt: skip
-
-
-class GpuOverlay:
-    """Overlay kernels on device-resident frames: instance ids or panoptic segment ids."""
-
-    def __init__(self) -> None:
-        import pycuda.driver as cuda
-
-        self.cuda = cuda
-        module = compile_module("overlay")
-        self.k_instance = _kernel(module, "ov_instance")
-        self.k_panoptic = _kernel(module, "ov_panoptic")
-        self._tables: list[Any] = []
-
-    def enqueue(
-        self,
-        stream: Any,
-        src_ptr: int,
-        shape: tuple[int, ...],
-        encoding: str,
-        ids_ptr: int,
-        lut: np.ndarray,
-        alpha: float,
-        out_ptr: int,
-        sorted_ids: np.ndarray | None = None,
-    ) -> None:
-        """Blend the id raster at ``ids_ptr`` (uint16 instance ids, or int32 panoptic ids with
-        ``sorted_ids``) over the raw frame at ``src_ptr`` into HxWx3 RGB at ``out_ptr``."""
-        h, w = shape[:2]
-        row = int(np.prod(shape[1:]))
-        lut_dev = self.cuda.to_device(np.ascontiguousarray(lut, np.uint8))
-        self._tables = [lut_dev]  # kept alive until the next call (the copy is synchronous)
-        weights = (np.float32(1.0 - alpha), np.float32(alpha))
-        grid, block = (-(-w // 32), -(-h // 8)), (32, 8, 1)
-        code = ENCODING_CODES[encoding.lower()]
-        if sorted_ids is None:
-            self.enqueue_instance(
-                stream, src_ptr, shape, encoding, ids_ptr, int(lut_dev), len(lut), alpha, out_ptr
-            )
-            return
-        ids_dev = self.cuda.to_device(np.ascontiguousarray(sorted_ids, np.int32))
-        self._tables.append(ids_dev)
-        self.k_panoptic.prepared_async_call(
-            grid, block, stream, src_ptr, h, w, row, code,
-            ids_ptr, int(ids_dev), len(sorted_ids), int(lut_dev), *weights, out_ptr,
-        )  # fmt: skip
-
-    def enqueue_instance(
-        self,
-        stream: Any,
-        src_ptr: int,
-        shape: tuple[int, ...],
-        encoding: str,
-        ids_ptr: int,
-        lut_ptr: int,
-        n_lut: int,
-        alpha: float,
-        out_ptr: int,
-    ) -> None:
-        """``ov_instance`` with an ``n_lut``-row RGB LUT already on the device: no upload, so
-        nothing synchronises mid-frame (the TensorRT backend keeps one palette table)."""
-        h, w = shape[:2]
-        row = int(np.prod(shape[1:]))
-        self.k_instance.prepared_async_call(
-            (-(-w // 32), -(-h // 8)), (32, 8, 1), stream,
-            src_ptr, h, w, row, ENCODING_CODES[encoding.lower()],
-            ids_ptr, n_lut, lut_ptr, np.float32(1.0 - alpha), np.float32(alpha), out_ptr,
-        )  # fmt: skip
