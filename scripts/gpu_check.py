@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -144,8 +145,9 @@ def check_overlay(cuda, stream, checks: Checks) -> None:
             d_ids = cuda.to_device(ids)
             lut_used = lut[: 1 + (len(sorted_ids) if sorted_ids is not None else 5)]
             ov.enqueue(
-                stream, int(d_raw), raw.shape, encoding, int(d_ids), lut_used, 0.45, int(d_out),
-                sorted_ids,
+                stream, src_ptr=int(d_raw), shape=raw.shape, encoding=encoding,
+                ids_ptr=int(d_ids), lut=lut_used, alpha=0.45, out_ptr=int(d_out),
+                sorted_ids=sorted_ids,
             )  # fmt: skip
             stream.synchronize()
             out = np.empty((h, w, 3), np.uint8)
@@ -294,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device")
         write_report(args.out, {**report, "error": "no CUDA device"})
         return 2
+    # a time limit's SIGTERM unwinds through the finally below, so the JSON keeps what was measured
+    previous_handler = signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     ctx = cuda.Device(0).retain_primary_context()
     ctx.push()
     checks = Checks()
@@ -323,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"benchmarking {size} ...", flush=True)
             rows.append(bench.bench_size(cuda, stream, size, args.reps, 1))
     finally:
+        signal.signal(signal.SIGTERM, previous_handler)
         ctx.pop()
         report["checks"] = checks.rows
         report["benchmark"] = [dataclasses.asdict(row) for row in rows]

@@ -23,17 +23,20 @@ class GpuOverlay:
     def enqueue(
         self,
         stream: Any,
+        *,
+        ids_ptr: int,
+        lut: np.ndarray,
+        sorted_ids: np.ndarray | None = None,
         src_ptr: int,
         shape: tuple[int, ...],
         encoding: str,
-        ids_ptr: int,
-        lut: np.ndarray,
         alpha: float,
         out_ptr: int,
-        sorted_ids: np.ndarray | None = None,
     ) -> None:
         """Blend the id raster at ``ids_ptr`` (uint16 instance ids, or int32 panoptic ids with
-        ``sorted_ids``) over the raw frame at ``src_ptr`` into HxWx3 RGB at ``out_ptr``."""
+        ``sorted_ids``) over the raw frame at ``src_ptr`` into HxWx3 RGB at ``out_ptr``; the
+        host tables are uploaded first (synchronous copies). Keyword arguments: four of them are
+        device pointers, easy to swap."""
         lut_dev = self.cuda.to_device(np.ascontiguousarray(lut, np.uint8))
         self._tables = [lut_dev]  # kept alive until the next call (the copy is synchronous)
         if sorted_ids is None:
