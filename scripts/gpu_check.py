@@ -8,12 +8,12 @@ TensorRT backend; a table comes last and everything also lands in OUTDIR/gpu_che
    overlay kernels vs their twin;
 3. fused post-processing kernels vs the numpy twin (bit-exact up to float ties) and vs the numpy
    reference (>= 99.9 % of pixels), on random, blob and constructed frames, tables included;
-4. with --bundle and TensorRT: engine build time, the TensorRT backend end to end vs the
-   onnxruntime backend, and its per-stage latency. Under the test stand-in for TensorRT
-   (test/gpu/emu/tensorrt_emu.py, whose engines run the ONNX graphs on ONNX Runtime) the row is
-   labelled as what it is: ONNX Runtime vs ONNX Runtime, not FP16;
-5. the post-processing benchmark (scripts/bench_postprocess_gpu.py): fused kernels vs naive
-   PyTorch vs numpy vs the byte floor.
+4. the post-processing benchmark (scripts/bench_postprocess_gpu.py): fused kernels vs naive
+   PyTorch vs numpy vs the byte floor;
+5. with --bundle and TensorRT (last: an engine build can take minutes): engine build time, the
+   TensorRT backend end to end vs the onnxruntime backend, and its per-stage latency. Under the
+   test stand-in for TensorRT (test/gpu/emu/tensorrt_emu.py, whose engines run the ONNX graphs
+   on ONNX Runtime) the row is labelled as what it is: ONNX Runtime vs ONNX Runtime, not FP16.
 
     python scripts/gpu_check.py [--out out/gpu_check] [--bundle models/default] [--reps 30]
         [--quick] [--sizes 512x1024 1024x2048 1080x1920]
@@ -316,16 +316,16 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:
                 traceback.print_exc()
                 checks.add("check crashed", False, "see traceback above")
+        sizes = args.sizes or (["1024x2048"] if args.quick else list(bench.SIZES))
+        for size in sizes:
+            print(f"benchmarking {size} ...", flush=True)
+            rows.append(bench.bench_size(cuda, stream, size, args.reps, 1))
         if args.bundle and env["tensorrt"] != "missing":
             try:
                 check_backend(args.bundle, checks, args.reps)
             except Exception:
                 traceback.print_exc()
                 checks.add("TensorRT backend", False, "see traceback above")
-        sizes = args.sizes or (["1024x2048"] if args.quick else list(bench.SIZES))
-        for size in sizes:
-            print(f"benchmarking {size} ...", flush=True)
-            rows.append(bench.bench_size(cuda, stream, size, args.reps, 1))
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         ctx.pop()

@@ -45,6 +45,44 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+def result_from_tables(
+    tables: np.void, labels: LabelSet, meta: FrameMeta, rasters: dict[str, np.ndarray]
+) -> FrameResult:
+    """FrameResult of one frame's ``PPTables`` record and its rasters by output name
+    (``instance``, ``panoptic``, ``semantic``: the requested ones, owned by the result)."""
+    result = FrameResult(
+        meta=meta,
+        instance_raster=rasters.get("instance"),
+        panoptic_raster=rasters.get("panoptic"),
+        semantic_raster=rasters.get("semantic"),
+    )
+    ids, thing = labels.id_array, labels.thing_mask
+    if "instance" in rasters:
+        slots = tables["out_slot"][: int(tables["n_inst_out"])]
+        cls = tables["inst_class"][slots].astype(np.int32)
+        box = tables["inst_box"][slots].astype(np.float32)
+        box[:, 2:] += 1  # the kernels keep inclusive maxima
+        result.instances = Instances(
+            ids=np.arange(1, len(slots) + 1, dtype=np.uint16),
+            class_index=cls,
+            label_id=ids[cls].astype(np.int32),
+            score=tables["inst_score"][slots].astype(np.float32),
+            box=box.reshape(-1, 4),
+            area=tables["inst_area"][slots].astype(np.int64),
+        )
+    if "panoptic" in rasters:
+        m = int(tables["n_seg"])
+        cls = tables["seg_class"][:m]
+        result.segments = Segments(
+            ids=tables["seg_id"][:m].astype(np.int32),
+            label_id=ids[cls].astype(np.int32),
+            isthing=thing[cls].astype(bool),
+            score=tables["seg_score"][:m].astype(np.float32),
+            area=tables["seg_area"][:m].astype(np.int64),
+        )
+    return result
+
+
 @dataclass
 class _Geometry:
     """Per camera-geometry device state: taps and the output arena."""
@@ -86,6 +124,12 @@ class GpuPostprocessor:
         self.prob = cuda.mem_alloc(4 * self.q * (self.k + 1))
         self.sem = cuda.mem_alloc(4 * max(1, self.k) * self.h * self.w)
         self.sem_dtype = semantic_dtype(labels)
+        #: Raster element type per output, in arena order.
+        self.raster_dtypes = {
+            "instance": np.uint16,
+            "panoptic": np.int32,
+            "semantic": self.sem_dtype,
+        }
         self._geometry: _Geometry | None = None
 
     def geometry(self, meta: FrameMeta) -> _Geometry:
@@ -120,14 +164,10 @@ class GpuPostprocessor:
         n = meta.src_h * meta.src_w
         offsets = {"tables": 0}
         size = _align(TABLES_DTYPE.itemsize)
-        for name, nbytes, wanted in (
-            ("instance", 2 * n, outputs.instance),
-            ("panoptic", 4 * n, outputs.panoptic),
-            ("semantic", np.dtype(self.sem_dtype).itemsize * n, outputs.semantic),
-        ):
-            if wanted:
+        for name, dtype in self.raster_dtypes.items():
+            if getattr(outputs, name):
                 offsets[name] = size
-                size += _align(nbytes)
+                size += _align(np.dtype(dtype).itemsize * n)
         return offsets, size
 
     def enqueue(
@@ -190,41 +230,12 @@ class GpuPostprocessor:
         """Read the host arena after the frame's final event (copies: the arena is reused)."""
         g = self.geometry(meta)
         offsets, _ = self.layout(meta, outputs)
-        t = g.host[: TABLES_DTYPE.itemsize].view(TABLES_DTYPE)[0]
-        n = meta.src_h * meta.src_w
         shape = (meta.src_h, meta.src_w)
-        result = FrameResult(meta=meta)
-        ids, thing = self.labels.id_array, self.labels.thing_mask
-        if outputs.instance:
-            off = offsets["instance"]
-            result.instance_raster = g.host[off : off + 2 * n].view(np.uint16).reshape(shape).copy()
-            slots = t["out_slot"][: int(t["n_inst_out"])]
-            cls = t["inst_class"][slots].astype(np.int32)
-            box = t["inst_box"][slots].astype(np.float32)
-            box[:, 2:] += 1
-            result.instances = Instances(
-                ids=np.arange(1, len(slots) + 1, dtype=np.uint16),
-                class_index=cls,
-                label_id=ids[cls].astype(np.int32),
-                score=t["inst_score"][slots].astype(np.float32),
-                box=box.reshape(-1, 4),
-                area=t["inst_area"][slots].astype(np.int64),
-            )
-        if outputs.panoptic:
-            off = offsets["panoptic"]
-            result.panoptic_raster = g.host[off : off + 4 * n].view(np.int32).reshape(shape).copy()
-            m = int(t["n_seg"])
-            cls = t["seg_class"][:m]
-            result.segments = Segments(
-                ids=t["seg_id"][:m].astype(np.int32),
-                label_id=ids[cls].astype(np.int32),
-                isthing=thing[cls].astype(bool),
-                score=t["seg_score"][:m].astype(np.float32),
-                area=t["seg_area"][:m].astype(np.int64),
-            )
-        if outputs.semantic:
-            off = offsets["semantic"]
-            size = np.dtype(self.sem_dtype).itemsize * n
-            raster = g.host[off : off + size].view(self.sem_dtype).reshape(shape)
-            result.semantic_raster = raster.copy()
-        return result
+        rasters = {}
+        for name, dtype in self.raster_dtypes.items():
+            if name in offsets:
+                size = np.dtype(dtype).itemsize * meta.src_h * meta.src_w
+                raw = g.host[offsets[name] : offsets[name] + size]
+                rasters[name] = raw.view(dtype).reshape(shape).copy()
+        tables = g.host[: TABLES_DTYPE.itemsize].view(TABLES_DTYPE)[0]
+        return result_from_tables(tables, self.labels, meta, rasters)

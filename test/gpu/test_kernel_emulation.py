@@ -23,6 +23,7 @@ from compactinst_ros.gpu.frames import (
     random_frame,
     smooth_rgb,
 )
+from compactinst_ros.gpu.postprocess import result_from_tables
 from compactinst_ros.labels import SYNTHETIC_LABELS, LabelSet
 from compactinst_ros.postprocess import reference
 from compactinst_ros.postprocess.resample import bilinear_taps, logit_threshold, valid_region
@@ -30,11 +31,9 @@ from compactinst_ros.postprocess.semantic import semantic_dtype
 from compactinst_ros.structures import (
     FrameMeta,
     FrameResult,
-    Instances,
     OutputSet,
     PostprocessOptions,
     RawOutputs,
-    Segments,
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
@@ -75,7 +74,7 @@ def run_kernels(
     options: PostprocessOptions,
     outputs: OutputSet,
 ) -> FrameResult:
-    """The kernels' FrameResult, assembled from tables and rasters as GpuPostprocessor does."""
+    """The kernels' FrameResult, assembled from tables and rasters by GpuPostprocessor's code."""
     assert lib.emu_tables_size() == TABLES_DTYPE.itemsize
     cls = np.ascontiguousarray(raw.class_logits, np.float32)
     masks = np.ascontiguousarray(raw.mask_logits, np.float32)
@@ -105,29 +104,9 @@ def run_kernels(
         meta.src_h, meta.src_w, *[_ptr(t) for t in taps], want, _ptr(tables), _ptr(inst),
         _ptr(pan), _ptr(sem), int(sem_dt == np.uint16),
     )  # fmt: skip
-    t = tables[0]
-    result = FrameResult(meta=meta)
-    if outputs.instance:
-        slots = t["out_slot"][: t["n_inst_out"]]
-        c = t["inst_class"][slots]
-        box = t["inst_box"][slots].astype(np.float32)
-        box[:, 2:] += 1
-        result.instance_raster = inst
-        result.instances = Instances(
-            np.arange(1, len(slots) + 1, dtype=np.uint16), c, ids[c], t["inst_score"][slots],
-            box.reshape(-1, 4), t["inst_area"][slots].astype(np.int64),
-        )  # fmt: skip
-    if outputs.panoptic:
-        m = t["n_seg"]
-        c = t["seg_class"][:m]
-        result.panoptic_raster = pan
-        result.segments = Segments(
-            t["seg_id"][:m], ids[c], labels.thing_mask[c], t["seg_score"][:m],
-            t["seg_area"][:m].astype(np.int64),
-        )  # fmt: skip
-    if outputs.semantic:
-        result.semantic_raster = sem
-    return result
+    rasters = {"instance": inst, "panoptic": pan, "semantic": sem}
+    requested = {name: rasters[name] for name in rasters if getattr(outputs, name)}
+    return result_from_tables(tables[0], labels, meta, requested)
 
 
 def assert_same(a: FrameResult, b: FrameResult, min_equal: float = 1.0) -> None:
