@@ -52,7 +52,7 @@ setup(
         (f"share/{PACKAGE}/rviz", glob("rviz/*.rviz")),
         (f"share/{PACKAGE}/models/default", glob("models/default/*")),
     ],
-    package_data={PACKAGE: ["cuda/*.cu", "cuda/*.cuh"]},
+    package_data={PACKAGE: ["gpu/kernels/*.cu", "gpu/kernels/*.cuh"]},
     install_requires=RUNTIME,
     extras_require={
         "vehicle": VEHICLE,

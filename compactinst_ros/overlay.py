@@ -15,35 +15,12 @@ import numpy as np
 
 from .image_formats import to_rgb
 from .labels import LabelSet
+from .palette import palette
 from .structures import FrameResult
 
 OUTLINE_COLOUR = (255, 255, 255)
 TEXT_COLOUR = (255, 255, 255)
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
-
-
-def palette(n: int) -> np.ndarray:
-    """(n, 3) uint8 RGB colours, well separated (golden-ratio hues); row 0 is black (background).
-
-    HSV -> RGB in numpy rather than cv2.cvtColor, whose SIMD and scalar paths round differently:
-    row i must not depend on n (the GPU overlay keeps one table for all frames).
-    """
-    idx = np.arange(n)
-    hue = ((idx * 0.618033988749895 * 180.0) % 180.0).astype(np.uint8) * 2.0 / 60.0  # sectors
-    sat = 200.0 / 255.0
-    val = np.where(idx % 2, 255.0, 210.0)
-    sector = np.floor(hue).astype(np.intp) % 6
-    frac = hue - np.floor(hue)
-    p, q, t = val * (1 - sat), val * (1 - sat * frac), val * (1 - sat * (1 - frac))
-    choices = np.stack(
-        [
-            np.stack(c, axis=-1)
-            for c in ((val, t, p), (q, val, p), (p, val, t), (p, q, val), (t, p, val), (val, p, q))
-        ]
-    )
-    rgb = np.rint(choices[sector, idx]).astype(np.uint8)
-    rgb[:1] = 0
-    return rgb
 
 
 def _caption_items(result: FrameResult, labels: LabelSet) -> list:

@@ -178,7 +178,7 @@ def naive_torch(raw: RawOutputs, meta: FrameMeta, labels: LabelSet, reps: int) -
 
 def bench_size(cuda, stream, size: str, reps: int, ref_reps: int) -> Row:
     """Check the fused kernels against the reference at ``size``, then time every method."""
-    from compactinst_ros.postprocess.cuda import GpuPostprocessor
+    from compactinst_ros.gpu.postprocess import GpuPostprocessor
 
     raw, meta = frame_for(size)
     q, h, w = raw.mask_logits.shape

@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""GPU check for a machine with an NVIDIA GPU (TensorRT optional): kernel parity, then the
-post-processing benchmark; a short table comes last.
+"""GPU check for a machine with an NVIDIA GPU and pycuda (TensorRT optional): kernel parity
+against the numpy twin, the post-processing benchmark and, where TensorRT is installed, the
+TensorRT backend; a table comes last and everything also lands in OUTDIR/gpu_check.json.
 
 1. environment: GPU, CUDA driver, pycuda, PyTorch, TensorRT;
 2. preprocessing kernel vs its numpy twin and vs the OpenCV letterbox, every encoding, and the
    overlay kernels vs their twin;
 3. fused post-processing kernels vs the numpy twin (bit-exact up to float ties) and vs the numpy
    reference (>= 99.9 % of pixels), on random, blob and constructed frames, tables included;
-4. with --bundle and TensorRT: the TensorRT backend end to end vs the onnxruntime backend;
-5. the post-processing benchmark (scripts/bench_postprocess_gpu.py).
+4. the post-processing benchmark (scripts/bench_postprocess_gpu.py): fused kernels vs naive
+   PyTorch vs numpy vs the byte floor;
+5. with --bundle and TensorRT (last: an engine build can take minutes): engine build time, the
+   TensorRT backend end to end vs the onnxruntime backend, and its per-stage latency. Under the
+   test stand-in for TensorRT (test/gpu/emu/tensorrt_emu.py, whose engines run the ONNX graphs
+   on ONNX Runtime) the row is labelled as what it is: ONNX Runtime vs ONNX Runtime, not FP16.
 
-    .venv/bin/python scripts/gpu_check.py [--bundle models/default] [--reps 30] [--quick]
-        [--sizes 512x1024 1024x2048 1080x1920]
+    python scripts/gpu_check.py [--out out/gpu_check] [--bundle models/default] [--reps 30]
+        [--quick] [--sizes 512x1024 1024x2048 1080x1920]
 
 Exit status 0 when every check passed, 1 otherwise; 2 when there is no usable GPU.
 """
@@ -19,44 +24,53 @@ Exit status 0 when every check passed, 1 otherwise; 2 when there is no usable GP
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import json
+import signal
+import statistics
 import sys
+import tempfile
+import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "test" / "gpu"))
 
 import bench_postprocess_gpu as bench  # noqa: E402
 
+from compactinst_ros.gpu import frames, twin  # noqa: E402
 from compactinst_ros.labels import SYNTHETIC_LABELS  # noqa: E402
-from compactinst_ros.postprocess import gpu_twin, reference  # noqa: E402
+from compactinst_ros.postprocess import reference  # noqa: E402
 from compactinst_ros.preprocess import letterbox  # noqa: E402
 from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions  # noqa: E402
 
 RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
-PAD = (123.675, 116.28, 103.53)
+#: Row labels of the TensorRT backend check, by what ``import tensorrt`` gave.
+TENSORRT_ROW = "TensorRT backend (FP16) vs onnxruntime"
+STAND_IN_ROW = "TensorRT stand-in: ONNX Runtime vs ONNX Runtime, not FP16"
 
 
 class Checks:
-    """Collects (name, ok, detail) lines and prints them as they come."""
+    """Collects check results (name, ok, detail and any measured values) and prints each."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, bool, str]] = []
+        self.rows: list[dict[str, Any]] = []
 
-    def add(self, name: str, ok: bool, detail: str) -> None:
-        """Record and print one check result."""
-        self.rows.append((name, ok, detail))
+    def add(self, name: str, ok: bool, detail: str, **values: Any) -> None:
+        """Record and print one check result; ``values`` go to the JSON only."""
+        self.rows.append({"name": name, "ok": bool(ok), "detail": detail, **values})
         print(f"  [{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
 
     @property
     def passed(self) -> bool:
         """True when every recorded check passed."""
-        return all(ok for _, ok, _ in self.rows)
+        return all(row["ok"] for row in self.rows)
 
 
 def environment() -> dict[str, str]:
@@ -74,36 +88,45 @@ def environment() -> dict[str, str]:
     return env
 
 
+def tensorrt_is_stand_in() -> bool:
+    """True when ``import tensorrt`` gives the test stand-in (it sets ``__stand_in__``)."""
+    import tensorrt
+
+    return bool(getattr(tensorrt, "__stand_in__", False))
+
+
 def check_preprocess(cuda, stream, checks: Checks) -> None:
     """Kernel vs twin (tight) and vs OpenCV (grey-level tolerance) for every encoding."""
-    from test_gpu_preprocess_twin import ENCODINGS, GEOMETRIES, encode, smooth_rgb
+    from compactinst_ros.gpu.preprocess import GpuPreprocessor
 
-    from compactinst_ros.postprocess.cuda import GpuPreprocessor
-
-    pre = GpuPreprocessor(PAD)
+    pre = GpuPreprocessor(frames.PAD)
     worst_twin = worst_cv = 0.0
-    for encoding in ENCODINGS:
-        for src_h, src_w, in_h, in_w in GEOMETRIES:
-            raw = encode(smooth_rgb(src_h, src_w, 0), encoding)
+    for encoding in frames.ENCODINGS:
+        for src_h, src_w, in_h, in_w in frames.GEOMETRIES:
+            raw = frames.encode(frames.smooth_rgb(src_h, src_w, 0), encoding)
             meta = FrameMeta.letterbox(src_h, src_w, in_h, in_w)
             dst = cuda.mem_alloc(4 * 3 * in_h * in_w)
             pre.enqueue(stream, raw, encoding, meta, int(dst))
             out = np.empty((1, 3, in_h, in_w), np.float32)
             stream.synchronize()
             cuda.memcpy_dtoh(out, dst)
-            twin = gpu_twin.letterbox(raw, encoding, meta, PAD)
-            cpu = letterbox(raw, encoding, meta, PAD)
-            worst_twin = max(worst_twin, float(np.abs(out - twin).max()))
+            expected = twin.letterbox(raw, encoding, meta, frames.PAD)
+            cpu = letterbox(raw, encoding, meta, frames.PAD)
+            worst_twin = max(worst_twin, float(np.abs(out - expected).max()))
             worst_cv = max(worst_cv, float(np.abs(out - cpu).max()))
-    checks.add("preprocess kernel vs twin", worst_twin <= 1e-3, f"max |diff| {worst_twin:.2e}")
-    checks.add("preprocess kernel vs OpenCV", worst_cv <= 2.5, f"max |diff| {worst_cv:.3f} levels")
+    checks.add(
+        "preprocess kernel vs twin", worst_twin <= 1e-3, f"max |diff| {worst_twin:.2e}",
+        max_abs_diff=worst_twin,
+    )  # fmt: skip
+    checks.add(
+        "preprocess kernel vs OpenCV", worst_cv <= 2.5, f"max |diff| {worst_cv:.3f} levels",
+        max_abs_diff=worst_cv,
+    )  # fmt: skip
 
 
 def check_overlay(cuda, stream, checks: Checks) -> None:
     """Overlay kernels vs their twin, instance and panoptic ids, rgb8 and uyvy frames."""
-    from test_gpu_preprocess_twin import encode, smooth_rgb
-
-    from compactinst_ros.postprocess.cuda import GpuOverlay
+    from compactinst_ros.gpu.overlay import GpuOverlay
 
     ov = GpuOverlay()
     rng = np.random.default_rng(0)
@@ -115,26 +138,29 @@ def check_overlay(cuda, stream, checks: Checks) -> None:
     lut = rng.integers(0, 256, (6, 3), dtype=np.uint8)
     worst = 0
     for encoding in ("rgb8", "uyvy"):
-        raw = encode(smooth_rgb(h, w, 1), encoding)
+        raw = frames.encode(frames.smooth_rgb(h, w, 1), encoding)
         d_raw = cuda.to_device(np.ascontiguousarray(raw))
         d_out = cuda.mem_alloc(h * w * 3)
         for ids, sorted_ids in ((inst, None), (pan, np.sort(seg_ids))):
             d_ids = cuda.to_device(ids)
             lut_used = lut[: 1 + (len(sorted_ids) if sorted_ids is not None else 5)]
             ov.enqueue(
-                stream, int(d_raw), raw.shape, encoding, int(d_ids), lut_used, 0.45, int(d_out),
-                sorted_ids,
+                stream, src_ptr=int(d_raw), shape=raw.shape, encoding=encoding,
+                ids_ptr=int(d_ids), lut=lut_used, alpha=0.45, out_ptr=int(d_out),
+                sorted_ids=sorted_ids,
             )  # fmt: skip
             stream.synchronize()
             out = np.empty((h, w, 3), np.uint8)
             cuda.memcpy_dtoh(out, d_out)
-            twin = gpu_twin.overlay(raw, encoding, ids, lut_used, 0.45, sorted_ids)
-            worst = max(worst, int(np.abs(out.astype(int) - twin.astype(int)).max()))
-    checks.add("overlay kernels vs twin", worst <= 1, f"max |diff| {worst} levels")
+            expected = twin.overlay(raw, encoding, ids, lut_used, 0.45, sorted_ids)
+            worst = max(worst, int(np.abs(out.astype(int) - expected.astype(int)).max()))
+    checks.add(
+        "overlay kernels vs twin", worst <= 1, f"max |diff| {worst} levels", max_levels=worst
+    )
 
 
 def _run_post(cuda, stream, raw, meta, labels, options, outputs):
-    from compactinst_ros.postprocess.cuda import GpuPostprocessor
+    from compactinst_ros.gpu.postprocess import GpuPostprocessor
 
     q, h, w = raw.mask_logits.shape
     post = GpuPostprocessor(labels, q, h, w, raw.mask_stride)
@@ -147,34 +173,32 @@ def _run_post(cuda, stream, raw, meta, labels, options, outputs):
 
 def check_postprocess(cuda, stream, checks: Checks, quick: bool) -> None:
     """Fused kernels vs twin and reference on the unit-test frames and a benchmark frame."""
-    from test_gpu_twin import CASES, OPTIONS, blob_frame, random_frame
-
     cases = [
-        (raw, FrameMeta.letterbox(a, b, c, d), SYNTHETIC_LABELS, OPTIONS)
-        for raw, a, b, c, d in CASES
+        (raw, FrameMeta.letterbox(a, b, c, d), SYNTHETIC_LABELS, frames.OPTIONS)
+        for raw, a, b, c, d in frames.CASES
     ]
     for seed in range(4 if quick else 12):
         if seed % 2:
-            raw = random_frame(seed, q=40, h=16, w=32)
+            raw = frames.random_frame(seed, q=40, h=16, w=32)
         else:
-            raw = blob_frame(seed, q=60, h=32, w=64)
+            raw = frames.blob_frame(seed, q=60, h=32, w=64)
         h, w = raw.mask_logits.shape[1:]
         meta = FrameMeta.letterbox(h * 8 + 7 * seed, w * 8 - 3 * seed, h * 8, w * 8)
-        cases.append((raw, meta, SYNTHETIC_LABELS, OPTIONS))
+        cases.append((raw, meta, SYNTHETIC_LABELS, frames.OPTIONS))
     raw, meta = bench.frame_for("512x1024")
     cases.append((raw, meta, bench.BENCH_LABELS, PostprocessOptions()))
     worst_twin, worst_ref, table_ok = 1.0, 1.0, True
     for raw, meta, labels, options in cases:
         for outputs in (OutputSet(), OutputSet(instance=False, semantic=False)):
             gpu = _run_post(cuda, stream, raw, meta, labels, options, outputs)
-            twin = gpu_twin.postprocess(raw, meta, labels, options, outputs)
+            expected = twin.TwinFrame(raw, meta, labels, options, outputs).postprocess()
             ref = reference.postprocess(raw, meta, labels, options, outputs)
             for name in RASTERS:
                 a = getattr(gpu, name)
                 if a is None:
                     table_ok &= getattr(ref, name) is None
                     continue
-                worst_twin = min(worst_twin, bench.agreement(a, getattr(twin, name)))
+                worst_twin = min(worst_twin, bench.agreement(a, getattr(expected, name)))
                 worst_ref = min(worst_ref, bench.agreement(a, getattr(ref, name)))
                 table_ok &= a.dtype == getattr(ref, name).dtype
             if outputs.instance:
@@ -185,37 +209,72 @@ def check_postprocess(cuda, stream, checks: Checks, quick: bool) -> None:
             table_ok &= bool(np.array_equal(gpu.segments.ids, ref.segments.ids))
             table_ok &= bool(np.array_equal(gpu.segments.area, ref.segments.area))
     checks.add(
-        "postprocess kernels vs twin", worst_twin >= 0.9999, f"worst {100 * worst_twin:.4f}% equal"
-    )
-    detail = f"worst {100 * worst_ref:.4f}% equal"
-    checks.add("postprocess kernels vs reference", worst_ref >= 0.999, detail)
+        "postprocess kernels vs twin", worst_twin >= 0.9999,
+        f"worst {100 * worst_twin:.4f}% equal", worst_equal=worst_twin, frames=len(cases),
+    )  # fmt: skip
+    checks.add(
+        "postprocess kernels vs reference", worst_ref >= 0.999,
+        f"worst {100 * worst_ref:.4f}% equal", worst_equal=worst_ref, frames=len(cases),
+    )  # fmt: skip
     checks.add("postprocess tables vs reference", table_ok, "ids, scores, boxes, areas, dtypes")
 
 
 def check_backend(bundle_path: str, checks: Checks, reps: int) -> None:
     """TensorRT backend end to end vs onnxruntime on scenes the model was trained on (its
-    masks on out-of-distribution frames flip with sub-grey-level input differences)."""
+    masks on out-of-distribution frames flip with sub-grey-level input differences): engine
+    build seconds (fresh cache), worst raster agreement, median per-stage ms over ``reps``."""
     from compactinst_ros.pipeline import Pipeline
     from compactinst_ros.train.synthetic import render_scene
 
-    gpu_pipe = Pipeline(bundle_path, backend="tensorrt")
-    cpu_pipe = Pipeline(bundle_path, backend="onnxruntime")
-    with gpu_pipe as gpu, cpu_pipe as cpu:
-        agree = 1.0
-        for seed in (1, 2, 3):
-            frame = render_scene(seed, 0, 480, 640).image
-            a, b = gpu(frame), cpu(frame)
-            agree = min(agree, *(bench.agreement(getattr(a, n), getattr(b, n)) for n in RASTERS))
-        for _ in range(reps):
-            a = gpu(frame)
-        times = ", ".join(f"{k} {v:.2f}" for k, v in a.timings_ms.items())
-        detail = f"worst {100 * agree:.2f}% equal over 3 scenes; ms: {times}"
-        checks.add("TensorRT backend vs onnxruntime (FP16)", agree >= 0.99, detail)
+    stand_in = tensorrt_is_stand_in()
+    with tempfile.TemporaryDirectory(prefix="engines-") as cache:
+        start = time.perf_counter()
+        gpu_pipe = Pipeline(bundle_path, backend="tensorrt", engine_cache_dir=cache)
+        build_s = time.perf_counter() - start
+        cpu_pipe = Pipeline(bundle_path, backend="onnxruntime")
+        with gpu_pipe as gpu, cpu_pipe as cpu:
+            agree = 1.0
+            for seed in (1, 2, 3):
+                frame = render_scene(seed, 0, 480, 640).image
+                a, b = gpu(frame), cpu(frame)
+                agree = min(
+                    agree, *(bench.agreement(getattr(a, n), getattr(b, n)) for n in RASTERS)
+                )
+            runs = [gpu(frame).timings_ms for _ in range(max(1, reps))]
+    latency = {k: statistics.median(t[k] for t in runs) for k in runs[-1]}
+    times = ", ".join(f"{k} {v:.2f}" for k, v in latency.items())
+    detail = f"build {build_s:.1f} s; worst {100 * agree:.2f}% equal over 3 scenes; ms: {times}"
+    checks.add(
+        STAND_IN_ROW if stand_in else TENSORRT_ROW, agree >= 0.99, detail,
+        tensorrt_stand_in=stand_in, build_s=build_s, worst_equal=agree, latency_ms=latency,
+    )  # fmt: skip
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with numpy scalars as Python numbers and NaN (not measured) as None."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return None if np.isnan(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def write_report(out_dir: Path, report: dict[str, Any]) -> Path:
+    """OUTDIR/gpu_check.json with everything measured (null for what was not)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "gpu_check.json"
+    path.write_text(json.dumps(_json_safe(report), indent=1) + "\n")
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run every check that the machine supports; table last."""
+    """Run every check that the machine supports; table last, JSON in --out."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "gpu_check")
     parser.add_argument("--bundle", help="model bundle for the TensorRT end-to-end check")
     parser.add_argument("--reps", type=int, default=30, help="benchmark repetitions")
     parser.add_argument("--quick", action="store_true", help="fewer parity frames, one bench size")
@@ -224,23 +283,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     env = environment()
+    report: dict[str, Any] = {"environment": env, "checks": [], "benchmark": []}
     print("environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
-    if env["pycuda"] in ("missing",) or env["pycuda"].startswith("broken"):
+    if env["pycuda"] == "missing" or env["pycuda"].startswith("broken"):
         print("pycuda is needed: pip install pycuda (with nvcc and CUDA headers on PATH)")
+        write_report(args.out, {**report, "error": "pycuda missing"})
         return 2
     import pycuda.driver as cuda
 
     cuda.init()
     if cuda.Device.count() == 0:
         print("no CUDA device")
+        write_report(args.out, {**report, "error": "no CUDA device"})
         return 2
+    # a time limit's SIGTERM unwinds through the finally below, so the JSON keeps what was measured
+    previous_handler = signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     ctx = cuda.Device(0).retain_primary_context()
     ctx.push()
     checks = Checks()
     rows = []
     try:
         stream = cuda.Stream()
-        print(f"GPU: {cuda.Device(0).name()}, driver {cuda.get_driver_version()}")
+        report["gpu"] = cuda.Device(0).name()
+        print(f"GPU: {report['gpu']}, driver {cuda.get_driver_version()}")
         for step in (
             lambda: check_preprocess(cuda, stream, checks),
             lambda: check_postprocess(cuda, stream, checks, args.quick),
@@ -251,22 +316,26 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:
                 traceback.print_exc()
                 checks.add("check crashed", False, "see traceback above")
-        if args.bundle and env["tensorrt"] not in ("missing",):
+        sizes = args.sizes or (["1024x2048"] if args.quick else list(bench.SIZES))
+        for size in sizes:
+            print(f"benchmarking {size} ...", flush=True)
+            rows.append(bench.bench_size(cuda, stream, size, args.reps, 1))
+        if args.bundle and env["tensorrt"] != "missing":
             try:
                 check_backend(args.bundle, checks, args.reps)
             except Exception:
                 traceback.print_exc()
                 checks.add("TensorRT backend", False, "see traceback above")
-        sizes = args.sizes or (["1024x2048"] if args.quick else list(bench.SIZES))
-        for size in sizes:
-            print(f"benchmarking {size} ...", flush=True)
-            rows.append(bench.bench_size(cuda, stream, size, args.reps, 1))
     finally:
+        signal.signal(signal.SIGTERM, previous_handler)
         ctx.pop()
-    print()
-    print(f"checks: {sum(ok for _, ok, _ in checks.rows)}/{len(checks.rows)} passed")
-    for name, ok, detail in checks.rows:
-        print(f"  {'ok  ' if ok else 'FAIL'} {name}: {detail}")
+        report["checks"] = checks.rows
+        report["benchmark"] = [dataclasses.asdict(row) for row in rows]
+        path = write_report(args.out, report)
+    print(f"written: {path}\n")
+    print(f"checks: {sum(row['ok'] for row in checks.rows)}/{len(checks.rows)} passed")
+    for row in checks.rows:
+        print(f"  {'ok  ' if row['ok'] else 'FAIL'} {row['name']}: {row['detail']}")
     bench.print_table(rows)
     return 0 if checks.passed else 1
 

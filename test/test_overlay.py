@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from compactinst_ros.labels import SYNTHETIC_LABELS
-from compactinst_ros.overlay import draw_overlay, palette
+from compactinst_ros.overlay import draw_overlay
+from compactinst_ros.palette import palette
 from compactinst_ros.structures import FrameMeta, FrameResult, Instances, Segments
 
 H, W = 120, 200

@@ -9,12 +9,13 @@ import cv2
 import numpy as np
 import pytest
 
+from compactinst_ros.gpu import twin
+from compactinst_ros.gpu.constants import MAX_QUERIES
 from compactinst_ros.image_formats import to_rgb
 from compactinst_ros.labels import SYNTHETIC_LABELS
-from compactinst_ros.overlay import draw_captions, draw_overlay, overlay_bgr, palette
+from compactinst_ros.overlay import draw_captions, draw_overlay, overlay_bgr
+from compactinst_ros.palette import palette
 from compactinst_ros.pipeline import Pipeline
-from compactinst_ros.postprocess import gpu_twin
-from compactinst_ros.postprocess.cuda import MAX_QUERIES
 from compactinst_ros.structures import FrameMeta, FrameResult, Instances, OutputSet, Segments
 
 H, W = 90, 140
@@ -47,7 +48,7 @@ def _instances_result() -> FrameResult:
 def _gpu_path(raw: np.ndarray, encoding: str, result: FrameResult) -> np.ndarray:
     """What TensorRTBackend puts in FrameResult.overlay: ov_instance over the raw frame with the
     device palette table, RGB -> bgr8."""
-    rgb = gpu_twin.overlay(raw, encoding, result.instance_raster, palette(MAX_QUERIES + 1), ALPHA)
+    rgb = twin.overlay(raw, encoding, result.instance_raster, palette(MAX_QUERIES + 1), ALPHA)
     return rgb[..., ::-1].copy()
 
 

@@ -74,8 +74,11 @@ class TensorRTBackend:
 
     def _setup(self, allow_build: bool, options: BuildOptions) -> None:
         """GPU thread: context, engines, buffers, kernels, stream and events."""
-        from ..overlay import palette
-        from ..postprocess.cuda import MAX_QUERIES, GpuOverlay, GpuPostprocessor, GpuPreprocessor
+        from ..gpu.constants import MAX_QUERIES
+        from ..gpu.overlay import GpuOverlay
+        from ..gpu.postprocess import GpuPostprocessor
+        from ..gpu.preprocess import GpuPreprocessor
+        from ..palette import palette
 
         cuda, trt = self._cuda, self._trt
         self.info = device_info(self.device)

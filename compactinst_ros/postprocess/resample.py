@@ -27,13 +27,14 @@ def logit_threshold(mask_threshold: float) -> np.float32:
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """float32 logistic ``1 / (1 + exp(-x))``; exp overflow for x < -88 correctly gives 0."""
+    """float32 logistic ``1 / (1 + exp(-x))``, the kernels' operation order (the GPU twin uses
+    this one); exp overflow for x < -88 correctly gives 0."""
     with np.errstate(over="ignore"):
         return np.float32(1.0) / (np.float32(1.0) + np.exp(-x.astype(np.float32, copy=False)))
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row softmax in float32 with the row maximum subtracted first."""
+    """Row softmax in float32 with the row maximum subtracted first, as the selection kernel."""
     z = logits.astype(np.float32) - logits.max(axis=-1, keepdims=True).astype(np.float32)
     e = np.exp(z)
     return e / e.sum(axis=-1, keepdims=True)

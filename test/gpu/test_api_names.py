@@ -33,7 +33,10 @@ from api_names import extension_names, python_names  # noqa: E402
 GPU_SOURCES = (
     "compactinst_ros/backends/trt.py",
     "compactinst_ros/backends/trt_build.py",
-    "compactinst_ros/postprocess/cuda.py",
+    "compactinst_ros/gpu/launch.py",
+    "compactinst_ros/gpu/preprocess.py",
+    "compactinst_ros/gpu/postprocess.py",
+    "compactinst_ros/gpu/overlay.py",
     "scripts/gpu_check.py",
     "scripts/bench_postprocess_gpu.py",
     "compactinst_ros/bench/runners.py",
@@ -42,7 +45,7 @@ GPU_SOURCES = (
 TRT_ROOTS = {"trt", "self._trt"}
 PYCUDA_ROOTS = {"cuda", "self.cuda", "self._cuda"}
 #: The package modules where every attribute must be explained (closed world).
-CLOSED_WORLD = GPU_SOURCES[:3]
+CLOSED_WORLD = GPU_SOURCES[:6]
 
 #: TensorRT 8 names that TensorRT 10 removed; the fixture must not know them.
 REMOVED_IN_TRT10 = (

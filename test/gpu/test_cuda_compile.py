@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-CUDA_DIR = Path(__file__).resolve().parents[2] / "compactinst_ros" / "cuda"
-SOURCES = sorted(CUDA_DIR.glob("*.cu"))
+from compactinst_ros.gpu.constants import SIGNATURES, TABLES_DTYPE
+from compactinst_ros.gpu.launch import KERNEL_DIR
+
+SOURCES = sorted(KERNEL_DIR.glob("*.cu"))
 NVCC = shutil.which("nvcc")
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
@@ -25,7 +27,7 @@ def test_sources_exist() -> None:
 def test_nvcc_compiles(source: Path, arch: str, tmp_path: Path) -> None:
     cmd = [
         str(NVCC), "-c", f"-arch={arch}", "-std=c++17", "-Werror", "all-warnings",
-        "-Xcompiler", "-Wall,-Werror", "-I", str(CUDA_DIR), "-o", str(tmp_path / "k.o"),
+        "-Xcompiler", "-Wall,-Werror", "-I", str(KERNEL_DIR), "-o", str(tmp_path / "k.o"),
         str(source),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -37,14 +39,12 @@ def test_nvcc_rejects_broken_source(tmp_path: Path) -> None:
     bad = tmp_path / "bad.cu"
     bad.write_text('#include "common.cuh"\nextern "C" __global__ void k(int* p) { p = 1.5f; }\n')
     out = str(tmp_path / "b.o")
-    cmd = [str(NVCC), "-c", "-arch=sm_87", "-I", str(CUDA_DIR), "-o", out, str(bad)]
+    cmd = [str(NVCC), "-c", "-arch=sm_87", "-I", str(KERNEL_DIR), "-o", out, str(bad)]
     assert subprocess.run(cmd, capture_output=True, timeout=300).returncode != 0
 
 
 def test_tables_layout_matches_host_dtype(tmp_path: Path) -> None:
     """sizeof/offsetof of PPTables (compiled by nvcc, run on the CPU) equal TABLES_DTYPE's."""
-    from compactinst_ros.postprocess.cuda import TABLES_DTYPE
-
     fields = TABLES_DTYPE.names
     prints = "\n".join(
         f'  std::printf("{f} %zu\\n", offsetof(PPTables, {f}));' for f in fields
@@ -57,7 +57,7 @@ def test_tables_layout_matches_host_dtype(tmp_path: Path) -> None:
         f"{prints}\n  return 0;\n}}\n"
     )
     exe = tmp_path / "layout"
-    cmd = [str(NVCC), "-arch=sm_87", "-I", str(CUDA_DIR), "-o", str(exe), str(prog)]
+    cmd = [str(NVCC), "-arch=sm_87", "-I", str(KERNEL_DIR), "-o", str(exe), str(prog)]
     build = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout
@@ -88,8 +88,6 @@ def _c_signature(params: str) -> str:
 def test_prepared_signatures_match_kernels() -> None:
     """The host's prepare() strings equal the parameter lists of the extern "C" kernels."""
     import re
-
-    from compactinst_ros.postprocess.cuda import SIGNATURES
 
     found = {}
     for source in SOURCES:

@@ -45,27 +45,14 @@ def gpu():
 
 
 @pytest.mark.gpu
-def test_preprocess_kernel_parity(gpu) -> None:
+@pytest.mark.parametrize("kernels", ["preprocess", "overlay", "postprocess"])
+def test_kernel_parity(gpu, kernels: str) -> None:
+    """gpu_check.check_<kernels> on the device: every parity row it records passes."""
     cuda, stream, gpu_check = gpu
     checks = gpu_check.Checks()
-    gpu_check.check_preprocess(cuda, stream, checks)
-    assert checks.passed, checks.rows
-
-
-@pytest.mark.gpu
-def test_overlay_kernel_parity(gpu) -> None:
-    cuda, stream, gpu_check = gpu
-    checks = gpu_check.Checks()
-    gpu_check.check_overlay(cuda, stream, checks)
-    assert checks.passed, checks.rows
-
-
-@pytest.mark.gpu
-def test_postprocess_kernel_parity(gpu) -> None:
-    cuda, stream, gpu_check = gpu
-    checks = gpu_check.Checks()
-    gpu_check.check_postprocess(cuda, stream, checks, quick=True)
-    assert checks.passed, checks.rows
+    quick = (True,) if kernels == "postprocess" else ()
+    getattr(gpu_check, f"check_{kernels}")(cuda, stream, checks, *quick)
+    assert checks.rows and checks.passed, checks.rows
 
 
 @pytest.mark.gpu

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from compactinst_ros import overlay as cpu_overlay
+from compactinst_ros.gpu import twin
 from compactinst_ros.labels import SYNTHETIC_LABELS
-from compactinst_ros.postprocess import gpu_twin
 from compactinst_ros.structures import FrameMeta, FrameResult, Segments
 
 
@@ -35,13 +35,13 @@ def test_overlay_twin_matches_cpu_overlay() -> None:
     result = panoptic_result()
     cpu = cpu_overlay.draw_overlay(image, result, SYNTHETIC_LABELS, alpha=0.4, bgr=False)
     _, lut = cpu_overlay._index_raster(result, SYNTHETIC_LABELS)
-    twin = gpu_twin.overlay(
+    gpu = twin.overlay(
         image, "rgb8", result.panoptic_raster, lut, 0.4, sorted_ids=np.sort(result.segments.ids)
     )
-    diff = np.abs(twin.astype(int) - cpu.astype(int))
+    diff = np.abs(gpu.astype(int) - cpu.astype(int))
     assert diff.max() <= 1  # cv2.addWeighted's float order may round the other way
     assert (diff > 0).mean() < 0.01
-    assert (twin[50:, 80:] == image[50:, 80:]).all()  # void stays untouched
+    assert (gpu[50:, 80:] == image[50:, 80:]).all()  # void stays untouched
 
 
 def test_overlay_twin_instance_ids_and_bgr_input() -> None:
@@ -51,7 +51,7 @@ def test_overlay_twin_instance_ids_and_bgr_input() -> None:
     ids = np.zeros((20, 30), np.uint16)
     ids[5:15, 5:15] = 1
     lut = np.array([[0, 0, 0], [0, 255, 0]], np.uint8)
-    out = gpu_twin.overlay(image, "bgr8", ids, lut, 0.5)
+    out = twin.overlay(image, "bgr8", ids, lut, 0.5)
     assert out[0, 0].tolist() == [0, 0, 200]
     assert out[10, 10].tolist() == [0, 128, 100]
     assert out[5, 10].tolist() == [255, 255, 255]  # outline

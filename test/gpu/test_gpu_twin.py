@@ -9,62 +9,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from compactinst_ros.gpu.constants import TILE
+from compactinst_ros.gpu.frames import CASES, OPTIONS, blob_frame, random_frame
+from compactinst_ros.gpu.twin import TwinFrame, query_stats, select_queries
 from compactinst_ros.labels import SYNTHETIC_LABELS, LabelSet
-from compactinst_ros.postprocess import gpu_twin
-from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions, RawOutputs
+from compactinst_ros.structures import FrameMeta, OutputSet, RawOutputs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from contract_dense import dense_postprocess
-
-OPTIONS = PostprocessOptions(score_threshold=0.2, object_mask_threshold=0.5)
-
-
-def blob_frame(seed: int, q: int = 20, h: int = 16, w: int = 32) -> RawOutputs:
-    """Mask logits with spatial structure (Gaussian blobs) and peaked class logits."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:h, 0:w]
-    cy, cx = rng.uniform(0, h, q), rng.uniform(0, w, q)
-    r = rng.uniform(1.5, 6.0, q)
-    d2 = (yy[None] - cy[:, None, None]) ** 2 + (xx[None] - cx[:, None, None]) ** 2
-    masks = (6.0 * np.exp(-d2 / (2 * r[:, None, None] ** 2)) - 3.0).astype(np.float32)
-    masks += rng.normal(0, 0.3, masks.shape).astype(np.float32)
-    k = SYNTHETIC_LABELS.num_classes
-    logits = rng.normal(0, 1, (q, k + 1)).astype(np.float32)
-    logits[np.arange(q), rng.integers(0, k + 1, q)] += rng.uniform(2, 8, q).astype(np.float32)
-    return RawOutputs(class_logits=logits, mask_logits=masks, mask_stride=8)
-
-
-def random_frame(seed: int, q: int = 12, h: int = 8, w: int = 16) -> RawOutputs:
-    """Unstructured logits: many near-ties between queries, the hardest case for culling."""
-    rng = np.random.default_rng(seed)
-    k = SYNTHETIC_LABELS.num_classes
-    return RawOutputs(
-        class_logits=rng.normal(0, 3, (q, k + 1)).astype(np.float32),
-        mask_logits=rng.normal(0, 2, (q, h, w)).astype(np.float32),
-        mask_stride=8,
-    )
 
 
 def agreement(a: np.ndarray, b: np.ndarray) -> float:
     return float((np.asarray(a) == np.asarray(b)).mean())
 
 
-CASES = [
-    # (frame, src_h, src_w, input_h, input_w)
-    (blob_frame(0), 100, 200, 128, 256),
-    (blob_frame(1), 128, 256, 128, 256),
-    (blob_frame(2), 90, 256, 128, 256),  # letterbox: padding rows at the bottom
-    (blob_frame(3), 300, 333, 128, 256),  # upscale-free odd sizes, padding on the right
-    (random_frame(4), 70, 130, 64, 128),
-    (random_frame(5), 64, 128, 64, 128),
-]
-
-
 @pytest.mark.parametrize(("raw", "src_h", "src_w", "in_h", "in_w"), CASES)
 def test_twin_matches_dense_contract(raw, src_h, src_w, in_h, in_w) -> None:
     meta = FrameMeta.letterbox(src_h, src_w, in_h, in_w)
     assert raw.mask_logits.shape[1:] == (in_h // 8, in_w // 8)
-    twin = gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
+    twin = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()).postprocess()
     dense = dense_postprocess(
         raw.class_logits, raw.mask_logits, 8, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()
     )
@@ -83,8 +46,8 @@ def test_culling_is_exact(seed: int) -> None:
     raw = random_frame(seed) if seed % 2 else blob_frame(seed)
     h, w = raw.mask_logits.shape[1:]
     meta = FrameMeta.letterbox(h * 8 + 3 * seed, w * 8 - 5 * seed, h * 8, w * 8)
-    a = gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet(), cull=True)
-    b = gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet(), cull=False)
+    a = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()).postprocess(cull=True)
+    b = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()).postprocess(cull=False)
     np.testing.assert_array_equal(a.instance_raster, b.instance_raster)
     np.testing.assert_array_equal(a.panoptic_raster, b.panoptic_raster)
     np.testing.assert_array_equal(a.semantic_raster, b.semantic_raster)
@@ -95,15 +58,15 @@ def test_culling_skips_work_on_structured_masks() -> None:
     """On blob-like masks most tiles keep only a few candidates (the point of culling)."""
     raw = blob_frame(7, q=40, h=32, w=64)
     meta = FrameMeta.letterbox(512, 1024, 256, 512)
-    stats = gpu_twin.tile_stats(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
-    sel = gpu_twin.select_queries(
+    stats = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()).tile_stats()
+    sel = select_queries(
         raw.class_logits,
-        gpu_twin.query_stats(raw.mask_logits, meta, 8, np.float32(0.0)),
+        query_stats(raw.mask_logits, meta, 8, np.float32(0.0)),
         SYNTHETIC_LABELS,
         OPTIONS,
     )
-    assert len(sel.pan_query) > 5
-    assert stats.pan < 0.5 * len(sel.pan_query)
+    assert len(sel.panoptic) > 5
+    assert stats.pan < 0.5 * len(sel.panoptic)
     assert stats.inst < 0.5 * max(1, len(sel.inst_query))
 
 
@@ -111,11 +74,11 @@ def test_atomics_are_order_independent() -> None:
     """Areas, boxes and overlap counts do not depend on the order tile rows are processed."""
     raw = blob_frame(11)
     meta = FrameMeta.letterbox(200, 300, 128, 256)
-    base = gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
-    rows = -(-meta.src_h // gpu_twin.TILE)
+    base = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()).postprocess()
+    rows = -(-meta.src_h // TILE)
     order = np.random.default_rng(0).permutation(rows)
-    other = gpu_twin.postprocess(
-        raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet(), chunk_order=order
+    other = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()).postprocess(
+        chunk_order=order
     )
     np.testing.assert_array_equal(base.instance_raster, other.instance_raster)
     np.testing.assert_array_equal(base.instances.box, other.instances.box)
@@ -127,7 +90,7 @@ def test_tables_match_rasters() -> None:
     """Instance boxes/areas and segment areas are exactly those of the written rasters."""
     raw = blob_frame(12)
     meta = FrameMeta.letterbox(150, 260, 128, 256)
-    res = gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
+    res = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()).postprocess()
     assert len(res.instances) > 0 and len(res.segments) > 0
     for i, iid in enumerate(res.instances.ids):
         ys, xs = np.nonzero(res.instance_raster == iid)
@@ -152,7 +115,7 @@ def test_outputs_are_optional_and_stuff_merges() -> None:
     logits[0, 4] = logits[1, 4] = logits[2, 0] = 5.0
     raw = RawOutputs(logits, masks, 8)
     meta = FrameMeta.letterbox(64, 128, 64, 128)
-    res = gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet(instance=False))
+    res = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet(instance=False)).postprocess()
     assert res.instance_raster is None and len(res.instances) == 0
     assert sorted(res.segments.ids.tolist()) == [5, 1001]
     assert {5, 1001} <= set(np.unique(res.panoptic_raster).tolist()) <= {0, 5, 1001}
@@ -164,7 +127,7 @@ def test_semantic_uint16_for_large_label_ids() -> None:
     logits = rng.normal(0, 2, (5, 3)).astype(np.float32)
     raw = RawOutputs(logits, rng.normal(0, 2, (5, 4, 8)).astype(np.float32), 8)
     meta = FrameMeta.letterbox(32, 64, 32, 64)
-    res = gpu_twin.postprocess(raw, meta, labels, OPTIONS, OutputSet())
+    res = TwinFrame(raw, meta, labels, OPTIONS, OutputSet()).postprocess()
     assert res.semantic_raster.dtype == np.uint16
     assert set(np.unique(res.semantic_raster).tolist()) <= {0, 7, 300}
 
@@ -180,7 +143,7 @@ def test_twin_matches_numpy_reference(raw, src_h, src_w, in_h, in_w) -> None:
 
     meta = FrameMeta.letterbox(src_h, src_w, in_h, in_w)
     ref = reference.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
-    twin = gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
+    twin = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()).postprocess()
     for name in ("instance_raster", "panoptic_raster", "semantic_raster"):
         assert agreement(getattr(twin, name), getattr(ref, name)) >= 0.999, name
         assert getattr(twin, name).dtype == getattr(ref, name).dtype, name

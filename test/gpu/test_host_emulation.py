@@ -1,4 +1,4 @@
-"""The pycuda host code (postprocess/cuda.py) and the GPU check script, run end to end on the
+"""The pycuda launchers (compactinst_ros/gpu) and the GPU check script, run end to end on the
 kernel emulator: buffer sizes, arena offsets, argument order and packing, launch shapes and the
 host-side parsing of the tables are executed here, not only the kernels (test_kernel_emulation
 drives the kernels from C++). What stays unverified without a GPU: the real driver, streams and
@@ -21,8 +21,9 @@ import pycuda_emu  # noqa: E402
 import tensorrt_emu  # noqa: E402
 
 from compactinst_ros.bundle import default_bundle_path  # noqa: E402
+from compactinst_ros.gpu.frames import OPTIONS, blob_frame  # noqa: E402
+from compactinst_ros.gpu.twin import TwinFrame  # noqa: E402
 from compactinst_ros.labels import SYNTHETIC_LABELS  # noqa: E402
-from compactinst_ros.postprocess import gpu_twin  # noqa: E402
 from compactinst_ros.structures import FrameMeta, OutputSet  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
@@ -37,7 +38,7 @@ def test_stand_in_fails_loudly_on_overflow_and_bad_packing(emu_lib, monkeypatch)
     layout, and an unknown kernel each raise instead of passing silently."""
     import struct
 
-    from compactinst_ros.postprocess.cuda import GpuPreprocessor
+    from compactinst_ros.gpu.preprocess import GpuPreprocessor
 
     driver = pycuda_emu.install(monkeypatch, emu_lib)
     stream = driver.Stream()
@@ -62,9 +63,7 @@ def test_stand_in_fails_loudly_on_overflow_and_bad_packing(emu_lib, monkeypatch)
 
 def test_postprocessor_host_code_equals_twin_with_output_subsets(emu_lib, monkeypatch) -> None:
     """GpuPostprocessor.enqueue/collect for each output subset, reusing one geometry's arena."""
-    from test_gpu_twin import OPTIONS, blob_frame
-
-    from compactinst_ros.postprocess.cuda import GpuPostprocessor
+    from compactinst_ros.gpu.postprocess import GpuPostprocessor
 
     driver = pycuda_emu.install(monkeypatch, emu_lib)
     raw = blob_frame(7, q=24)
@@ -80,7 +79,7 @@ def test_postprocessor_host_code_equals_twin_with_output_subsets(emu_lib, monkey
     ):
         post.enqueue(driver.Stream(), int(d_cls), int(d_masks), meta, OPTIONS, outputs)
         got = post.collect(meta, outputs)
-        twin = gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, outputs)
+        twin = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, outputs).postprocess()
         for name in ("instance_raster", "panoptic_raster", "semantic_raster"):
             a, b = getattr(got, name), getattr(twin, name)
             assert (a is None) == (b is None), (outputs, name)
@@ -96,25 +95,41 @@ def test_postprocessor_host_code_equals_twin_with_output_subsets(emu_lib, monkey
 def test_gpu_check_runs_every_step_through_the_real_host_code(
     emu_lib, monkeypatch, capsys, tmp_path
 ) -> None:
-    """scripts/gpu_check.py, unchanged, as a GPU session will run it (device_run.sh), with
+    """scripts/gpu_check.py, unchanged, as scripts/gpu_check.sh runs it on a GPU machine, with
     pycuda and TensorRT replaced by the stand-ins: environment, context, the six kernel parity
     checks through GpuPreprocessor, GpuPostprocessor and GpuOverlay, the TensorRT backend vs
-    onnxruntime (--bundle), a benchmark row (emulator times, meaningless as speed) and the
-    summary table last; the naive PyTorch column is n/a without CUDA."""
+    onnxruntime (--bundle), labelled as the stand-in it is (ONNX Runtime on both sides, not
+    FP16), a benchmark row (emulator times, meaningless as speed), the summary table last and
+    the same in OUTDIR/gpu_check.json; the naive PyTorch column is n/a without CUDA."""
+    import json
+
     import gpu_check
 
     monkeypatch.setenv("COMPACTINST_ENGINE_CACHE", str(tmp_path / "engines"))
     driver = pycuda_emu.install(monkeypatch, emu_lib)
     tensorrt_emu.install(monkeypatch)
     status = gpu_check.main(
-        ["--quick", "--reps", "2", "--sizes", "512x1024", "--bundle", str(default_bundle_path())]
-    )
+        [
+            "--quick", "--reps", "2", "--sizes", "512x1024", "--bundle", str(default_bundle_path()),
+            "--out", str(tmp_path / "check"),
+        ]
+    )  # fmt: skip
     out = capsys.readouterr().out
     assert status == 0, out
     assert "pycuda emulated" in out and "GPU: CPU kernel emulator" in out
     assert "checks: 7/7 passed" in out, out
-    assert "TensorRT backend vs onnxruntime (FP16)" in out
+    assert gpu_check.STAND_IN_ROW in out and gpu_check.TENSORRT_ROW not in out
     table = out[out.index("naive/fused") :].splitlines()
     assert len(table) == 2 and table[1].split()[0] == "512x1024", table
     assert table[1].split()[-1] == "100.000%", table
     assert set(driver.launches) == KERNELS | {"empty_kernel"}
+    report = json.loads((tmp_path / "check" / "gpu_check.json").read_text())
+    assert report["gpu"] == "CPU kernel emulator" and len(report["checks"]) == 7
+    assert all(row["ok"] for row in report["checks"])
+    (trt_row,) = [row for row in report["checks"] if "tensorrt_stand_in" in row]
+    assert trt_row["name"] == gpu_check.STAND_IN_ROW and trt_row["tensorrt_stand_in"] is True
+    assert trt_row["build_s"] > 0 and trt_row["latency_ms"]["total"] > 0
+    (row,) = report["benchmark"]
+    assert row["size"] == "512x1024" and row["parity"] == 1.0 and row["naive"] is None
+    monkeypatch.delattr(sys.modules["tensorrt"], "__stand_in__")
+    assert not gpu_check.tensorrt_is_stand_in()  # a real TensorRT gets the FP16 label

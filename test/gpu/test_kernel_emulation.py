@@ -7,30 +7,34 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from compactinst_ros.gpu import twin
+from compactinst_ros.gpu.constants import ENCODING_CODES, TABLES_DTYPE
+from compactinst_ros.gpu.frames import (
+    CASES,
+    ENCODINGS,
+    OPTIONS,
+    PAD,
+    blob_frame,
+    encode,
+    random_frame,
+    smooth_rgb,
+)
+from compactinst_ros.gpu.postprocess import result_from_tables
 from compactinst_ros.labels import SYNTHETIC_LABELS, LabelSet
-from compactinst_ros.postprocess import gpu_twin, reference
-from compactinst_ros.postprocess.cuda import TABLES_DTYPE
+from compactinst_ros.postprocess import reference
 from compactinst_ros.postprocess.resample import bilinear_taps, logit_threshold, valid_region
 from compactinst_ros.postprocess.semantic import semantic_dtype
 from compactinst_ros.structures import (
     FrameMeta,
     FrameResult,
-    Instances,
     OutputSet,
     PostprocessOptions,
     RawOutputs,
-    Segments,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_gpu_preprocess_twin import ENCODINGS, PAD, encode, smooth_rgb
-from test_gpu_twin import CASES, OPTIONS, blob_frame, random_frame
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
@@ -70,7 +74,7 @@ def run_kernels(
     options: PostprocessOptions,
     outputs: OutputSet,
 ) -> FrameResult:
-    """The kernels' FrameResult, assembled from tables and rasters as GpuPostprocessor does."""
+    """The kernels' FrameResult, assembled from tables and rasters by GpuPostprocessor's code."""
     assert lib.emu_tables_size() == TABLES_DTYPE.itemsize
     cls = np.ascontiguousarray(raw.class_logits, np.float32)
     masks = np.ascontiguousarray(raw.mask_logits, np.float32)
@@ -100,29 +104,9 @@ def run_kernels(
         meta.src_h, meta.src_w, *[_ptr(t) for t in taps], want, _ptr(tables), _ptr(inst),
         _ptr(pan), _ptr(sem), int(sem_dt == np.uint16),
     )  # fmt: skip
-    t = tables[0]
-    result = FrameResult(meta=meta)
-    if outputs.instance:
-        slots = t["out_slot"][: t["n_inst_out"]]
-        c = t["inst_class"][slots]
-        box = t["inst_box"][slots].astype(np.float32)
-        box[:, 2:] += 1
-        result.instance_raster = inst
-        result.instances = Instances(
-            np.arange(1, len(slots) + 1, dtype=np.uint16), c, ids[c], t["inst_score"][slots],
-            box.reshape(-1, 4), t["inst_area"][slots].astype(np.int64),
-        )  # fmt: skip
-    if outputs.panoptic:
-        m = t["n_seg"]
-        c = t["seg_class"][:m]
-        result.panoptic_raster = pan
-        result.segments = Segments(
-            t["seg_id"][:m], ids[c], labels.thing_mask[c], t["seg_score"][:m],
-            t["seg_area"][:m].astype(np.int64),
-        )  # fmt: skip
-    if outputs.semantic:
-        result.semantic_raster = sem
-    return result
+    rasters = {"instance": inst, "panoptic": pan, "semantic": sem}
+    requested = {name: rasters[name] for name in rasters if getattr(outputs, name)}
+    return result_from_tables(tables[0], labels, meta, requested)
 
 
 def assert_same(a: FrameResult, b: FrameResult, min_equal: float = 1.0) -> None:
@@ -148,7 +132,8 @@ def test_kernels_equal_twin_and_reference(emu, raw, src_h, src_w, in_h, in_w) ->
     meta = FrameMeta.letterbox(src_h, src_w, in_h, in_w)
     got = run_kernels(emu, raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
     assert len(got.instances) > 0 and len(got.segments) > 0
-    assert_same(got, gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()))
+    expected = twin.TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet()).postprocess()
+    assert_same(got, expected)
     ref = reference.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, OutputSet())
     assert_same(got, ref, min_equal=0.999)
 
@@ -160,7 +145,8 @@ def test_kernels_on_near_ties(emu, seed: int) -> None:
     meta = FrameMeta.letterbox(70, 120, 64, 128)
     outputs = OutputSet(instance=False, semantic=seed == 3)
     got = run_kernels(emu, raw, meta, SYNTHETIC_LABELS, OPTIONS, outputs)
-    assert_same(got, gpu_twin.postprocess(raw, meta, SYNTHETIC_LABELS, OPTIONS, outputs))
+    expected = twin.TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, outputs).postprocess()
+    assert_same(got, expected)
 
 
 def test_kernels_respect_max_instances(emu) -> None:
@@ -179,11 +165,11 @@ def test_preprocess_kernel_equals_twin(emu, encoding: str) -> None:
     out = np.zeros((1, 3, 64, 128), np.float32)
     h, w = raw.shape[:2]
     emu.emu_preprocess(
-        _ptr(raw), h, w, int(np.prod(raw.shape[1:])), gpu_twin.ENCODING_CODES[encoding],
+        _ptr(raw), h, w, int(np.prod(raw.shape[1:])), ENCODING_CODES[encoding],
         meta.resized_h, meta.resized_w, h / meta.resized_h, w / meta.resized_w, *PAD,
         64, 128, _ptr(out),
     )  # fmt: skip
-    np.testing.assert_allclose(out, gpu_twin.letterbox(raw, encoding, meta, PAD), atol=1e-3)
+    np.testing.assert_allclose(out, twin.letterbox(raw, encoding, meta, PAD), atol=1e-3)
 
 
 def test_overlay_kernels_equal_twin(emu) -> None:
@@ -197,12 +183,12 @@ def test_overlay_kernels_equal_twin(emu) -> None:
     for ids, sorted_ids in ((inst, None), (pan, seg_ids)):
         out = np.zeros((40, 64, 3), np.uint8)
         emu.emu_overlay(
-            _ptr(image), 40, 64, 128, gpu_twin.ENCODING_CODES["yuyv"], _ptr(ids),
+            _ptr(image), 40, 64, 128, ENCODING_CODES["yuyv"], _ptr(ids),
             _ptr(sorted_ids), 0 if sorted_ids is None else len(sorted_ids), _ptr(lut), len(lut),
             np.float32(0.6), np.float32(0.4), _ptr(out),
         )  # fmt: skip
-        twin = gpu_twin.overlay(image, "yuyv", ids, lut, 0.4, sorted_ids)
-        assert np.abs(out.astype(int) - twin.astype(int)).max() <= 1
+        expected = twin.overlay(image, "yuyv", ids, lut, 0.4, sorted_ids)
+        assert np.abs(out.astype(int) - expected.astype(int)).max() <= 1
 
 
 def test_kernels_uint16_semantic_and_instance_only(emu) -> None:
@@ -236,7 +222,8 @@ def test_kernels_many_classes_span_semantic_chunks(emu) -> None:
     meta = FrameMeta.letterbox(60, 110, 64, 128)
     got = run_kernels(emu, raw, meta, labels, OPTIONS, OutputSet())
     assert len(np.unique(got.semantic_raster)) > 3
-    assert_same(got, gpu_twin.postprocess(raw, meta, labels, OPTIONS, OutputSet()))
+    expected = twin.TwinFrame(raw, meta, labels, OPTIONS, OutputSet()).postprocess()
+    assert_same(got, expected)
 
 
 def test_kernels_merge_stuff_and_number_things(emu) -> None:

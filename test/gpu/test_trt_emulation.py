@@ -18,11 +18,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent / "emu"))
-sys.path.insert(0, str(Path(__file__).parent))
 
 import pycuda_emu  # noqa: E402
 import tensorrt_emu  # noqa: E402
-from test_gpu_preprocess_twin import encode, smooth_rgb  # noqa: E402
 
 from compactinst_ros.backends.engine_cache import EngineCache  # noqa: E402
 from compactinst_ros.backends.ort import OrtBackend  # noqa: E402
@@ -30,6 +28,7 @@ from compactinst_ros.backends.trt_build import BuildOptions, engine_key  # noqa:
 from compactinst_ros.bundle import ModelBundle, default_bundle_path  # noqa: E402
 from compactinst_ros.cli import main as cli_main  # noqa: E402
 from compactinst_ros.errors import BackendError  # noqa: E402
+from compactinst_ros.gpu.frames import encode, smooth_rgb  # noqa: E402
 from compactinst_ros.pipeline import Pipeline  # noqa: E402
 from compactinst_ros.postprocess import reference  # noqa: E402
 from compactinst_ros.preprocess import letterbox  # noqa: E402

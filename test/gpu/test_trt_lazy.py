@@ -3,6 +3,7 @@ using them where they are missing fails with a BackendError that names the fix."
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import subprocess
@@ -55,17 +56,45 @@ def tiny_bundle(root: Path) -> Path:
     return root
 
 
-def test_modules_import_without_tensorrt_or_pycuda() -> None:
+#: What the TensorRT backend imports, up front or when it sets up its GPU thread.
+GPU_RUNTIME = (
+    "compactinst_ros.backends.trt",
+    "compactinst_ros.backends.trt_build",
+    "compactinst_ros.backends.engine_cache",
+    "compactinst_ros.gpu.constants",
+    "compactinst_ros.gpu.launch",
+    "compactinst_ros.gpu.preprocess",
+    "compactinst_ros.gpu.postprocess",
+    "compactinst_ros.gpu.overlay",
+    "compactinst_ros.palette",
+)
+
+
+def loaded_after_importing(modules: tuple[str, ...], watched: tuple[str, ...]) -> list[str]:
+    """Which of ``watched`` a fresh interpreter has in sys.modules after importing ``modules``."""
     code = (
-        "import sys\n"
-        "import compactinst_ros.backends.trt, compactinst_ros.backends.trt_build\n"
-        "import compactinst_ros.backends.engine_cache, compactinst_ros.postprocess.cuda\n"
-        "bad = [m for m in ('tensorrt', 'pycuda', 'torch') if m in sys.modules]\n"
-        "print(bad)\n"
-        "sys.exit(1 if bad else 0)\n"
+        "import importlib, sys\n"
+        f"for m in {list(modules)!r}:\n"
+        "    importlib.import_module(m)\n"
+        f"print([m for m in {list(watched)!r} if m in sys.modules])\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    return ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+
+
+def test_modules_import_without_tensorrt_or_pycuda() -> None:
+    assert loaded_after_importing(GPU_RUNTIME, ("tensorrt", "pycuda", "torch")) == []
+
+
+def test_gpu_runtime_holds_no_twin_and_no_opencv() -> None:
+    """The numpy twin and the check frames are test material, and the TensorRT path needs no
+    OpenCV: none of them is loaded by the backend and the launchers."""
+    watched = ("compactinst_ros.gpu.twin", "compactinst_ros.gpu.frames", "cv2")
+    assert loaded_after_importing(GPU_RUNTIME, watched) == []
+    # the check can fail: the twin itself brings cv2 (through overlay.outline_mask)
+    twin_loads = loaded_after_importing(("compactinst_ros.gpu.twin",), watched)
+    assert twin_loads == ["compactinst_ros.gpu.twin", "cv2"]
 
 
 @pytest.mark.skipif(HAVE_TRT, reason="TensorRT is installed here")
@@ -104,7 +133,7 @@ def test_build_engine_cli_help(capsys: pytest.CaptureFixture) -> None:
 @pytest.mark.parametrize("queries", [0, 257])
 def test_gpu_postprocessor_refuses_unsupported_models(queries: int) -> None:
     """Capacity limits fail with the limit and the way out, before touching CUDA."""
-    from compactinst_ros.postprocess.cuda import GpuPostprocessor
+    from compactinst_ros.gpu.postprocess import GpuPostprocessor
 
     with pytest.raises(BackendError, match="supports 1 to 256 queries"):
         GpuPostprocessor(SYNTHETIC_LABELS, queries, 16, 32, 8)

@@ -1,6 +1,6 @@
 """Test-only stand-in for the subset of ``pycuda.driver`` our host code uses, backed by host
-memory and the CPU kernel emulator (runner.cpp), so CI executes postprocess/cuda.py and
-scripts/gpu_check.py end to end without a GPU.
+memory and the CPU kernel emulator (runner.cpp), so CI executes the launchers in
+compactinst_ros/gpu and scripts/gpu_check.py end to end without a GPU.
 
 Device memory is host memory with a guard band after every allocation (checked after every
 launch, so an out-of-bounds kernel write fails loudly). ``prepared_async_call`` packs the
@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from compactinst_ros.postprocess.cuda import CUDA_DIR
+from compactinst_ros.gpu import launch
+from compactinst_ros.gpu.launch import KERNEL_DIR
 
 EMU_DIR = Path(__file__).resolve().parent
 GUARD = 256
@@ -37,7 +38,7 @@ def build_library(out_dir: Path) -> ctypes.CDLL:
     out = out_dir / "emu.so"
     cmd = [
         str(shutil.which("g++")), "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared",
-        "-pthread", "-I", str(CUDA_DIR), "-o", str(out), str(EMU_DIR / "runner.cpp"),
+        "-pthread", "-I", str(KERNEL_DIR), "-o", str(out), str(EMU_DIR / "runner.cpp"),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
@@ -149,7 +150,8 @@ def _host_buffer(array: np.ndarray) -> tuple[int, int]:
 
 
 class EmulatedDriver(types.ModuleType):
-    """``pycuda.driver`` as far as postprocess/cuda.py and scripts/gpu_check.py use it."""
+    """``pycuda.driver`` as far as the launchers in compactinst_ros/gpu and scripts/gpu_check.py
+    use it."""
 
     Stream, Event, Device = Stream, Event, Device
     device_attribute, event_flags = device_attribute, event_flags
@@ -265,10 +267,8 @@ class EmulatedModule:
 
 
 def install(monkeypatch: Any, lib: ctypes.CDLL) -> EmulatedDriver:
-    """Make ``pycuda.driver``, ``pycuda.compiler.SourceModule`` and ``compile_module`` use the
-    emulator for one test."""
-    from compactinst_ros.postprocess import cuda as host
-
+    """Make ``pycuda.driver``, ``pycuda.compiler.SourceModule`` and ``launch.compile_module`` use
+    the emulator for one test."""
     driver = EmulatedDriver(lib)
     package = types.ModuleType("pycuda")
     package.__spec__ = importlib.machinery.ModuleSpec("pycuda", None, is_package=True)
@@ -282,5 +282,7 @@ def install(monkeypatch: Any, lib: ctypes.CDLL) -> EmulatedDriver:
         ("pycuda.compiler", compiler),
     ):
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(host, "compile_module", lambda name, cache_dir=None: EmulatedModule(driver))
+    monkeypatch.setattr(
+        launch, "compile_module", lambda name, cache_dir=None: EmulatedModule(driver)
+    )
     return driver

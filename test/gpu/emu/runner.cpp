@@ -1,5 +1,5 @@
 // Test-only: runs the real kernel sources on the CPU emulator, in the same order and with the
-// same launch shapes as compactinst_ros/postprocess/cuda.py (emu_postprocess and friends), or
+// same launch shapes as the launchers in compactinst_ros/gpu (emu_postprocess and friends), or
 // launched by that host code itself through pycuda_emu.py (emu_launch_packed). Built by
 // pycuda_emu.build_library.
 #include "cuda_emu.h"

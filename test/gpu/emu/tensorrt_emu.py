@@ -403,6 +403,7 @@ def install(monkeypatch: Any, version: str = "10.3.0") -> types.ModuleType:
     module = types.ModuleType("tensorrt")
     module.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
     module.__version__ = version  # type: ignore[attr-defined]
+    module.__stand_in__ = True  # type: ignore[attr-defined]  # scripts/gpu_check.py labels by it
     for name in (
         "Builder", "BuilderFlag", "DataType", "IProgressMonitor", "Logger", "MemoryPoolType",
         "OnnxParser", "Runtime", "nptype",

@@ -2,7 +2,7 @@
 // Same pixels as compactinst_ros/overlay.py without the captions: ids map to an index (instance
 // ids directly; panoptic ids by binary search in the sorted segment ids), index > 0 blends the
 // index's LUT colour (cv2.addWeighted rounding), and foreground pixels whose 4-neighbourhood
-// holds another index are outlined white. Output: HxWx3 uint8 RGB. Twin: gpu_twin.overlay.
+// holds another index are outlined white. Output: HxWx3 uint8 RGB. Twin: gpu/twin.py `overlay`.
 #include "common.cuh"
 
 using namespace ci;

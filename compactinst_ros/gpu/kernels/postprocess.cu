@@ -1,6 +1,6 @@
 // Fused post-processing of CompactInst decoder outputs at camera resolution.
 //
-// Stage order on one stream (no host round trip; the numpy twin postprocess/gpu_twin.py runs the
+// Stage order on one stream (no host round trip; the numpy twin gpu/twin.py runs the
 // same algorithm step for step and is what CI checks against the numpy reference):
 //   pp_query_stats   one block per query: mask score over the valid low-res region
 //   pp_select        one block: softmax, instance / panoptic tables, zeroed counters
@@ -16,7 +16,7 @@
 using namespace ci;
 
 // Device-side tables; the host mirrors this layout with a numpy structured dtype
-// (postprocess/cuda.py TABLES_DTYPE). Only 4-byte fields: no padding.
+// (gpu/constants.py TABLES_DTYPE). Only 4-byte fields: no padding.
 struct PPTables {
   int n_inst;      // kept instance slots (score order)
   int n_pan;       // kept panoptic slots (query order)

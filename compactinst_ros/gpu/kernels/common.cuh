@@ -1,6 +1,6 @@
 // Shared device helpers for the CompactInst kernels (pre-processing, post-processing, overlay).
 //
-// Arithmetic that must agree bit for bit with the numpy twin (postprocess/gpu_twin.py) and the
+// Arithmetic that must agree bit for bit with the numpy twin (gpu/twin.py) and the
 // numpy reference uses explicit round-to-nearest intrinsics, so nvcc cannot contract it into
 // FMAs: a + (b - a) * w is evaluated as three separately rounded float operations.
 #pragma once
@@ -14,10 +14,10 @@ namespace ci {
 constexpr int kMaxQueries = 256;
 constexpr int kMaxClasses = 256;
 constexpr int kTile = 16;  // camera pixels per tile side = thread block side
-constexpr float kBoundEps = 1e-4f;  // footprint bound margin, see gpu_twin.BOUND_EPS
+constexpr float kBoundEps = 1e-4f;  // footprint bound margin, see gpu/constants.py BOUND_EPS
 constexpr float kSemanticVoid = 0.05f;
 
-// Camera image encodings, numbered as in backends/trt.py ENCODING_CODES.
+// Camera image encodings, numbered as in gpu/constants.py ENCODING_CODES.
 enum Encoding : int {
   kRGB8 = 0,
   kBGR8 = 1,
@@ -80,21 +80,13 @@ __device__ __forceinline__ float ordered_to_float(int i) {
 // YUV 4:2:2, OpenCV's coefficients). `row` points at the start of the pixel's image row.
 __device__ __forceinline__ float3 fetch_rgb(const uint8_t* __restrict__ row, int x, int enc) {
   switch (enc) {
-    case kRGB8: {
-      const uint8_t* p = row + 3 * x;
-      return make_float3(p[0], p[1], p[2]);
-    }
-    case kBGR8: {
-      const uint8_t* p = row + 3 * x;
-      return make_float3(p[2], p[1], p[0]);
-    }
-    case kRGBA8: {
-      const uint8_t* p = row + 4 * x;
-      return make_float3(p[0], p[1], p[2]);
-    }
-    case kBGRA8: {
-      const uint8_t* p = row + 4 * x;
-      return make_float3(p[2], p[1], p[0]);
+    case kRGB8:
+    case kBGR8:
+    case kRGBA8:
+    case kBGRA8: {  // packed 3- or 4-byte pixels, red first or blue first (alpha ignored)
+      const uint8_t* p = row + (enc >= kRGBA8 ? 4 : 3) * x;
+      const int red = (enc == kBGR8 || enc == kBGRA8) ? 2 : 0;
+      return make_float3(p[red], p[1], p[2 - red]);
     }
     case kMono8: {
       float v = row[x];

@@ -1,7 +1,7 @@
 // Camera image -> encoder input in one kernel: colour conversion, letterbox bilinear resize
 // (OpenCV INTER_LINEAR geometry, half-pixel centres), mean-colour padding, float32 NCHW RGB
 // 0..255 (normalisation lives inside the encoder graph). The raw frame is uploaded once, in its
-// own encoding; numpy twin: postprocess/gpu_twin.py `letterbox`.
+// own encoding; numpy twin: gpu/twin.py `letterbox`.
 #include "common.cuh"
 
 using namespace ci;

@@ -1,19 +1,23 @@
-"""Numpy twin of the fused CUDA post-processing (cuda/postprocess.cu), step for step.
+"""Numpy twin of the CUDA kernels (gpu/kernels/*.cu), step for step: the oracle of the tests and
+of scripts/gpu_check.py, never imported by the runtime.
 
 The kernels cannot run on a machine without a GPU, so this module executes the same algorithm
 with the same float32 arithmetic, in the same stage order, so that CI can check it against the
-numpy reference (postprocess/reference.py) and prove the per-tile culling exact:
+numpy reference (postprocess/reference.py) and prove the per-tile culling exact. Post-processing
+(``TwinFrame``), one frame:
 
 1. ``query_stats``: per-query mask score over the valid low-res region (one block per query).
 2. ``select_queries``: instance / panoptic / semantic tables from the class logits (one block).
 3. ``semantic_lowres``: ``S[c] = sum_q p[q, c] * sigmoid(m_q)`` at low resolution.
 4. ``tile_candidates``: per 16x16 camera tile, the queries/classes that can matter there.
 5. pass A (count): per pixel winners, per-slot areas, boxes, panoptic overlap counts (atomics).
-6. ``finalize``: instance renumbering LUT, panoptic overlap test, stuff merging, segment ids.
+6. ``finalize``: instance renumbering LUT, then the reference's panoptic overlap test, stuff
+   merging and segment ids (``postprocess.panoptic.finalize_panoptic``) on the counts.
 7. pass B (write): recompute the winners and write the final rasters once through the LUTs.
 
 Everything per pixel is vectorised over one tile row of camera pixels (the kernel's blockIdx.y);
-chunks may be processed in any order (``chunk_order``), which models the atomics.
+chunks may be processed in any order (``chunk_order``), which models the atomics. The
+pre-processing and overlay kernels are twinned by ``letterbox`` and ``overlay``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,16 @@ import numpy as np
 
 from ..labels import LabelSet
 from ..overlay import outline_mask
+from ..postprocess.panoptic import PanopticSelection, finalize_panoptic, select_panoptic_queries
+from ..postprocess.resample import (
+    Taps,
+    bilinear_taps,
+    logit_threshold,
+    sigmoid,
+    softmax,
+    valid_region,
+)
+from ..postprocess.semantic import SEMANTIC_VOID_FLOOR, semantic_dtype
 from ..structures import (
     FrameMeta,
     FrameResult,
@@ -33,15 +47,8 @@ from ..structures import (
     RawOutputs,
     Segments,
 )
-from .resample import bilinear_taps
+from .constants import BOUND_EPS, ENCODING_CODES, TILE
 
-#: Camera pixels per tile side (the kernel's block is TILE x TILE threads).
-TILE = 16
-#: Margin (in logits) added to footprint bounds so float rounding of bilinear weights can never
-#: push an interpolated value outside [min, max] of its texels and make the culling inexact.
-BOUND_EPS = np.float32(1e-4)
-#: Semantic void threshold of the contract (rule 5).
-SEMANTIC_VOID = np.float32(0.05)
 NEG_INF = np.float32(-np.inf)
 
 
@@ -52,9 +59,7 @@ class Selection:
     inst_query: np.ndarray  # (Ni,) int32 query per instance slot, score order
     inst_class: np.ndarray  # (Ni,) int32 class index
     inst_score: np.ndarray  # (Ni,) float32
-    pan_query: np.ndarray  # (Np,) int32 query per panoptic slot, query order
-    pan_label: np.ndarray  # (Np,) int32 class index
-    pan_score: np.ndarray  # (Np,) float32
+    panoptic: PanopticSelection  # panoptic slots in query order (the reference's selection)
     sem_prob: np.ndarray  # (Q, K) float32 softmax without no-object
 
 
@@ -69,9 +74,7 @@ class TileStats:
     sem: float
 
 
-def mask_coordinates(
-    n_out: int, resized: int, src: int, stride: int, n_mask: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def mask_coordinates(src: int, resized: int, n_mask: int, stride: int) -> Taps:
     """Bilinear taps (i0, i1, weight of i1) along one axis: the reference's, uploaded as tables."""
     i0, i1, w1 = bilinear_taps(src, resized, n_mask, stride)
     return i0.astype(np.int32), i1.astype(np.int32), w1.astype(np.float32)
@@ -95,31 +98,11 @@ def bilinear_rows(
     return (left + (vert[:, :, x1] - left) * wx).astype(np.float32)
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    """float32 logistic function (the kernel uses 1 / (1 + expf(-x)))."""
-    with np.errstate(over="ignore"):
-        return (np.float32(1.0) / (np.float32(1.0) + np.exp(-x.astype(np.float32)))).astype(
-            np.float32
-        )
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Row softmax in float32 (max-subtracted, as the selection kernel does)."""
-    z = logits.astype(np.float32) - logits.max(axis=1, keepdims=True).astype(np.float32)
-    e = np.exp(z)
-    return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
-
-
-def valid_extent(meta: FrameMeta, stride: int) -> tuple[int, int]:
-    """Rows and columns of the mask grid whose centres lie inside the resized image (rule 2)."""
-    return -(-meta.resized_h // stride), -(-meta.resized_w // stride)
-
-
 def query_stats(
     masks: np.ndarray, meta: FrameMeta, stride: int, threshold: np.float32
 ) -> np.ndarray:
     """Mask score per query over the valid region: sum(sigmoid(m) * (m > T)) / (#(m > T) + 1e-6)."""
-    vh, vw = valid_extent(meta, stride)
+    vh, vw = valid_region(meta, stride, masks.shape[1], masks.shape[2])
     m = masks[:, :vh, :vw].astype(np.float32)
     on = m > threshold
     num = (sigmoid(m) * on).reshape(len(m), -1).sum(axis=1, dtype=np.float32)
@@ -157,19 +140,11 @@ def select_queries(
     keep &= has_thing
     kept = np.flatnonzero(keep)
     order = kept[np.lexsort((kept, -score[kept]))][: options.max_instances]
-    # Panoptic: per query max over K+1 (first on ties); keep in query order.
-    pan_label = prob.argmax(axis=1).astype(np.int32)
-    pan_score = prob[np.arange(q_count), pan_label]
-    pan_keep = np.flatnonzero(
-        (pan_label != k) & (pan_score > np.float32(options.object_mask_threshold))
-    )
     return Selection(
         inst_query=order.astype(np.int32),
         inst_class=best_c[order],
         inst_score=score[order],
-        pan_query=pan_keep.astype(np.int32),
-        pan_label=pan_label[pan_keep],
-        pan_score=pan_score[pan_keep].astype(np.float32),
+        panoptic=select_panoptic_queries(class_logits, options.object_mask_threshold),
         sem_prob=p,
     )
 
@@ -214,8 +189,9 @@ def _first_true(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mask.argmax(axis=0), any_true
 
 
-class _Frame:
-    """State of one frame while the twin runs the fused passes."""
+class TwinFrame:
+    """One frame through the fused post-processing kernels, in numpy: ``postprocess`` gives the
+    kernels' FrameResult, ``tile_stats`` the per-tile candidate counts."""
 
     def __init__(
         self,
@@ -229,26 +205,30 @@ class _Frame:
         self.masks = np.ascontiguousarray(raw.mask_logits, dtype=np.float32)
         self.stride = raw.mask_stride
         _, self.h, self.w = self.masks.shape
-        self.threshold = np.float32(np.log(options.mask_threshold / (1.0 - options.mask_threshold)))
+        self.threshold = logit_threshold(options.mask_threshold)
         stats = query_stats(self.masks, meta, self.stride, self.threshold)
         self.sel = select_queries(np.asarray(raw.class_logits), stats, labels, options)
         self.inst_maps = self.masks[self.sel.inst_query] if outputs.instance else self.masks[:0]
-        self.pan_maps = self.masks[self.sel.pan_query] if outputs.panoptic else self.masks[:0]
+        self.pan_maps = self.masks[self.sel.panoptic.query] if outputs.panoptic else self.masks[:0]
         self.sem_maps = (
             semantic_lowres(self.sel.sem_prob, self.masks)
             if outputs.semantic
             else np.zeros((0, self.h, self.w), np.float32)
         )
-        self.ry = mask_coordinates(meta.src_h, meta.resized_h, meta.src_h, self.stride, self.h)
-        self.cx = mask_coordinates(meta.src_w, meta.resized_w, meta.src_w, self.stride, self.w)
+        self.ry = mask_coordinates(meta.src_h, meta.resized_h, self.h, self.stride)
+        self.cx = mask_coordinates(meta.src_w, meta.resized_w, self.w, self.stride)
         self.row_lo, self.row_hi = tile_footprints(meta.src_h, self.ry)
         self.col_lo, self.col_hi = tile_footprints(meta.src_w, self.cx)
-        ni, npan = len(self.inst_maps), len(self.pan_maps)
+        self.n_rows = -(-meta.src_h // TILE)
+        self.reset_counts()
+
+    def reset_counts(self) -> None:
+        """Zero what pass A accumulates (the kernels' atomics) and the candidate statistics."""
+        ni, npan = len(self.inst_maps), len(self.sel.panoptic)
         self.inst_area = np.zeros(ni, np.int64)
-        self.inst_box = np.tile(np.array([meta.src_w, meta.src_h, -1, -1], np.int64), (ni, 1))
-        self.wins = np.zeros(npan, np.int64)
-        self.orig = np.zeros(npan, np.int64)
-        self.seg = np.zeros(npan, np.int64)
+        box = np.array([self.meta.src_w, self.meta.src_h, -1, -1], np.int64)
+        self.inst_box = np.tile(box, (ni, 1))
+        self.wins, self.orig, self.seg = (np.zeros(npan, np.int64) for _ in range(3))
         self.cand_sum = np.zeros(4, np.float64)
 
     def candidates(self, tile_row: int) -> dict[str, np.ndarray]:
@@ -260,7 +240,7 @@ class _Frame:
             out["inst"] = fmax + BOUND_EPS > self.threshold
         if len(self.pan_maps):
             fmin, fmax = footprint_bounds(self.pan_maps, rows, self.col_lo, self.col_hi)
-            s = self.sel.pan_score[:, None]
+            s = self.sel.panoptic.score[:, None]
             upper = s * sigmoid(fmax + BOUND_EPS)
             lower = (s * sigmoid(fmin - BOUND_EPS)).max(axis=0)
             out["pan"] = upper >= lower[None, :]
@@ -290,7 +270,7 @@ class _Frame:
             res["inst"] = np.where(any_hit, first + 1, 0)
         if len(self.pan_maps):
             up = bilinear_rows(self.pan_maps, ry, self.cx)
-            prob = self.sel.pan_score[:, None, None] * sigmoid(up)
+            prob = self.sel.panoptic.score[:, None, None] * sigmoid(up)
             on = up > self.threshold
             if cull:
                 prob = np.where(cand["pan"][:, tile_of_x][:, None, :], prob, NEG_INF)
@@ -305,7 +285,7 @@ class _Frame:
                 up = np.where(cand["sem"][:, tile_of_x][:, None, :], up, NEG_INF)
             best = up.argmax(axis=0)
             top = np.take_along_axis(up, best[None], axis=0)[0]
-            res["sem"] = np.where(top >= SEMANTIC_VOID, best, -1)
+            res["sem"] = np.where(top >= SEMANTIC_VOID_FLOOR, best, -1)
         return res
 
     def count(self, tile_row: int, cull: bool) -> None:
@@ -322,16 +302,15 @@ class _Frame:
             np.maximum.at(self.inst_box[:, 2], slot, xs)
             np.maximum.at(self.inst_box[:, 3], slot, ys + y0)
         if "pan_winner" in res:
-            n = len(self.pan_maps)
+            n = len(self.sel.panoptic)
             win = res["pan_winner"].ravel()
             self.wins += np.bincount(win, minlength=n)
             self.seg += np.bincount(win[res["pan_on"].ravel()], minlength=n)
             self.orig += res["pan_orig"]
 
     def finalize(self) -> tuple[np.ndarray, np.ndarray, Instances, Segments]:
-        """Instance LUT (drop empty, renumber) and panoptic LUT (overlap test, stuff merge)."""
-        labels = self.labels
-        ids_of = labels.id_array
+        """Instance LUT (drop empty, renumber) and the (P+1,) panoptic slot LUT (overlap test,
+        stuff merge: the reference's ``finalize_panoptic`` on the counts of pass A)."""
         keep = self.inst_area > 0
         inst_lut = np.zeros(len(self.inst_maps) + 1, np.int64)
         inst_lut[1:][keep] = np.arange(1, int(keep.sum()) + 1)
@@ -341,123 +320,56 @@ class _Frame:
         instances = Instances(
             ids=np.arange(1, int(keep.sum()) + 1, dtype=np.uint16),
             class_index=cls.astype(np.int32),
-            label_id=ids_of[cls].astype(np.int32),
+            label_id=self.labels.id_array[cls].astype(np.int32),
             score=self.sel.inst_score[keep].astype(np.float32)
             if len(self.inst_maps)
             else np.zeros(0, np.float32),
             box=box.reshape(-1, 4),
             area=self.inst_area[keep].astype(np.int64),
         )
-        pan_lut = np.zeros(len(self.pan_maps), np.int64)
-        seg_ids: list[int] = []
-        seg_label: list[int] = []
-        seg_thing: list[bool] = []
-        seg_score: list[float] = []
-        seg_area: list[int] = []
-        thing_count: dict[int, int] = {}
-        for k in range(len(self.pan_maps)):
-            wins, orig, seg = int(self.wins[k]), int(self.orig[k]), int(self.seg[k])
-            if wins == 0 or orig == 0 or seg == 0:
-                continue
-            if wins / orig < self.options.overlap_threshold:
-                continue
-            c = int(self.sel.pan_label[k])
-            label_id = int(ids_of[c])
-            score = float(self.sel.pan_score[k])
-            if labels.isthing[c]:
-                thing_count[label_id] = thing_count.get(label_id, 0) + 1
-                segment = label_id * 1000 + thing_count[label_id]
-            else:
-                segment = label_id
-            pan_lut[k] = segment
-            if segment in seg_ids:
-                j = seg_ids.index(segment)
-                seg_area[j] += seg
-                seg_score[j] = max(seg_score[j], score)
-            else:
-                seg_ids.append(segment)
-                seg_label.append(label_id)
-                seg_thing.append(bool(labels.isthing[c]))
-                seg_score.append(score)
-                seg_area.append(seg)
-        segments = Segments(
-            ids=np.asarray(seg_ids, np.int32),
-            label_id=np.asarray(seg_label, np.int32),
-            isthing=np.asarray(seg_thing, bool),
-            score=np.asarray(seg_score, np.float32),
-            area=np.asarray(seg_area, np.int64),
-        )
+        pan_lut, segments = finalize_panoptic(
+            self.sel.panoptic, self.labels, self.wins, self.orig, self.seg,
+            self.options.overlap_threshold,
+        )  # fmt: skip
         return inst_lut, pan_lut, instances, segments
 
-
-def postprocess(
-    raw: RawOutputs,
-    meta: FrameMeta,
-    labels: LabelSet,
-    options: PostprocessOptions,
-    outputs: OutputSet,
-    cull: bool = True,
-    chunk_order: np.ndarray | None = None,
-) -> FrameResult:
-    """Run the GPU algorithm on the CPU; ``chunk_order`` permutes tile rows (atomics model)."""
-    frame = _Frame(raw, meta, labels, options, outputs)
-    n_rows = -(-meta.src_h // TILE)
-    order = np.arange(n_rows) if chunk_order is None else np.asarray(chunk_order)
-    for r in order:
-        frame.count(int(r), cull)
-    inst_lut, pan_lut, instances, segments = frame.finalize()
-    result = FrameResult(meta=meta, instances=instances, segments=segments)
-    sem_dtype = np.uint8 if max(labels.ids) <= 255 else np.uint16
-    if outputs.instance:
-        result.instance_raster = np.zeros((meta.src_h, meta.src_w), np.uint16)
-    if outputs.panoptic:
-        result.panoptic_raster = np.zeros((meta.src_h, meta.src_w), np.int32)
-    if outputs.semantic:
-        result.semantic_raster = np.zeros((meta.src_h, meta.src_w), sem_dtype)
-    sem_lut = np.concatenate([labels.id_array, [0]])
-    for r in order:  # pass B: recompute and write every raster pixel once through the LUTs
-        res = frame.evaluate(int(r), cull)
-        rows = slice(int(r) * TILE, min((int(r) + 1) * TILE, meta.src_h))
+    def postprocess(self, cull: bool = True, chunk_order: np.ndarray | None = None) -> FrameResult:
+        """The kernels' FrameResult; ``chunk_order`` permutes tile rows (models the atomics)."""
+        self.reset_counts()
+        meta, outputs = self.meta, self.outputs
+        order = np.arange(self.n_rows) if chunk_order is None else np.asarray(chunk_order)
+        for r in order:
+            self.count(int(r), cull)
+        inst_lut, pan_lut, instances, segments = self.finalize()
+        result = FrameResult(meta=meta, instances=instances, segments=segments)
+        shape = (meta.src_h, meta.src_w)
         if outputs.instance:
-            result.instance_raster[rows] = inst_lut[res["inst"]] if "inst" in res else 0
-        if outputs.panoptic and "pan_winner" in res:
-            result.panoptic_raster[rows] = np.where(
-                res["pan_on"], pan_lut[res["pan_winner"]], 0
-            )
+            result.instance_raster = np.zeros(shape, np.uint16)
+        if outputs.panoptic:
+            result.panoptic_raster = np.zeros(shape, np.int32)
         if outputs.semantic:
-            result.semantic_raster[rows] = sem_lut[res["sem"]]
-    return result
+            result.semantic_raster = np.zeros(shape, semantic_dtype(self.labels))
+        sem_lut = np.concatenate([self.labels.id_array, [0]])
+        for r in order:  # pass B: recompute and write every raster pixel once through the LUTs
+            res = self.evaluate(int(r), cull)
+            rows = slice(int(r) * TILE, min((int(r) + 1) * TILE, meta.src_h))
+            if outputs.instance:
+                result.instance_raster[rows] = inst_lut[res["inst"]] if "inst" in res else 0
+            if outputs.panoptic and "pan_winner" in res:
+                slot = np.where(res["pan_on"], res["pan_winner"] + 1, 0)
+                result.panoptic_raster[rows] = pan_lut[slot]
+            if outputs.semantic:
+                result.semantic_raster[rows] = sem_lut[res["sem"]]
+        return result
 
-
-def tile_stats(
-    raw: RawOutputs,
-    meta: FrameMeta,
-    labels: LabelSet,
-    options: PostprocessOptions,
-    outputs: OutputSet,
-) -> TileStats:
-    """Mean candidates per tile for instance, panoptic, panoptic-orig and semantic lists."""
-    frame = _Frame(raw, meta, labels, options, outputs)
-    n_rows = -(-meta.src_h // TILE)
-    for r in range(n_rows):
-        frame.evaluate(r, cull=True)
-    tiles = n_rows * -(-meta.src_w // TILE)
-    inst, pan, orig, sem = (frame.cand_sum / tiles).tolist()
-    return TileStats(tiles=tiles, inst=inst, pan=pan, orig=orig, sem=sem)
-
-
-#: Encoding -> kernel code (cuda/common.cuh ``Encoding``).
-ENCODING_CODES: dict[str, int] = {
-    "rgb8": 0,
-    "bgr8": 1,
-    "rgba8": 2,
-    "bgra8": 3,
-    "mono8": 4,
-    "yuv422": 5,
-    "uyvy": 5,
-    "yuv422_yuy2": 6,
-    "yuyv": 6,
-}
+    def tile_stats(self) -> TileStats:
+        """Mean candidates per tile for instance, panoptic, panoptic-orig and semantic lists."""
+        self.reset_counts()
+        for r in range(self.n_rows):
+            self.evaluate(r, cull=True)
+        tiles = self.n_rows * -(-self.meta.src_w // TILE)
+        inst, pan, orig, sem = (self.cand_sum / tiles).tolist()
+        return TileStats(tiles=tiles, inst=inst, pan=pan, orig=orig, sem=sem)
 
 
 def fetch_rgb(image: np.ndarray, encoding: str, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -519,9 +431,7 @@ def letterbox(
         b = fetch_rgb(image, encoding, y0[:, None], x1[None, :])
         c = fetch_rgb(image, encoding, y1[:, None], x0[None, :])
         d = fetch_rgb(image, encoding, y1[:, None], x1[None, :])
-        rgb = (
-            (one - wx) * (one - wy) * a + wx * (one - wy) * b + (one - wx) * wy * c + wx * wy * d
-        )
+        rgb = (one - wx) * (one - wy) * a + wx * (one - wy) * b + (one - wx) * wy * c + wx * wy * d
     out[:, :rh, :rw] = rgb.transpose(2, 0, 1)
     return out[None]
 

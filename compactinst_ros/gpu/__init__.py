@@ -1,0 +1,12 @@
+"""The GPU path: CUDA kernels and their pycuda launchers, plus the numpy twin that checks them.
+
+* ``kernels/``: the CUDA sources (``common.cuh``, ``preprocess.cu``, ``postprocess.cu``,
+  ``overlay.cu``), compiled at run time by ``compiler.compile_module``;
+* ``constants``: host mirrors of the kernels' constants, table layout and parameter lists;
+* ``preprocess``, ``postprocess``, ``overlay``: the launchers the TensorRT backend uses;
+* ``twin``: the kernels' algorithm step for step in numpy, the oracle of the tests and of
+  scripts/gpu_check.py; ``frames``: the synthetic frames those checks share. The runtime
+  modules never import either (test/gpu/test_trt_lazy.py holds them to it).
+
+Importing this package imports nothing else; pycuda is imported when a launcher is built.
+"""

@@ -1,0 +1,241 @@
+"""Post-processing launcher: the fused kernels (kernels/postprocess.cu) for one model.
+
+Everything is enqueued on the caller's stream; nothing here synchronises. Buffers are allocated
+once per frame geometry. The caller's thread must have the CUDA context current (the TensorRT
+backend's GPU thread, or scripts/gpu_check.py). The algorithm is documented and executed step
+for step in numpy by ``twin.TwinFrame``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendError
+from ..labels import LabelSet
+from ..postprocess.resample import bilinear_taps, logit_threshold, valid_region
+from ..postprocess.semantic import semantic_dtype
+from ..structures import (
+    FrameMeta,
+    FrameResult,
+    Instances,
+    OutputSet,
+    PostprocessOptions,
+    Segments,
+)
+from .constants import (
+    MAX_CLASSES,
+    MAX_QUERIES,
+    SEM_CHUNK,
+    TABLES_DTYPE,
+    TILE,
+    WANT_INSTANCE,
+    WANT_PANOPTIC,
+    WANT_SEMANTIC,
+)
+from .launch import load_kernels
+
+#: Byte alignment of each part of the output arena.
+ALIGN = 256
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def result_from_tables(
+    tables: np.void, labels: LabelSet, meta: FrameMeta, rasters: dict[str, np.ndarray]
+) -> FrameResult:
+    """FrameResult of one frame's ``PPTables`` record and its rasters by output name
+    (``instance``, ``panoptic``, ``semantic``: the requested ones, owned by the result)."""
+    result = FrameResult(
+        meta=meta,
+        instance_raster=rasters.get("instance"),
+        panoptic_raster=rasters.get("panoptic"),
+        semantic_raster=rasters.get("semantic"),
+    )
+    ids, thing = labels.id_array, labels.thing_mask
+    if "instance" in rasters:
+        slots = tables["out_slot"][: int(tables["n_inst_out"])]
+        cls = tables["inst_class"][slots].astype(np.int32)
+        box = tables["inst_box"][slots].astype(np.float32)
+        box[:, 2:] += 1  # the kernels keep inclusive maxima
+        result.instances = Instances(
+            ids=np.arange(1, len(slots) + 1, dtype=np.uint16),
+            class_index=cls,
+            label_id=ids[cls].astype(np.int32),
+            score=tables["inst_score"][slots].astype(np.float32),
+            box=box.reshape(-1, 4),
+            area=tables["inst_area"][slots].astype(np.int64),
+        )
+    if "panoptic" in rasters:
+        m = int(tables["n_seg"])
+        cls = tables["seg_class"][:m]
+        result.segments = Segments(
+            ids=tables["seg_id"][:m].astype(np.int32),
+            label_id=ids[cls].astype(np.int32),
+            isthing=thing[cls].astype(bool),
+            score=tables["seg_score"][:m].astype(np.float32),
+            area=tables["seg_area"][:m].astype(np.int64),
+        )
+    return result
+
+
+@dataclass
+class _Geometry:
+    """Per camera-geometry device state: taps and the output arena."""
+
+    meta: FrameMeta
+    taps: Any  # device allocation: row_i0, row_i1, row_w, col_i0, col_i1, col_w
+    taps_ptr: tuple[int, ...]
+    arena: Any  # device: tables, then the requested rasters back to back
+    host: np.ndarray  # pinned mirror of the arena
+
+
+class GpuPostprocessor:
+    """Fused post-processing kernels for one model (Q queries, K classes, h x w mask grid)."""
+
+    def __init__(
+        self, labels: LabelSet, num_queries: int, mask_h: int, mask_w: int, stride: int
+    ) -> None:
+        if not 1 <= num_queries <= MAX_QUERIES or labels.num_classes > MAX_CLASSES:
+            raise BackendError(
+                f"the GPU post-processing supports 1 to {MAX_QUERIES} queries and up to "
+                f"{MAX_CLASSES} classes, this model has {num_queries} and {labels.num_classes}; "
+                "use the onnxruntime backend or raise kMaxQueries/kMaxClasses in "
+                "gpu/kernels/common.cuh"
+            )
+        import pycuda.driver as cuda
+
+        self.cuda = cuda
+        self.labels = labels
+        self.q, self.k = num_queries, labels.num_classes
+        self.h, self.w, self.stride = mask_h, mask_w, stride
+        self.k_stats, self.k_select, self.k_semantic, self.k_fused, self.k_finalize = (
+            load_kernels(
+                "postprocess",
+                "pp_query_stats", "pp_select", "pp_semantic_low", "pp_fused", "pp_finalize",
+            )
+        )  # fmt: skip
+        self.label_ids = cuda.to_device(labels.id_array.astype(np.int32))
+        self.isthing = cuda.to_device(labels.thing_mask.astype(np.uint8))
+        self.prob = cuda.mem_alloc(4 * self.q * (self.k + 1))
+        self.sem = cuda.mem_alloc(4 * max(1, self.k) * self.h * self.w)
+        self.sem_dtype = semantic_dtype(labels)
+        #: Raster element type per output, in arena order.
+        self.raster_dtypes = {
+            "instance": np.uint16,
+            "panoptic": np.int32,
+            "semantic": self.sem_dtype,
+        }
+        self._geometry: _Geometry | None = None
+
+    def geometry(self, meta: FrameMeta) -> _Geometry:
+        """Taps and output arena for this camera geometry (allocated when it changes)."""
+        if self._geometry is not None and self._geometry.meta == meta:
+            return self._geometry
+        cuda = self.cuda
+        y0, y1, wy = bilinear_taps(meta.src_h, meta.resized_h, self.h, self.stride)
+        x0, x1, wx = bilinear_taps(meta.src_w, meta.resized_w, self.w, self.stride)
+        parts = [
+            y0.astype(np.int32),
+            y1.astype(np.int32),
+            wy.astype(np.float32),
+            x0.astype(np.int32),
+            x1.astype(np.int32),
+            wx.astype(np.float32),
+        ]
+        blob = np.concatenate([p.view(np.uint8) for p in parts])
+        taps = cuda.to_device(blob)
+        ptrs, pos = [], int(taps)
+        for p in parts:
+            ptrs.append(pos)
+            pos += p.nbytes
+        _, size = self.layout(meta, OutputSet())
+        arena = cuda.mem_alloc(size)
+        host = cuda.pagelocked_empty(size, np.uint8)
+        self._geometry = _Geometry(meta, taps, tuple(ptrs), arena, host)
+        return self._geometry
+
+    def layout(self, meta: FrameMeta, outputs: OutputSet) -> tuple[dict[str, int], int]:
+        """Byte offsets of the tables and the requested rasters, and the bytes to copy back."""
+        n = meta.src_h * meta.src_w
+        offsets = {"tables": 0}
+        size = _align(TABLES_DTYPE.itemsize)
+        for name, dtype in self.raster_dtypes.items():
+            if getattr(outputs, name):
+                offsets[name] = size
+                size += _align(np.dtype(dtype).itemsize * n)
+        return offsets, size
+
+    def enqueue(
+        self,
+        stream: Any,
+        class_logits_ptr: int,
+        mask_logits_ptr: int,
+        meta: FrameMeta,
+        options: PostprocessOptions,
+        outputs: OutputSet,
+        copy: bool = True,
+    ) -> None:
+        """Enqueue all post-processing kernels and (``copy``) one device-to-host copy of the
+        tables and requested rasters."""
+        g = self.geometry(meta)
+        offsets, used = self.layout(meta, outputs)
+        base = int(g.arena)
+        tables = base + offsets["tables"]
+        want = (
+            WANT_INSTANCE * outputs.instance
+            + WANT_PANOPTIC * outputs.panoptic
+            + WANT_SEMANTIC * outputs.semantic
+        )
+        threshold = np.float32(logit_threshold(options.mask_threshold))
+        vh, vw = valid_region(meta, self.stride, self.h, self.w)
+        hw = self.h * self.w
+        self.k_stats.prepared_async_call(
+            (self.q, 1), (256, 1, 1), stream,
+            mask_logits_ptr, self.h, self.w, vh, vw, threshold, tables,
+        )  # fmt: skip
+        self.k_select.prepared_async_call(
+            (1, 1), (256, 1, 1), stream,
+            class_logits_ptr, self.q, self.k + 1, int(self.isthing),
+            np.float32(options.score_threshold), np.float32(options.object_mask_threshold),
+            options.max_instances, int(self.prob), tables,
+        )  # fmt: skip
+        if outputs.semantic:
+            self.k_semantic.prepared_async_call(
+                (-(-hw // 256), -(-self.k // SEM_CHUNK)), (256, 1, 1), stream,
+                mask_logits_ptr, int(self.prob), self.q, self.k + 1, hw, int(self.sem),
+            )  # fmt: skip
+        grid = (-(-meta.src_w // TILE), -(-meta.src_h // TILE))
+        fused_args = (
+            want, mask_logits_ptr, int(self.sem), self.h, self.w, self.k, meta.src_h, meta.src_w,
+            *g.taps_ptr, threshold, int(self.label_ids), tables,
+            base + offsets.get("instance", 0), base + offsets.get("panoptic", 0),
+            base + offsets.get("semantic", 0), int(self.sem_dtype == np.uint16),
+        )  # fmt: skip
+        self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 0, *fused_args)
+        self.k_finalize.prepared_async_call(
+            (1, 1), (256, 1, 1), stream,
+            int(self.label_ids), int(self.isthing), self.k,
+            float(options.overlap_threshold), tables,
+        )  # fmt: skip
+        self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 1, *fused_args)
+        if copy:
+            self.cuda.memcpy_dtoh_async(g.host[:used], g.arena, stream)
+
+    def collect(self, meta: FrameMeta, outputs: OutputSet) -> FrameResult:
+        """Read the host arena after the frame's final event (copies: the arena is reused)."""
+        g = self.geometry(meta)
+        offsets, _ = self.layout(meta, outputs)
+        shape = (meta.src_h, meta.src_w)
+        rasters = {}
+        for name, dtype in self.raster_dtypes.items():
+            if name in offsets:
+                size = np.dtype(dtype).itemsize * meta.src_h * meta.src_w
+                raw = g.host[offsets[name] : offsets[name] + size]
+                rasters[name] = raw.view(dtype).reshape(shape).copy()
+        tables = g.host[: TABLES_DTYPE.itemsize].view(TABLES_DTYPE)[0]
+        return result_from_tables(tables, self.labels, meta, rasters)
