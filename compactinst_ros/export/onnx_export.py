@@ -29,6 +29,7 @@ from ..labels import (
     SYNTHETIC_LABELS,
     LabelSet,
 )
+from ..sizes import parse_size
 from .tensorrt_rules import file_issues
 
 if TYPE_CHECKING:
@@ -44,17 +45,6 @@ NAMED_LABELS: dict[str, LabelSet] = {
 }
 #: Seed of the random image the graphs are traced with (parity checks use a different input).
 TRACE_SEED = 0
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    """``'512x1024'`` -> (512, 1024); ConfigError unless both are positive multiples of 32."""
-    try:
-        h, w = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise ConfigError(f"size '{text}' must look like HxW, e.g. 512x1024") from None
-    if h <= 0 or w <= 0 or h % 32 or w % 32:
-        raise ConfigError(f"size {h}x{w} must be positive multiples of 32 (the backbone stride)")
-    return h, w
 
 
 def resolve_labels(spec: str | None) -> LabelSet | None:
@@ -245,6 +235,7 @@ def export_bundle(
     import torch
 
     height, width = size
+    model.check_input_size(height, width)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = model.eval()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import ConfigError
+from ..sizes import parse_size
 
 _LABELS = {
     "normalize": "input normalisation",
@@ -16,15 +16,6 @@ _LABELS = {
     "refinement": "  pooling + refinement",
     "decoder_other": "  pos. embed / attn masks",
 }
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    """``"1024x2048"`` -> (1024, 2048); raises ConfigError on anything else."""
-    try:
-        h, w = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise ConfigError(f"size {text!r} must look like HEIGHTxWIDTH, e.g. 1024x2048") from None
-    return h, w
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

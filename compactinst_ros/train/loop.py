@@ -23,6 +23,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..labels import SYNTHETIC_LABELS, LabelSet
 from ..model.checkpoint import load_checkpoint, save_checkpoint
+from ..sizes import parse_size
 from .criterion import SetCriterion
 from .dataset import collate, open_dataset
 from .distributed import DistContext, init_distributed
@@ -309,12 +310,12 @@ def train_step(net: nn.Module, model: nn.Module, criterion: SetCriterion,
     return {k: float(v.detach()) for k, v in losses.items()}
 
 
-def _pair(text: str, cast: type) -> tuple:
+def _scale_range(text: str) -> tuple[float, float]:
     try:
-        a, b = (cast(v) for v in text.lower().replace(",", "x").split("x"))
+        low, high = (float(v) for v in text.split(","))
     except ValueError:
-        raise ConfigError(f"'{text}' is not a pair like 256x384 or 0.75,1.25") from None
-    return a, b
+        raise ConfigError(f"--scale {text!r} must be LOW,HIGH, e.g. 0.75,1.25") from None
+    return low, high
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -359,7 +360,7 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
         config=args.config, data=args.data, out=args.out, steps=args.steps,
         batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
         backbone_lr_mult=args.backbone_lr_mult,
-        warmup=args.warmup, crop=_pair(args.crop, int), scale=_pair(args.scale, float),
+        warmup=args.warmup, crop=parse_size(args.crop), scale=_scale_range(args.scale),
         num_points=args.num_points, guided=not args.no_guided, workers=args.workers,
         threads=args.threads, device=args.device, amp=not args.no_amp, cpu_bf16=args.bf16,
         clip=args.clip,
