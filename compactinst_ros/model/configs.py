@@ -64,11 +64,6 @@ class ModelConfig:
         """True for CompactInst (pooled tokens + refinement head), False for FastInst."""
         return self.pool_factor > 1
 
-    @property
-    def token_stride(self) -> int:
-        """Stride of the decoder's pixel tokens: 8 (FastInst), 16 (PF 1/16) or 32 (PF 1/32)."""
-        return 8 * self.pool_factor
-
     def replace(self, **overrides: object) -> ModelConfig:
         """Copy with fields replaced; unknown field names raise ConfigError."""
         fields = {f.name for f in dataclasses.fields(self)}
