@@ -53,3 +53,13 @@ def test_train_checkpoint_and_resume(tmp_path, tiny):
     assert resumed.step == 3
     changed = [k for k in record.model if not torch.equal(record.model[k], resumed.model[k])]
     assert changed
+
+
+def test_bad_crop_and_scale_name_the_form(tmp_path, capsys):
+    from compactinst_ros.cli import main
+
+    base = ["train", "compactinst_demo", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
+    assert main([*base, "--crop", "256"]) == 1
+    assert "HxW" in capsys.readouterr().err
+    assert main([*base, "--scale", "0.75x1.25"]) == 1
+    assert "LOW,HIGH" in capsys.readouterr().err
