@@ -37,7 +37,9 @@ ROSIDL_BUILD = [
     "ros-kilted-ament-package",
     "ros-kilted-geometry-msgs",
 ]
-DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", *COLCON, *ROSIDL_BUILD]
+# fvcore: the MAC counts of model/flops.py are cross-checked against it (test/model/test_fvcore.py).
+DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", "fvcore>=0.1.5",
+       *COLCON, *ROSIDL_BUILD]
 
 setup(
     name=PACKAGE,

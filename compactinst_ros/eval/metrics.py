@@ -1,10 +1,25 @@
 """Accuracy metrics: COCO mask AP (pycocotools), panoptic quality (own numpy), semantic mIoU.
 
-PQ follows the COCO panoptic definition (Kirillov et al.; panopticapi ``pq_compute_single_core``):
-a GT and a predicted segment of the same category match iff IoU > 0.5, the union excludes the
-prediction's pixels on GT void, crowd GT segments are never false negatives, and a prediction
-lying more than half on void plus same-category crowd is not a false positive. Predicted
-segments whose category the ground truth does not know count as void (as torchmetrics does).
+PQ follows the COCO panoptic definition (Kirillov et al.; panopticapi ``pq_compute``): a GT and
+a predicted segment of the same category match iff IoU > 0.5, the union excludes the
+prediction's pixels on GT void, crowd GT segments are never false negatives, a GT segment that
+is listed but has no pixel is a false negative, and a prediction lying more than half on void
+plus same-category crowd is not a false positive. On every input panopticapi accepts, the
+result equals its ``pq_compute`` (``test/eval/test_eval_metrics_panopticapi.py``), except where
+we chose otherwise:
+
+* several crowd regions of one category in an image: a prediction on any of them is ignored
+  (panopticapi remembers only the last one listed per category; with the regions merged into one
+  segment, as Cityscapes' converted GT stores them, the two agree);
+* GT pixels whose id is not listed are void (panopticapi counts them in the prediction's area
+  but not as void; consistent GT has none);
+* inputs panopticapi refuses with a KeyError are scored instead, because a replay should not
+  abort on them: a predicted segment listed but absent from the raster is dropped, and predicted
+  ids that are not listed or whose category the GT does not know are void (as torchmetrics
+  treats unknown categories).
+
+GT areas are counted from the raster (panopticapi reads ``segments_info`` areas; equal on
+consistent GT).
 """
 
 from __future__ import annotations
@@ -138,8 +153,9 @@ class PanopticQuality:
             s = self.stats[int(gt_cat[a])]
             s.tp += 1
             s.iou += float(iou[a, b])
-        # Segments listed but absent from the raster are neither FN nor FP.
-        unmatched_gt = ~matched_gt & ~crowd & (gt_area > 0)
+        # A listed GT segment without pixels is still a miss; a listed prediction without
+        # pixels (area 0) can neither match nor be a false positive.
+        unmatched_gt = ~matched_gt & ~crowd
         unmatched_gt[0] = False
         for a in np.nonzero(unmatched_gt)[0]:
             self.stats[int(gt_cat[a])].fn += 1

@@ -3,14 +3,13 @@
 Importing this package needs torch and onnx (the ``train`` extra); the runtime never imports it.
 """
 
-from .onnx_export import export_bundle, load_checkpoint, resolve_labels
+from .onnx_export import export_bundle, resolve_labels
 from .parity import ParityResult, check_parity, relative_error
 
 __all__ = [
     "ParityResult",
     "check_parity",
     "export_bundle",
-    "load_checkpoint",
     "relative_error",
     "resolve_labels",
 ]

@@ -5,8 +5,7 @@ returns the pixel-decoder maps named in ``model.encoder_outputs``; the decoder t
 name and returns ``pred_logits`` (1, Q, K+1) and ``pred_masks`` (1, Q, H/s, W/s). Both graphs use
 the TorchScript exporter (dynamo=False), opset 17 and static shapes, as the TensorRT builder wants.
 
-Checkpoints are ``{"config": name, "model": state_dict, "labels": [label json, ...]}`` saved with
-``torch.save`` and read with ``torch.load(weights_only=True)``.
+Checkpoints are read with ``model.checkpoint.load_checkpoint`` (the training format).
 """
 
 from __future__ import annotations
@@ -29,14 +28,13 @@ from ..labels import (
     SYNTHETIC_LABELS,
     LabelSet,
 )
+from ..sizes import parse_size
 from .tensorrt_rules import file_issues
 
 if TYPE_CHECKING:
     import torch
 
 OPSET = 17
-#: Letterbox padding when the model does not say otherwise (ImageNet mean, normalises to 0).
-PAD_VALUE = (123.675, 116.28, 103.53)
 NAMED_LABELS: dict[str, LabelSet] = {
     "synthetic": SYNTHETIC_LABELS,
     "cityscapes": CITYSCAPES_INSTANCE_LABELS,
@@ -44,17 +42,6 @@ NAMED_LABELS: dict[str, LabelSet] = {
 }
 #: Seed of the random image the graphs are traced with (parity checks use a different input).
 TRACE_SEED = 0
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    """``'512x1024'`` -> (512, 1024); ConfigError unless both are positive multiples of 32."""
-    try:
-        h, w = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise ConfigError(f"size '{text}' must look like HxW, e.g. 512x1024") from None
-    if h <= 0 or w <= 0 or h % 32 or w % 32:
-        raise ConfigError(f"size {h}x{w} must be positive multiples of 32 (the backbone stride)")
-    return h, w
 
 
 def resolve_labels(spec: str | None) -> LabelSet | None:
@@ -82,61 +69,41 @@ def resolve_labels(spec: str | None) -> LabelSet | None:
     return LabelSet.from_json(entries)
 
 
-@dataclasses.dataclass
-class Checkpoint:
-    """A training checkpoint read back for export."""
+def _stage_module(model: torch.nn.Module, forward: Callable[..., tuple]) -> torch.nn.Module:
+    """A module holding ``model`` whose forward is ``forward`` (what torch.onnx.export traces)."""
+    import torch
 
-    config: str
-    state_dict: dict
-    labels: LabelSet | None
-    sha256: str
+    class Stage(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model  # registers the weights, so they become graph initializers
 
+        def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return forward(*inputs)
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a training checkpoint (``model.checkpoint`` format) for export, with its hash."""
-    from ..model.checkpoint import load_checkpoint as read_record
-
-    record = read_record(path)
-    labels = LabelSet.from_json(record["labels"]) if record.get("labels") else None
-    return Checkpoint(str(record["config"]), record["model"], labels, sha256_file(path))
+    return Stage().eval()
 
 
 def wrap_encoder(model: torch.nn.Module) -> torch.nn.Module:
-    """The encoder stage as a module returning a tuple (what torch.onnx.export traces)."""
-    import torch
+    """The encoder stage: image (1, 3, H, W) RGB 0..255 -> maps in ``encoder_outputs`` order."""
+    names = tuple(model.encoder_outputs)
 
-    class Encoder(torch.nn.Module):
-        """image (1, 3, H, W) RGB 0..255 -> encoder maps in ``model.encoder_outputs`` order."""
+    def encode(image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        features = model.encode(image)
+        return tuple(features[n] for n in names)
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-            self.names = tuple(model.encoder_outputs)
-
-        def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            features = self.model.encode(image)
-            return tuple(features[n] for n in self.names)
-
-    return Encoder().eval()
+    return _stage_module(model, encode)
 
 
 def wrap_decoder(model: torch.nn.Module) -> torch.nn.Module:
-    """The decoder stage as a module taking the encoder maps positionally."""
-    import torch
+    """The decoder stage: encoder maps (positional, model order) -> pred_logits, pred_masks."""
+    names = tuple(model.encoder_outputs)
 
-    class Decoder(torch.nn.Module):
-        """Encoder maps (in model order) -> pred_logits, pred_masks."""
+    def decode(*maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = model.decode(dict(zip(names, maps, strict=True)))
+        return out["pred_logits"], out["pred_masks"]
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-            self.names = tuple(model.encoder_outputs)
-
-        def forward(self, *maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            out = self.model.decode(dict(zip(self.names, maps, strict=True)))
-            return out["pred_logits"], out["pred_masks"]
-
-    return Decoder().eval()
+    return _stage_module(model, decode)
 
 
 def random_image(height: int, width: int, seed: int) -> torch.Tensor:
@@ -201,8 +168,7 @@ def architecture_of(model: torch.nn.Module, config_name: str) -> dict:
 
 def pad_value_of(model: torch.nn.Module) -> tuple[float, float, float]:
     """Letterbox colour = the model's pixel mean, which the encoder normalises to exactly 0."""
-    config = getattr(model, "cfg", None) or getattr(model, "config", None)
-    mean = getattr(config, "pixel_mean", PAD_VALUE)
+    mean = model.cfg.pixel_mean
     return (float(mean[0]), float(mean[1]), float(mean[2]))
 
 
@@ -245,6 +211,7 @@ def export_bundle(
     import torch
 
     height, width = size
+    model.check_input_size(height, width)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = model.eval()
@@ -298,6 +265,7 @@ def build_for_export(
     import torch
 
     from ..model import build_model
+    from ..model.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint) if checkpoint is not None else None
     if ckpt is not None and ckpt.config != config:
@@ -311,7 +279,7 @@ def build_for_export(
     model = build_model(config, num_classes=labels.num_classes)
     if ckpt is not None:
         try:
-            model.load_state_dict(ckpt.state_dict)
+            model.load_state_dict(ckpt.model)
         except RuntimeError as exc:
             raise ConfigError(
                 f"checkpoint {checkpoint} does not fit config '{config}' with "

@@ -31,6 +31,7 @@ import torch
 
 from ..errors import ConfigError
 from ..labels import COCO_INSTANCE_LABELS, LabelSet
+from .checkpoint import checkpoint_record, save_checkpoint
 
 IGNORED = re.compile(r"^(pixel_mean|pixel_std|criterion\.empty_weight|.*\.num_batches_tracked)$")
 
@@ -90,53 +91,6 @@ def map_key(key: str) -> str | None:
     if key.startswith("sem_seg_head.predictor."):
         return _predictor_key(key[len("sem_seg_head.predictor."):])
     return None
-
-
-_BACKBONE_INVERSE = (
-    (r"backbone\.conv1\.weight", "backbone.stem.conv1.weight"),
-    (r"backbone\.bn1\.(\w+)", "backbone.stem.conv1.norm.{0}"),
-    (r"backbone\.layer(\d)\.(\d+)\.downsample\.0\.weight", "backbone.res{s}.{1}.shortcut.weight"),
-    (r"backbone\.layer(\d)\.(\d+)\.downsample\.1\.(\w+)", "backbone.res{s}.{1}.shortcut.norm.{2}"),
-    (r"backbone\.layer(\d)\.(\d+)\.conv(\d)\.weight", "backbone.res{s}.{1}.conv{2}.weight"),
-    (r"backbone\.layer(\d)\.(\d+)\.bn(\d)\.(\w+)", "backbone.res{s}.{1}.conv{2}.norm.{3}"),
-)
-
-
-def _official_key(key: str) -> str:
-    for pattern, template in _BACKBONE_INVERSE:
-        m = re.fullmatch(pattern, key)
-        if m:
-            groups = m.groups()
-            stage = int(groups[0]) + 1 if "layer" in pattern else 0
-            return template.format(*groups, s=stage)
-    if key.startswith("pixel_decoder."):
-        return "sem_seg_head." + key
-    if key.startswith("decoder."):
-        return _official_predictor_key(key[len("decoder."):])
-    raise ConfigError(f"no official FastInst name for '{key}' (a CompactInst-only tensor?)")
-
-
-def to_official(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Inverse mapping (our FastInst state dict -> official key names), for tests and tools."""
-    return {_official_key(key): value for key, value in state.items()}
-
-
-def _official_predictor_key(rest: str) -> str:
-    m = re.fullmatch(r"layers\.(\d+)\.(\w+)\.(.+)", rest)
-    if m:
-        block = {v: k for k, v in _LAYER_BLOCKS.items()}[m[2]]
-        attn = "self_attn" if m[2] == "query_self_attn" else "multihead_attn"
-        tail = re.sub(r"^attn\.", f"{attn}.", m[3])
-        return f"sem_seg_head.predictor.{block}.{m[1]}.{tail}"
-    m = re.fullmatch(r"heads\.(\d+)\.(\w+)\.(.+)", rest)
-    if m:
-        part = {v: k for k, v in _HEAD_PARTS.items()}[m[2]]
-        return f"sem_seg_head.predictor.{part}.{m[1]}.{m[3]}"
-    m = re.fullmatch(r"query_proposal\.(conv|conv_cls)\.(weight|bias)", rest)
-    if m:
-        idx = 0 if m[1] == "conv" else 2
-        return f"sem_seg_head.predictor.query_proposal.conv_proposal_cls_logits.{idx}.{m[2]}"
-    return f"sem_seg_head.predictor.{rest}"
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
@@ -241,14 +195,7 @@ def import_fastinst(
     model = build_model(config, num_classes=k)
     state, _, unused = convert_state_dict(official, model)
     missing, _ = model.load_state_dict(state, strict=False)
-    record = {
-        "config": config,
-        "num_classes": k,
-        "model": model.state_dict(),
-        "labels": labels.to_json() if labels is not None else None,
-        "step": 0,
-        "source": str(path),
-    }
+    record = checkpoint_record(model, config, labels, step=0, source=str(path))
     return record, list(missing), unused
 
 
@@ -264,7 +211,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Convert and save a checkpoint usable by train --init and export --checkpoint."""
     record, new, unused = import_fastinst(args.checkpoint, args.config)
-    torch.save(record, args.out)
+    save_checkpoint(args.out, record)
     print(f"wrote {args.out}: config {args.config}, {record['num_classes']} classes, "
           f"{len(record['model'])} tensors")
     if new:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from .matcher import HungarianMatcher, Indices, point_sample
+from .matcher import HungarianMatcher, Indices, TermWeights, point_sample
 
 
 def uncertain_point_coords(
@@ -42,9 +42,7 @@ class SetCriterion(nn.Module):
         self,
         num_classes: int,
         matcher: HungarianMatcher | None = None,
-        class_weight: float = 2.0,
-        mask_weight: float = 5.0,
-        dice_weight: float = 5.0,
+        weights: TermWeights | None = None,
         proposal_weight: float = 20.0,
         no_object_weight: float = 0.1,
         num_points: int = 12544,
@@ -53,10 +51,8 @@ class SetCriterion(nn.Module):
     ) -> None:
         super().__init__()
         self.num_classes = num_classes
-        self.matcher = matcher or HungarianMatcher(
-            class_weight, mask_weight, dice_weight, num_points=num_points
-        )
-        self.weights = {"ce": class_weight, "mask": mask_weight, "dice": dice_weight}
+        self.weights = weights or TermWeights()
+        self.matcher = matcher or HungarianMatcher(self.weights, num_points=num_points)
         self.proposal_weight = proposal_weight
         self.num_points = num_points
         self.oversample_ratio = oversample_ratio
@@ -153,7 +149,7 @@ class SetCriterion(nn.Module):
         losses: dict[str, torch.Tensor] = {}
         for suffix, out, idx in sets:
             for name, value in self._set_losses(out, targets, idx, num_masks).items():
-                losses[f"loss_{name}{suffix}"] = self.weights[name] * value
+                losses[f"loss_{name}{suffix}"] = getattr(self.weights, name) * value
         if outputs.get("proposal_cls_logits") is not None:
             losses["loss_proposal"] = self.proposal_weight * self.loss_proposals(
                 outputs["proposal_cls_logits"], targets

@@ -18,9 +18,8 @@ import torch
 
 from ..errors import ConfigError
 from ..labels import LabelSet
+from ..model.configs import PIXEL_MEAN
 from .synthetic import rgb_to_id
-
-PAD_VALUE = (123.675, 116.28, 103.53)
 
 
 def _read_json(path: Path) -> dict:
@@ -205,7 +204,7 @@ def collate(batch: list[dict], size_divisibility: int = 32,
     d = size_divisibility
     hp, wp = (h + d - 1) // d * d, (w + d - 1) // d * d
     images = torch.empty(len(batch), 3, hp, wp)
-    images[:] = torch.tensor(PAD_VALUE).view(1, 3, 1, 1)
+    images[:] = torch.tensor(PIXEL_MEAN).view(1, 3, 1, 1)
     targets = []
     for i, s in enumerate(batch):
         _, ih, iw = s["image"].shape

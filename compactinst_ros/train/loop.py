@@ -18,11 +18,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ..errors import ConfigError
 from ..labels import SYNTHETIC_LABELS, LabelSet
-from ..model.checkpoint import load_checkpoint, save_checkpoint
+from ..model.checkpoint import (
+    capture_rng_state,
+    checkpoint_record,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
+from ..sizes import parse_size
 from .criterion import SetCriterion
 from .dataset import collate, open_dataset
 from .distributed import DistContext, init_distributed
@@ -61,6 +69,7 @@ class TrainOptions:
     resume: bool = False
     init: str | None = None
     max_minutes: float | None = None
+    stop_at: int | None = None  # stop with a checkpoint after this step (same schedule on resume)
     kind: str = "auto"
     labels: str = "synthetic"
     model_overrides: dict | None = None  # ModelConfig fields (tests use tiny models)
@@ -181,18 +190,18 @@ def train(opts: TrainOptions) -> Path:
     record = None
     if opts.resume and last.is_file():
         record = load_checkpoint(last)
-        model.load_state_dict(record["model"])
-        start_step = int(record["step"])
+        model.load_state_dict(record.model)
+        start_step = record.step
     elif opts.init:
         init = load_checkpoint(opts.init)
         ours = model.state_dict()
         # Class heads differ when the label set does: keep them new (e.g. COCO -> your classes).
-        fitting = {k: v for k, v in init["model"].items()
+        fitting = {k: v for k, v in init.model.items()
                    if k in ours and tuple(v.shape) == tuple(ours[k].shape)}
         missing, _ = model.load_state_dict(fitting, strict=False)
         if ctx.rank == 0:
             print(f"init from {opts.init}: {len(fitting)} tensors loaded, {len(missing)} new "
-                  f"(e.g. {missing[:3]}), {len(init['model']) - len(fitting)} unused",
+                  f"(e.g. {missing[:3]}), {len(init.model) - len(fitting)} unused",
                   file=sys.stderr)
     criterion = SetCriterion(
         labels.num_classes,
@@ -202,8 +211,8 @@ def train(opts: TrainOptions) -> Path:
     groups = param_groups(model, opts.lr, opts.weight_decay, opts.backbone_lr_mult)
     # The fused kernel (CPU and CUDA) is several times faster than the per-tensor loop.
     optimizer = torch.optim.AdamW(groups, lr=opts.lr, weight_decay=opts.weight_decay, fused=True)
-    if record is not None and "optimizer" in record:
-        optimizer.load_state_dict(record["optimizer"])
+    if record is not None and record.optimizer is not None:
+        optimizer.load_state_dict(record.optimizer)
     net: nn.Module = model
     if ctx.world_size > 1:
         net = nn.parallel.DistributedDataParallel(
@@ -232,10 +241,15 @@ def train(opts: TrainOptions) -> Path:
               f"world {ctx.world_size}, device {device}, steps {start_step}->{opts.steps}",
               file=sys.stderr, flush=True)
 
+    # Where the data stands (epoch, samples this process has taken from it) and, last of all
+    # before the first step, the generator states: both as the checkpoint left them.
+    epoch, seen = start_step // steps_per_epoch, start_step % steps_per_epoch * opts.batch_size
+    if record is not None:
+        epoch, seen = _restore_resume_state(record.resume, scaler, ctx, epoch, seen)
     step = start_step
+    stop = out_of_time = False
     model.train()
-    while step < opts.steps:
-        epoch = step // steps_per_epoch
+    while step < opts.steps and not stop:
         dataset.set_epoch(epoch)
         if dist_sampler is not None:
             dist_sampler.set_epoch(epoch)
@@ -244,32 +258,79 @@ def train(opts: TrainOptions) -> Path:
             order = torch.utils.data.RandomSampler(
                 dataset, generator=torch.Generator().manual_seed(opts.seed + epoch)
             )
-        # Resuming mid-epoch skips the batches already seen without loading them.
-        skip = (step % steps_per_epoch) * opts.batch_size
+        # Resuming mid-epoch skips the samples already seen without loading them. The loader
+        # gets its own generator: by default each new iterator draws from the global one.
         loader = torch.utils.data.DataLoader(
-            dataset, batch_size=opts.batch_size, sampler=_Skip(order, skip),
+            dataset, batch_size=opts.batch_size, sampler=_Skip(order, seen),
             num_workers=opts.workers, collate_fn=collate, drop_last=True,
+            generator=torch.Generator().manual_seed(opts.seed + epoch),
         )
         for images, targets in loader:
             losses = train_step(net, model, criterion, optimizer, scaler, images, targets,
                                 device, opts, step, use_amp)
             progress.update(step, losses, optimizer.param_groups[0]["lr"])
             step += 1
-            stop = deadline is not None and time.monotonic() > deadline
-            if ctx.rank == 0 and (step % opts.checkpoint_every == 0 or step == opts.steps or stop):
-                save_checkpoint(last, model, optimizer, opts.config, labels, step)
+            seen += opts.batch_size
+            out_of_time = _any_rank(deadline is not None and time.monotonic() > deadline, ctx)
+            stop = out_of_time or step == opts.stop_at
+            if step % opts.checkpoint_every == 0 or step == opts.steps or stop:
+                resume = _resume_state(epoch, seen, scaler, ctx)  # collective: every rank
+                if ctx.rank == 0:
+                    save_checkpoint(last, checkpoint_record(
+                        model, opts.config, labels, step, optimizer, resume))
             if step >= opts.steps or stop:
                 break
-        if deadline is not None and time.monotonic() > deadline:
-            if ctx.rank == 0:
-                print(f"stopping at step {step}: --max-minutes {opts.max_minutes} reached; "
-                      "rerun with --resume to continue", file=sys.stderr)
-            break
+        else:
+            epoch, seen = epoch + 1, 0
+    if stop and step < opts.steps and ctx.rank == 0:
+        why = f"--max-minutes {opts.max_minutes} reached" if out_of_time else "--stop-at"
+        print(f"stopping at step {step}: {why}; rerun with --resume to continue",
+              file=sys.stderr)
     final = out / "model_final.pt"
     if ctx.rank == 0 and step >= opts.steps:
-        save_checkpoint(final, model, None, opts.config, labels, step)
+        save_checkpoint(final, checkpoint_record(model, opts.config, labels, step))
     ctx.barrier()
     return final if step >= opts.steps else last
+
+
+def _any_rank(flag: bool, ctx: DistContext) -> bool:
+    """True on every process when ``flag`` is true on any (ranks must stop at the same step)."""
+    if ctx.world_size == 1:
+        return flag
+    value = torch.tensor([float(flag)], device=ctx.device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def _resume_state(epoch: int, seen: int, scaler: torch.amp.GradScaler,
+                  ctx: DistContext) -> dict:
+    """Data position, loss-scaler state and every process's generator states (rank order)."""
+    rng = [capture_rng_state()]
+    if ctx.world_size > 1:
+        rng = [None] * ctx.world_size
+        dist.all_gather_object(rng, capture_rng_state())
+    return {"epoch": epoch, "samples_seen": seen, "world_size": ctx.world_size,
+            "scaler": scaler.state_dict(), "rng": rng}
+
+
+def _restore_resume_state(resume: dict | None, scaler: torch.amp.GradScaler, ctx: DistContext,
+                          epoch: int, seen: int) -> tuple[int, int]:
+    """Apply a checkpoint's ``resume`` entry; returns the data position (epoch, samples seen).
+
+    Without the entry (older checkpoints) or with another world size, the position is derived
+    from the step and the generators stay reseeded: the run continues, but its random draws
+    differ from an uninterrupted run's, which the message says.
+    """
+    if resume is None or resume.get("world_size") != ctx.world_size:
+        if ctx.rank == 0:
+            print("resume: the checkpoint holds no generator states for this world size; "
+                  "continuing with reseeded generators (not identical to an uninterrupted run)",
+                  file=sys.stderr)
+        return epoch, seen
+    if scaler.is_enabled() and resume.get("scaler"):
+        scaler.load_state_dict(resume["scaler"])
+    restore_rng_state(resume["rng"][ctx.rank])
+    return int(resume["epoch"]), int(resume["samples_seen"])
 
 
 class _Skip(torch.utils.data.Sampler):
@@ -309,12 +370,12 @@ def train_step(net: nn.Module, model: nn.Module, criterion: SetCriterion,
     return {k: float(v.detach()) for k, v in losses.items()}
 
 
-def _pair(text: str, cast: type) -> tuple:
+def _scale_range(text: str) -> tuple[float, float]:
     try:
-        a, b = (cast(v) for v in text.lower().replace(",", "x").split("x"))
+        low, high = (float(v) for v in text.split(","))
     except ValueError:
-        raise ConfigError(f"'{text}' is not a pair like 256x384 or 0.75,1.25") from None
-    return a, b
+        raise ConfigError(f"--scale {text!r} must be LOW,HIGH, e.g. 0.75,1.25") from None
+    return low, high
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -349,6 +410,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     parser.add_argument("--init", help="initial weights (e.g. from 'compactinst import-fastinst')")
     parser.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this")
+    parser.add_argument("--stop-at", type=int,
+                        help="stop (with a checkpoint) after this step; --resume continues on "
+                             "the schedule of --steps")
 
 
 def options_from_args(args: argparse.Namespace) -> TrainOptions:
@@ -359,12 +423,13 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
         config=args.config, data=args.data, out=args.out, steps=args.steps,
         batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
         backbone_lr_mult=args.backbone_lr_mult,
-        warmup=args.warmup, crop=_pair(args.crop, int), scale=_pair(args.scale, float),
+        warmup=args.warmup, crop=parse_size(args.crop), scale=_scale_range(args.scale),
         num_points=args.num_points, guided=not args.no_guided, workers=args.workers,
         threads=args.threads, device=args.device, amp=not args.no_amp, cpu_bf16=args.bf16,
         clip=args.clip,
         seed=args.seed, checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        resume=args.resume, init=args.init, max_minutes=args.max_minutes, kind=args.kind,
+        resume=args.resume, init=args.init, max_minutes=args.max_minutes, stop_at=args.stop_at,
+        kind=args.kind,
         labels=args.labels,
     )
 

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ..export.onnx_export import build_for_export, export_bundle
+    from ..model.checkpoint import load_checkpoint
 
     work = Path(args.work)
     start = time.perf_counter()
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     size_mb = sum(f.stat().st_size for f in Path(args.out).iterdir()) / 1e6
     record = {
         "checkpoint": str(checkpoint),
-        "step": int(torch.load(checkpoint, weights_only=True)["step"]),
+        "step": load_checkpoint(checkpoint).step,
         "bundle_mb": round(size_mb, 2),
         "wall_minutes_this_run": round(train_s / 60, 1),
         "machine": f"{platform.machine()} {platform.processor() or ''} "

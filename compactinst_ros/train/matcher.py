@@ -8,11 +8,23 @@ and solved with ``scipy.optimize.linear_sum_assignment``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 
 Indices = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class TermWeights:
+    """Weights of the class, mask-BCE and dice terms: FastInst uses the same three as matching
+    costs and as loss weights, so the matcher and the criterion share one record."""
+
+    ce: float = 2.0
+    mask: float = 5.0
+    dice: float = 5.0
 
 
 def point_sample(inputs: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
@@ -42,17 +54,9 @@ def batch_bce_cost(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 class HungarianMatcher:
     """One-to-one assignment of queries to objects per image (FastInst's matcher)."""
 
-    def __init__(
-        self,
-        cost_class: float = 2.0,
-        cost_mask: float = 5.0,
-        cost_dice: float = 5.0,
-        cost_location: float = 1000.0,
-        num_points: int = 12544,
-    ) -> None:
-        self.cost_class = cost_class
-        self.cost_mask = cost_mask
-        self.cost_dice = cost_dice
+    def __init__(self, weights: TermWeights | None = None, cost_location: float = 1000.0,
+                 num_points: int = 12544) -> None:
+        self.weights = weights or TermWeights()
         self.cost_location = cost_location
         self.num_points = num_points
 
@@ -66,12 +70,12 @@ class HungarianMatcher:
         q, g = logits.shape[0], tgt.shape[0]
         if g == 0:
             return torch.zeros(q, 0, device=pred.device)
-        cost = -self.cost_class * logits.softmax(-1)[:, labels]
+        cost = -self.weights.ce * logits.softmax(-1)[:, labels]
         coords = torch.rand(1, self.num_points, 2, device=pred.device)
         tgt_pts = point_sample(tgt[None], coords)[0]  # (G, P)
         pred_pts = point_sample(pred[None], coords)[0]  # (Q, P)
-        cost = cost + self.cost_mask * batch_bce_cost(pred_pts, tgt_pts)
-        cost = cost + self.cost_dice * batch_dice_cost(pred_pts, tgt_pts)
+        cost = cost + self.weights.mask * batch_bce_cost(pred_pts, tgt_pts)
+        cost = cost + self.weights.dice * batch_dice_cost(pred_pts, tgt_pts)
         locations = outputs.get("query_locations")
         if locations is not None and self.cost_location:
             inside = point_sample(tgt[None], locations[b].float()[None])[0] > 0  # (G, Q)
@@ -102,7 +106,7 @@ class HungarianMatcher:
                 indices.append((empty, empty))
                 continue
             inside = (F.adaptive_avg_pool2d(tgt[None], (h, w))[0] > 0).flatten(1).T.float()
-            cost = -self.cost_class * probs[:, target["labels"]] - self.cost_location * inside
+            cost = -self.weights.ce * probs[:, target["labels"]] - self.cost_location * inside
             rows, cols = linear_sum_assignment(cost.cpu().numpy())
             indices.append((torch.as_tensor(rows, dtype=torch.int64),
                             torch.as_tensor(cols, dtype=torch.int64)))

@@ -30,10 +30,13 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..labels import SYNTHETIC_LABELS, LabelSet
+from ..sizes import parse_size
 
 PERSON, VEHICLE, ANIMAL, BALE, FIELD, ROAD, SKY, VEGETATION = range(1, 9)
 #: minimum visible pixels for an object to be kept (smaller ones are removed before painting)
 MIN_AREA = 120
+#: smallest image side the scene layout (horizon, perspective, object sizes) is drawn for
+MIN_SIDE = 64
 #: object height at the bottom image row, as a fraction of the image height
 BASE_HEIGHT = {PERSON: 0.46, VEHICLE: 0.36, ANIMAL: 0.3, BALE: 0.24}
 PALETTE = {
@@ -54,17 +57,6 @@ class Scene:
     image: np.ndarray  # (H, W, 3) uint8 RGB
     panoptic: np.ndarray  # (H, W) int32 segment ids (0 = void, never present here)
     segments: list[dict]  # {"id", "category_id", "isthing"}
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    """Parse ``HxW`` (e.g. ``256x384``) into (height, width)."""
-    try:
-        h, w = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise ConfigError(f"size '{text}' is not HxW, e.g. 256x384") from None
-    if h < 64 or w < 64:
-        raise ConfigError(f"size {h}x{w} is too small; use at least 64x64")
-    return h, w
 
 
 def _smooth_noise(rng: np.random.Generator, h: int, w: int, cells: int, amp: float) -> np.ndarray:
@@ -263,6 +255,9 @@ def generate(out: str | Path, num: int, seed: int, height: int, width: int,
     """Write ``num`` scenes with COCO instance + panoptic annotations under ``out``."""
     from pycocotools import mask as mask_utils
 
+    if height < MIN_SIDE or width < MIN_SIDE:
+        raise ConfigError(f"size {height}x{width} is too small for the synthetic scenes; use at "
+                          f"least {MIN_SIDE}x{MIN_SIDE}")
     out = Path(out)
     (out / "images").mkdir(parents=True, exist_ok=True)
     (out / "panoptic").mkdir(parents=True, exist_ok=True)

@@ -32,22 +32,6 @@ def resize_pair(
     return image, np.concatenate(chunks, axis=0)
 
 
-class ResizeShortestEdge:
-    """Resize so the short side is a random choice of ``short_edges`` and the long side <= max."""
-
-    def __init__(self, short_edges: Sequence[int], max_size: int) -> None:
-        if not short_edges or min(short_edges) < 32:
-            raise ConfigError(f"short_edges {list(short_edges)}: need sizes >= 32")
-        self.short_edges = tuple(int(s) for s in short_edges)
-        self.max_size = int(max_size)
-
-    def __call__(self, image: np.ndarray, masks: np.ndarray, rng: np.random.Generator):
-        h, w = image.shape[:2]
-        short = self.short_edges[int(rng.integers(len(self.short_edges)))]
-        scale = min(short / min(h, w), self.max_size / max(h, w))
-        return resize_pair(image, masks, max(1, round(h * scale)), max(1, round(w * scale)))
-
-
 class RandomScale:
     """Scale the image by a factor drawn uniformly from [low, high] (scale jitter)."""
 
@@ -109,7 +93,3 @@ def train_transforms(
         ops.append(RandomFlip())
     return Compose(ops)
 
-
-def coco_transforms(short_edges: Sequence[int], max_size: int, crop: tuple[int, int]) -> Compose:
-    """FastInst-style: resize the short edge to a random choice, random crop, flip."""
-    return Compose([ResizeShortestEdge(short_edges, max_size), RandomCrop(*crop), RandomFlip()])

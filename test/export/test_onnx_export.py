@@ -16,7 +16,6 @@ from compactinst_ros.errors import ConfigError  # noqa: E402
 from compactinst_ros.export.onnx_export import (  # noqa: E402
     build_for_export,
     export_bundle,
-    parse_size,
     random_image,
     resolve_labels,
 )
@@ -173,8 +172,11 @@ def test_labels_by_name_and_file(tmp_path) -> None:
         resolve_labels(str(path))
 
 
-@pytest.mark.parametrize("text", ["512", "500x1024", "axb", "0x64"])
-def test_bad_sizes(text) -> None:
-    with pytest.raises(ConfigError):
-        parse_size(text)
-    assert parse_size("512x1024") == (512, 1024)
+@pytest.mark.parametrize(("text", "problem"), [
+    ("512", "HxW"), ("axb", "HxW"), ("0x64", "positive"), ("500x1024", "multiple of 32"),
+])
+def test_bad_sizes(text, problem, tmp_path, capsys) -> None:
+    out = tmp_path / "bundle"
+    assert main(["export", "compactinst_demo", "--size", text, "--out", str(out)]) == 1
+    assert problem in capsys.readouterr().err
+    assert not out.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from model_helpers import token_stride
 
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.model.configs import CONFIGS, get_config
@@ -31,9 +32,9 @@ def test_overrides_and_unknown_field() -> None:
 
 
 def test_variant_numbers() -> None:
-    assert not CONFIGS["fastinst_r18_d3"].refine and CONFIGS["fastinst_r18_d3"].token_stride == 8
-    assert CONFIGS["compactinst_r18"].token_stride == 16
-    assert CONFIGS["compactinst_r18_pf32"].token_stride == 32
+    assert not CONFIGS["fastinst_r18_d3"].refine and token_stride(CONFIGS["fastinst_r18_d3"]) == 8
+    assert token_stride(CONFIGS["compactinst_r18"]) == 16
+    assert token_stride(CONFIGS["compactinst_r18_pf32"]) == 32
     assert CONFIGS["compactinst_r18_m4"].mask_stride == 4
     assert CONFIGS["fastinst_r50_d1"].dec_layers == 1
 

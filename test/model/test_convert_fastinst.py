@@ -7,6 +7,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from model_helpers import to_official
 
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.model import build_model
@@ -14,7 +15,6 @@ from compactinst_ros.model.convert_fastinst import (
     convert_state_dict,
     import_fastinst,
     load_official,
-    to_official,
 )
 
 

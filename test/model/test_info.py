@@ -28,3 +28,11 @@ def test_info_unknown_config_and_bad_size(capsys: pytest.CaptureFixture[str]) ->
     assert "multiple of 32" in capsys.readouterr().err
     assert main(["info", "compactinst_r18", "--size", "big"]) == 1
     assert "HEIGHTxWIDTH" in capsys.readouterr().err
+
+
+def test_info_compares_a_relative_paper_claim_as_a_ratio(capsys: pytest.CaptureFixture) -> None:
+    assert main(["info", "compactinst_r18", "--size", "1024x2048", "--num-classes", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "paper: about 7 % fewer GMACs than fastinst_r18_d3, no absolute figure" in text
+    assert "ours 7.3 % fewer" in text
+    assert "191.4" not in text  # 205.8 x 0.93 is derived, not the paper's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_helpers import token_stride
 
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.model import build_model
@@ -41,7 +42,7 @@ def test_train_outputs_and_guided_stream(name: str) -> None:
     guided, regular = out["aux_outputs"][:L], out["aux_outputs"][L:]
     assert all(a["pred_matching_indices"] is out["final_matching_indices"] for a in guided)
     assert all(a["pred_matching_indices"] is None for a in regular)
-    token = SIZE[0] // cfg.token_stride, SIZE[1] // cfg.token_stride
+    token = SIZE[0] // token_stride(cfg), SIZE[1] // token_stride(cfg)
     assert regular[0]["pred_masks"].shape == (2, q, *token)
     assert guided[-1]["pred_masks"].shape == out["pred_masks"].shape
     assert all(a["pred_logits"].shape == (2, q, k + 1) for a in out["aux_outputs"])

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from compactinst_ros.model import build_model
+from compactinst_ros.model.checkpoint import load_checkpoint
 from compactinst_ros.train.criterion import SetCriterion
 from compactinst_ros.train.dataset import collate, open_dataset
-from compactinst_ros.train.loop import TrainOptions, load_checkpoint, param_groups, train
+from compactinst_ros.train.loop import TrainOptions, param_groups, train
 from compactinst_ros.train.matcher import HungarianMatcher
 from compactinst_ros.train.synthetic import generate
 
@@ -41,15 +42,24 @@ def test_train_checkpoint_and_resume(tmp_path, tiny):
                         log_every=1, model_overrides=tiny)
     final = train(opts)
     record = load_checkpoint(final)
-    assert record["step"] == 2 and record["config"] == "compactinst_demo"
-    assert record["num_classes"] == 8 and len(record["labels"]) == 8
-    assert "optimizer" not in record
+    assert record.step == 2 and record.config == "compactinst_demo"
+    assert record.num_classes == 8 and record.labels.num_classes == 8
+    assert record.optimizer is None
     last = load_checkpoint(tmp_path / "run" / "last.pt")
-    assert "optimizer" in last and last["step"] == 2
+    assert last.optimizer is not None and last.step == 2
     opts.steps, opts.resume = 3, True
     train(opts)
     resumed = load_checkpoint(tmp_path / "run" / "last.pt")
-    assert resumed["step"] == 3
-    changed = [k for k in record["model"] if not torch.equal(record["model"][k],
-                                                             resumed["model"][k])]
+    assert resumed.step == 3
+    changed = [k for k in record.model if not torch.equal(record.model[k], resumed.model[k])]
     assert changed
+
+
+def test_bad_crop_and_scale_name_the_form(tmp_path, capsys):
+    from compactinst_ros.cli import main
+
+    base = ["train", "compactinst_demo", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
+    assert main([*base, "--crop", "256"]) == 1
+    assert "HxW" in capsys.readouterr().err
+    assert main([*base, "--scale", "0.75x1.25"]) == 1
+    assert "LOW,HIGH" in capsys.readouterr().err

@@ -11,7 +11,8 @@ from pycocotools import mask as mask_utils
 
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.labels import SYNTHETIC_LABELS
-from compactinst_ros.train.synthetic import generate, parse_size, render_scene, rgb_to_id
+from compactinst_ros.sizes import parse_size
+from compactinst_ros.train.synthetic import generate, render_scene, rgb_to_id
 
 
 def _read_ids(path):
@@ -72,6 +73,8 @@ def test_scene_has_stuff_and_things():
     assert classes == set(SYNTHETIC_LABELS.ids)
 
 
-def test_bad_size():
+def test_bad_size(tmp_path):
     with pytest.raises(ConfigError, match="HxW"):
         parse_size("256")
+    with pytest.raises(ConfigError, match="at least 64x64"):
+        generate(tmp_path, 1, seed=0, height=48, width=128, progress=False)
