@@ -75,7 +75,7 @@ def main() -> int:
     import onnxruntime
     import torch
 
-    from compactinst_ros.export.onnx_export import parse_size
+    from compactinst_ros.sizes import parse_size
 
     size = parse_size(args.size)
     torch.set_num_threads(min(2, torch.get_num_threads()))

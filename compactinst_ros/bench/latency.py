@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BackendError, ConfigError
+from ..sizes import parse_size
 from .models import build_bench_model, num_classes_of, placeholder_labels, random_bundle
 from .runners import (
     BACKEND_NAMES,
@@ -56,11 +57,10 @@ def parse_sizes(text: str) -> list[tuple[str, tuple[int, int]]]:
         if item in NAMED_SIZES:
             sizes.append((item, NAMED_SIZES[item]))
             continue
-        try:
-            h, w = (int(v) for v in item.lower().split("x"))
-        except ValueError:
+        if "x" not in item.lower():
             raise ConfigError(f"size '{item}' must be HxW (e.g. 1080x1920) or one of "
-                              f"{', '.join(NAMED_SIZES)}") from None
+                              f"{', '.join(NAMED_SIZES)}")
+        h, w = parse_size(item)
         if h < 160 or w < 160:
             raise ConfigError(f"size {item}: both sides must be >= 160 (the query proposal needs "
                               "100 cells on the 1/16 grid)")

@@ -14,8 +14,8 @@ from compactinst_ros.train.synthetic import generate
 
 BUNDLE = Path(__file__).resolve().parents[2] / "models" / "default"
 # Measured on these 12 held-out images: AP 63.5, PQ 88.9 (200 images: models/README.md); floors
-# sit 13-14 points below (AP at issue 4's target), so that a real regression (broken export, wrong
-# labels, the 128x192 stage exported instead of the 256x384 fine-tune) trips them.
+# sit 13-14 points below (AP at the project's target of 50), so that a real regression (broken
+# export, wrong labels, the 128x192 stage exported instead of the 256x384 fine-tune) trips them.
 FLOOR_AP = 50.0
 FLOOR_PQ = 75.0
 
