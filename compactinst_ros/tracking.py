@@ -191,7 +191,7 @@ class InstanceTracker:
         return np.sort(np.array([t.track_id for t in self._tracks], np.uint16))
 
     def reset(self) -> None:
-        """Forget every track; the next frame's instances all start new tracks with fresh ids."""
+        """Forget every track; the next frame's instances start new tracks (ids keep counting)."""
         self._tracks = []
         self._shape = None
 
@@ -235,11 +235,13 @@ class InstanceTracker:
             if matched or (track.hits >= opts.min_hits and track.missed <= opts.max_missed):
                 survivors.append(track)
         self._tracks = survivors
-        for i in np.flatnonzero(track_ids == 0).tolist():
-            track = _Track(self._new_id(), int(instances.class_index[i]),
-                           instances.box[i].copy(), pixels[i])
-            self._tracks.append(track)
-            track_ids[i] = track.track_id
+        unmatched = np.flatnonzero(track_ids == 0)
+        track_ids[unmatched] = self._new_ids(unmatched.size)
+        self._tracks += [
+            _Track(int(track_ids[i]), int(instances.class_index[i]), instances.box[i].copy(),
+                   pixels[i])
+            for i in unmatched.tolist()
+        ]
 
         lut = np.zeros(MAX_TRACK_ID + 1, np.uint16)
         lut[ids] = track_ids
@@ -285,18 +287,21 @@ class InstanceTracker:
             iou = np.where(tiny, boxes, iou)
         return iou
 
-    def _new_id(self) -> int:
-        """The next id in [1, 65535] not held by a live track, wrapping around."""
+    def _new_ids(self, count: int) -> list[int]:
+        """``count`` ids in [1, 65535] after the last one handed out, skipping live tracks' ids."""
         live = {t.track_id for t in self._tracks}
-        if len(live) >= MAX_TRACK_ID:
+        if len(live) + count > MAX_TRACK_ID:
             raise InputError(
-                f"all {MAX_TRACK_ID} track ids are live; lower max_missed or the instance count"
+                f"{len(live)} live tracks + {count} new ones exceed {MAX_TRACK_ID} track ids; "
+                "lower max_missed or max_instances"
             )
-        candidate = self._next_id
-        while candidate in live:
+        ids, candidate = [], self._next_id
+        while len(ids) < count:
+            if candidate not in live:
+                ids.append(candidate)
             candidate = candidate % MAX_TRACK_ID + 1
-        self._next_id = candidate % MAX_TRACK_ID + 1
-        return candidate
+        self._next_id = candidate
+        return ids
 
 
 def _pixels_by_row(sampled: np.ndarray, n: int) -> list[np.ndarray]:
