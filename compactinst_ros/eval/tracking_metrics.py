@@ -46,7 +46,10 @@ def match_masks(gt: np.ndarray, pred: np.ndarray,
     if not 0.5 <= iou_threshold < 1.0:
         raise DataError(f"iou_threshold={iou_threshold} must be in [0.5, 1) for unique matches")
     if gt.shape != pred.shape:
-        raise DataError(f"ground-truth raster {gt.shape} and prediction {pred.shape} differ in size")
+        raise DataError(
+            f"ground-truth raster {gt.shape} and prediction {pred.shape} differ in size; "
+            "compare rasters of the same frames"
+        )
     gt_values, gt_index = np.unique(gt.ravel(), return_inverse=True)
     pred_values, pred_index = np.unique(pred.ravel(), return_inverse=True)
     n_pred = pred_values.size
