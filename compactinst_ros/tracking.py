@@ -308,6 +308,6 @@ def _pixels_by_row(sampled: np.ndarray, n: int) -> list[np.ndarray]:
     """Flat indices of the sampled pixels of rows 1..n (``sampled`` holds row + 1, 0 = none)."""
     foreground = np.flatnonzero(sampled)
     owner = sampled[foreground]
-    order = np.argsort(owner, kind="stable")
+    order = np.argsort(owner.astype(np.uint16), kind="stable")  # radix sort: n <= 65535
     counts = np.bincount(owner, minlength=n + 1)[1:]
     return np.split(foreground[order], np.cumsum(counts)[:-1]) if n else []
