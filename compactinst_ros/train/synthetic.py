@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,8 @@ PERSON, VEHICLE, ANIMAL, BALE, FIELD, ROAD, SKY, VEGETATION = range(1, 9)
 MIN_AREA = 120
 #: smallest image side the scene layout (horizon, perspective, object sizes) is drawn for
 MIN_SIDE = 64
+#: sequence track ids are video_id * TRACKS_PER_VIDEO + the object's number in its video
+TRACKS_PER_VIDEO = 1000
 #: object height at the bottom image row, as a fraction of the image height
 BASE_HEIGHT = {PERSON: 0.46, VEHICLE: 0.36, ANIMAL: 0.3, BALE: 0.24}
 PALETTE = {
@@ -178,22 +181,35 @@ def render_scene(seed: int, index: int, height: int, width: int) -> Scene:
             mask = mask[:, ::-1]
         objects.append((bottom, cls, x0, bottom - mask.shape[0], mask, colours))
     objects.sort(key=lambda o: o[0])
+    return _composite(rng, rgb, stuff, objects)[0]
 
-    def rasterise(objs: list) -> np.ndarray:
-        raster = np.zeros((height, width), np.int32)
-        for i, (_, _, x0, y0, mask, _) in enumerate(objs, start=1):
-            ys, xs = max(y0, 0), max(x0, 0)
-            ye, xe = min(y0 + mask.shape[0], height), min(x0 + mask.shape[1], width)
-            if ye <= ys or xe <= xs:
-                continue
-            local = mask[ys - y0 : ye - y0, xs - x0 : xe - x0] > 0
-            raster[ys:ye, xs:xe][local] = i
-        return raster
 
-    raster = rasterise(objects)
+def _rasterise(objects: list, height: int, width: int) -> np.ndarray:
+    """Object index raster (1-based, 0 = none) of objects listed far to near (nearer wins)."""
+    raster = np.zeros((height, width), np.int32)
+    for i, (_, _, x0, y0, mask, _) in enumerate(objects, start=1):
+        ys, xs = max(y0, 0), max(x0, 0)
+        ye, xe = min(y0 + mask.shape[0], height), min(x0 + mask.shape[1], width)
+        if ye <= ys or xe <= xs:
+            continue
+        local = mask[ys - y0 : ye - y0, xs - x0 : xe - x0] > 0
+        raster[ys:ye, xs:xe][local] = i
+    return raster
+
+
+def _composite(rng: np.random.Generator, rgb: np.ndarray, stuff: np.ndarray,
+               objects: list) -> tuple[Scene, list[int]]:
+    """Paint ``objects`` (bottom, cls, x0, y0, mask, colours; far to near) over the stuff.
+
+    Objects with fewer than MIN_AREA visible pixels are dropped before painting. Returns the
+    scene and, per thing segment in order, the index of its object in ``objects``.
+    """
+    height, width = stuff.shape
+    raster = _rasterise(objects, height, width)
     areas = np.bincount(raster.ravel(), minlength=len(objects) + 1)
-    objects = [o for i, o in enumerate(objects, start=1) if areas[i] >= MIN_AREA]
-    raster = rasterise(objects)  # removing objects only grows the others' visible areas
+    kept = [i for i in range(len(objects)) if areas[i + 1] >= MIN_AREA]
+    objects = [objects[i] for i in kept]
+    raster = _rasterise(objects, height, width)  # removing objects only grows the others' areas
 
     texture = rng.normal(0, 6, (height, width, 1)).astype(np.float32)
     for i, (_, _, x0, y0, mask, colours) in enumerate(objects, start=1):
@@ -222,7 +238,73 @@ def render_scene(seed: int, index: int, height: int, width: int) -> Scene:
         panoptic[raster == i] = seg_id
         segments.append({"id": seg_id, "category_id": cls, "isthing": True})
     segments = [{**s, "id": int(s["id"]), "category_id": int(s["category_id"])} for s in segments]
-    return Scene(image=image, panoptic=panoptic, segments=segments)
+    return Scene(image=image, panoptic=panoptic, segments=segments), kept
+
+
+def _moving_object(rng: np.random.Generator, cls: int, role: str, horizon: int, height: int,
+                   width: int, frames: int) -> tuple:
+    """(bottom, cls, left x at frame 0, x step per frame, mask, colours) of one moving object.
+
+    Speeds are 4-12 % of the object's width per frame, so consecutive masks overlap well.
+    ``role``: "right"/"left" cross the image centre region mid-sequence in that direction,
+    "enter" starts just outside an edge and moves in, "leave" starts at an edge moving out,
+    "free" is placed at random (bales stand still).
+    """
+    bottom = int(rng.uniform(horizon + 0.22 * (height - horizon), height + 0.1 * height))
+    depth = (bottom - horizon) / (height - horizon)
+    obj_h = int(BASE_HEIGHT[cls] * height * depth * rng.uniform(0.85, 1.15))
+    mask, colours = _draw_thing(rng, cls, obj_h)
+    w = mask.shape[1]
+    speed = 0.0 if cls == BALE else w * rng.uniform(0.04, 0.12)
+    direction = {"right": 1, "left": -1}.get(role, 1 if rng.random() < 0.5 else -1)
+    if role in ("right", "left"):
+        meet = width * rng.uniform(0.35, 0.65)
+        x_start = meet - w / 2 - direction * speed * (frames - 1) / 2
+    elif role == "enter":
+        x_start = -w if direction > 0 else width
+    elif role == "leave":
+        x_start = width - 1.1 * w if direction > 0 else 0.1 * w
+    else:
+        x_start = rng.uniform(-w / 4, width - 3 * w / 4)
+    if direction < 0:
+        mask = mask[:, ::-1]
+    return bottom, cls, float(x_start), float(direction * speed), mask, colours
+
+
+def render_sequence(seed: int, index: int, frames: int, height: int,
+                    width: int) -> list[Scene]:
+    """Render sequence ``index`` of ``seed``: ``frames`` scenes of one place with moving things.
+
+    A static camera over one stuff layout; two objects cross each other mid-sequence, one enters
+    through an image edge, one leaves through one, the rest move or stand at random. Each thing
+    segment carries ``"track_id"``: its object's number in the sequence (1, 2, ...), the same in
+    every frame where it is visible (MIN_AREA pixels or more). Deterministic.
+    """
+    if frames < 1:
+        raise ConfigError(f"a sequence needs at least one frame, got {frames}")
+    rng = np.random.default_rng([seed, index, frames])
+    rgb, stuff = _paint_stuff(rng, height, width)
+    horizon = int(np.argmax((stuff != SKY) & (stuff != VEGETATION), axis=0).min())
+    roles = ["right", "left", "enter", "leave"] + ["free"] * int(rng.integers(0, 3))
+    movers = []
+    for role in roles:
+        classes = [PERSON, VEHICLE, ANIMAL] + ([BALE] if role == "free" else [])
+        cls = int(rng.choice(classes))
+        movers.append(_moving_object(rng, cls, role, horizon, height, width, frames))
+    order = sorted(range(len(movers)), key=lambda k: movers[k][0])  # far to near
+    scenes = []
+    for frame in range(frames):
+        objects = []
+        for k in order:
+            bottom, cls, x_start, step, mask, colours = movers[k]
+            x0 = round(x_start + step * frame)
+            objects.append((bottom, cls, x0, bottom - mask.shape[0], mask, colours))
+        scene, kept = _composite(rng, rgb.copy(), stuff, objects)
+        things = iter(order[i] + 1 for i in kept)
+        segments = [{**s, "track_id": next(things)} if s["isthing"] else s
+                    for s in scene.segments]
+        scenes.append(Scene(image=scene.image, panoptic=scene.panoptic, segments=segments))
+    return scenes
 
 
 def id_to_rgb(ids: np.ndarray) -> np.ndarray:
@@ -250,9 +332,38 @@ def coco_categories(labels: LabelSet) -> list[dict]:
     ]
 
 
+def _scenes(num: int, seed: int, height: int, width: int,
+            sequence: int) -> Iterator[tuple[Scene, dict]]:
+    """(scene, extra image fields) of the ``num`` images :func:`generate` writes, in order.
+
+    Sequence scenes get ``video_id`` and ``frame_index``, and their thing segments a data-set
+    wide ``track_id`` = video_id * TRACKS_PER_VIDEO + the object's number in its video.
+    """
+    if not sequence:
+        for index in range(num):
+            yield render_scene(seed, index, height, width), {}
+        return
+    for video in range(-(-num // sequence)):
+        frames = min(sequence, num - video * sequence)
+        base = (video + 1) * TRACKS_PER_VIDEO
+        for frame, scene in enumerate(render_sequence(seed, video, frames, height, width)):
+            segments = [{**s, "track_id": base + s["track_id"]} if s["isthing"] else s
+                        for s in scene.segments]
+            yield (Scene(image=scene.image, panoptic=scene.panoptic, segments=segments),
+                   {"video_id": video + 1, "frame_index": frame})
+
+
 def generate(out: str | Path, num: int, seed: int, height: int, width: int,
-             progress: bool = True) -> dict:
-    """Write ``num`` scenes with COCO instance + panoptic annotations under ``out``."""
+             progress: bool = True, sequence: int = 0) -> dict:
+    """Write ``num`` scenes with COCO instance + panoptic annotations under ``out``.
+
+    With ``sequence`` > 0 the images are videos of ``sequence`` frames (the last may be shorter)
+    with moving objects: images carry ``video_id`` and ``frame_index``, a top-level ``videos``
+    list names the videos, and every thing annotation and panoptic thing segment carries a
+    ``track_id`` unique in the data set and constant while its object is visible.
+    """
+    if sequence < 0:
+        raise ConfigError(f"sequence={sequence}: give frames per video, or 0 for single scenes")
     from pycocotools import mask as mask_utils
 
     if height < MIN_SIDE or width < MIN_SIDE:
@@ -264,27 +375,27 @@ def generate(out: str | Path, num: int, seed: int, height: int, width: int,
     images, instances, pan_annos = [], [], []
     ann_id = 0
     start = time.perf_counter()
-    for index in range(num):
-        scene = render_scene(seed, index, height, width)
+    for index, (scene, video_fields) in enumerate(_scenes(num, seed, height, width, sequence)):
         name = f"{index:06d}"
         cv2.imwrite(str(out / "images" / f"{name}.jpg"), scene.image[..., ::-1],
                     [cv2.IMWRITE_JPEG_QUALITY, 95])
         cv2.imwrite(str(out / "panoptic" / f"{name}.png"), id_to_rgb(scene.panoptic)[..., ::-1])
         images.append({"id": index + 1, "file_name": f"{name}.jpg", "height": height,
-                       "width": width})
+                       "width": width, **video_fields})
         seg_info = []
         for seg in scene.segments:
             mask = scene.panoptic == seg["id"]
             area, box = int(mask.sum()), _bbox(mask)
+            track = {"track_id": seg["track_id"]} if "track_id" in seg else {}
             seg_info.append({"id": seg["id"], "category_id": seg["category_id"], "area": area,
-                             "bbox": box, "iscrowd": 0})
+                             "bbox": box, "iscrowd": 0, **track})
             if seg["isthing"]:
                 ann_id += 1
                 rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
                 rle["counts"] = str(rle["counts"], "ascii")
                 instances.append({"id": ann_id, "image_id": index + 1,
                                   "category_id": seg["category_id"], "segmentation": rle,
-                                  "area": area, "bbox": box, "iscrowd": 0})
+                                  "area": area, "bbox": box, "iscrowd": 0, **track})
         pan_annos.append({"image_id": index + 1, "file_name": f"{name}.png",
                           "segments_info": seg_info})
         if progress and ((index + 1) % 50 == 0 or index + 1 == num):
@@ -295,11 +406,13 @@ def generate(out: str | Path, num: int, seed: int, height: int, width: int,
         print(file=sys.stderr)
     cats = coco_categories(SYNTHETIC_LABELS)
     info = {"description": f"compactinst synthetic scenes seed={seed}", "seed": seed}
+    videos = {"videos": [{"id": v, "name": f"{v:06d}"}
+                         for v in sorted({img["video_id"] for img in images})]} if sequence else {}
     (out / "instances.json").write_text(json.dumps({
         "info": info, "images": images, "annotations": instances,
-        "categories": [c for c in cats if c["isthing"]]}))
+        "categories": [c for c in cats if c["isthing"]], **videos}))
     (out / "panoptic.json").write_text(json.dumps({
-        "info": info, "images": images, "annotations": pan_annos, "categories": cats}))
+        "info": info, "images": images, "annotations": pan_annos, "categories": cats, **videos}))
     return {"images": num, "instances": len(instances),
             "seconds": round(time.perf_counter() - start, 2)}
 
@@ -310,6 +423,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num", type=int, default=1000, help="number of images")
     parser.add_argument("--seed", type=int, default=0, help="scene seed (held-out sets: another)")
     parser.add_argument("--size", default="256x384", help="image size HxW")
+    parser.add_argument("--sequence", type=int, default=0, metavar="N",
+                        help="write videos of N frames with moving objects and a track_id per "
+                             "object (0: independent scenes)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -317,7 +433,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num < 1:
         raise ConfigError(f"--num {args.num}: need at least one image")
     h, w = parse_size(args.size)
-    summary = generate(args.out, args.num, args.seed, h, w)
+    summary = generate(args.out, args.num, args.seed, h, w, sequence=args.sequence)
     print(f"wrote {summary['images']} images, {summary['instances']} instances to {args.out} "
           f"in {summary['seconds']} s")
     return 0
