@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, ConfigError
+from ..ros.params import ros_param_text
 from .bags import COMPRESSED, IMAGE, BagFrame, BagWriter, ImageBag
 from .replay import OUTPUT_NS, open_output_bag
 from .report import Progress, latency_stats
@@ -109,15 +110,6 @@ class NodeProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
-
-
-def ros_param_text(value: Any) -> str:
-    """A parameter value in ``--ros-args -p name:=value`` syntax."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(str(v) for v in value) + "]"
-    return str(value)
 
 
 class Recorder:
