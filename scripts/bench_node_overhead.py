@@ -39,7 +39,9 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy  # noqa: E402
 from sensor_msgs.msg import Image, JointState  # noqa: E402
 
 from compactinst_ros.ros.node import CompactInstNode  # noqa: E402
-from compactinst_ros.ros.qos import publisher_count  # noqa: E402
+
+sys.path.insert(0, str(REPO / "test" / "ros"))
+from ros_messages import publisher_count  # noqa: E402
 
 BACKEND_STAGES = ("preprocess", "encoder", "decoder", "postprocess")
 MASKS = ("instance_mask", "panoptic", "semantic")

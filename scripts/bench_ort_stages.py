@@ -18,8 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from compactinst_ros.backends import BackendOptions
 from compactinst_ros.backends.ort import OrtBackend
 from compactinst_ros.labels import LabelSet
+from compactinst_ros.preprocess import letterbox
 from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions
 
 STAGES = ("preprocess", "encoder", "decoder", "postprocess")
@@ -40,9 +42,9 @@ def prepare(config: str, size: tuple[int, int], k: int, threads: int, root: Path
 
     model, labels, source = build_for_export(config, _labels(k), None, seed=0)
     bundle = export_bundle(model, config, size, labels, root / config, source)
-    backend = OrtBackend(bundle, threads=threads)
-    frame = _frame(size)
-    raw = backend.raw_outputs(frame, "rgb8", FrameMeta.letterbox(*size, *size))
+    backend = OrtBackend(bundle, BackendOptions(threads=threads))
+    tensor = letterbox(_frame(size), "rgb8", FrameMeta.letterbox(*size, *size), bundle.pad_value)
+    raw = backend.run_decoder(backend.run_encoder(tensor))
     expected = [t.shape[1:] for t in bundle.stage("decoder").outputs]
     got = [raw.class_logits.shape, raw.mask_logits.shape]
     finite = np.isfinite(raw.class_logits).all() and np.isfinite(raw.mask_logits).all()
