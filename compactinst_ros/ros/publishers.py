@@ -104,11 +104,9 @@ class Publishers:
 
     def publish(self, header: Header, result: FrameResult, wanted: Mapping[str, bool]) -> None:
         """Publish the wanted outputs of one frame, all with the input image's header."""
-        rasters = {**convert.result_rasters(result), "overlay": result.overlay}
-        for name, raster in rasters.items():
-            if wanted.get(name) and raster is not None:
-                encoding = "bgr8" if name == "overlay" else None
-                self.pubs[name].publish(convert.image_msg(raster, header, encoding))
+        for name, image in convert.result_images(result).items():
+            if wanted.get(name) and image is not None:
+                self.pubs[name].publish(convert.image_msg(image, header))
         if wanted.get("instance_table"):
             self.pubs["instance_table"].publish(
                 convert.instance_table_msg(header, result.instances)
