@@ -71,12 +71,10 @@ class OrtBackend:
 
     name = "onnxruntime"
 
-    def __init__(
-        self, bundle: ModelBundle, options: BackendOptions | None = None, **overrides: Any
-    ) -> None:
-        """Open both stage sessions; ``overrides`` replace ``options`` fields by name."""
-        options = BackendOptions.of(options, **overrides)
+    def __init__(self, bundle: ModelBundle, options: BackendOptions | None = None) -> None:
+        """Open both stage sessions (``options.threads`` and ``providers``; None = defaults)."""
         self.bundle = bundle
+        options = options or BackendOptions()
         self.threads = options.threads
         self._ort = _import_ort()
         encoder, decoder = bundle.stage("encoder"), bundle.stage("decoder")

@@ -40,11 +40,9 @@ class TensorRTBackend:
 
     name = "tensorrt"
 
-    def __init__(
-        self, bundle: ModelBundle, options: BackendOptions | None = None, **overrides: Any
-    ) -> None:
-        """Load (or build) the engines on the GPU thread; ``overrides`` replace option fields."""
-        options = BackendOptions.of(options, **overrides)
+    def __init__(self, bundle: ModelBundle, options: BackendOptions | None = None) -> None:
+        """Load (or build) the engines on the GPU thread, as ``options`` (None = defaults) say."""
+        options = options or BackendOptions()
         self._trt = import_tensorrt()
         self._cuda = import_pycuda()
         self.bundle = bundle

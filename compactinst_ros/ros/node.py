@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import rclpy
@@ -298,25 +299,25 @@ def _lifecycle_class() -> type:
             super().__init__(name, **kwargs)
             self.core = CompactInstCore(self)
 
-        def on_configure(self, state: State) -> TransitionCallbackReturn:
-            """Load the model and create publishers; FAILURE names the problem."""
+        def _attempt(
+            self, what: str, step: Callable[[], None], undo: Callable[[], None]
+        ) -> TransitionCallbackReturn:
+            """Run ``step``; on a CompactInstError log it, ``undo`` and return FAILURE."""
             try:
-                self.core.configure()
+                step()
             except CompactInstError as exc:
-                self.get_logger().error(f"configure failed: {exc}")
-                self.core.cleanup()
+                self.get_logger().error(f"{what} failed: {exc}")
+                undo()
                 return TransitionCallbackReturn.FAILURE
             return TransitionCallbackReturn.SUCCESS
 
+        def on_configure(self, state: State) -> TransitionCallbackReturn:
+            """Load the model and create publishers; FAILURE names the problem."""
+            return self._attempt("configure", self.core.configure, self.core.cleanup)
+
         def on_activate(self, state: State) -> TransitionCallbackReturn:
             """Subscribe to the input; FAILURE (stays inactive) if that is impossible."""
-            try:
-                self.core.activate()
-            except CompactInstError as exc:
-                self.get_logger().error(f"activate failed: {exc}")
-                self.core.deactivate()
-                return TransitionCallbackReturn.FAILURE
-            return TransitionCallbackReturn.SUCCESS
+            return self._attempt("activate", self.core.activate, self.core.deactivate)
 
         def on_deactivate(self, state: State) -> TransitionCallbackReturn:
             """Unsubscribe; the model stays loaded."""

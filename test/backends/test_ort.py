@@ -77,7 +77,7 @@ def test_create_backend_by_name(random_bundle: Path) -> None:
 def test_option_fields_can_be_given_by_name(random_bundle: Path) -> None:
     """Keyword overrides replace BackendOptions fields; an unknown one names the known ones."""
     bundle = ModelBundle.load(random_bundle)
-    backend = OrtBackend(bundle, BackendOptions(threads=2), threads=1)
+    backend = create_backend("onnxruntime", bundle, BackendOptions(threads=2), threads=1)
     assert backend.describe()["threads"] == 1
     backend.close()
     with pytest.raises(ConfigError, match=r"unknown backend options \['thread'\]; known: \["):
