@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import InputError
 from .labels import LabelSet
-from .structures import FrameResult, PostprocessOptions
+from .structures import FrameResult, OutputSet, PostprocessOptions
 
 
 def result_to_json(result: FrameResult, labels: LabelSet) -> dict:
@@ -74,25 +74,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Segment each image; print one line per image with instance count and total time."""
-    from .backends import resolve_backend_name
-    from .overlay import draw_overlay
+    from .backends import BackendOptions
     from .pipeline import Pipeline
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    backend = resolve_backend_name(args.backend)
-    kwargs = {"threads": args.threads} if args.threads and backend == "onnxruntime" else {}
-    options = PostprocessOptions(score_threshold=args.score_threshold)
-    with Pipeline(args.model, backend=backend, options=options, **kwargs) as pipeline:
+    options = PostprocessOptions(score_threshold=args.score_threshold, overlay_alpha=args.alpha)
+    backend_options = BackendOptions(threads=args.threads or None)
+    with Pipeline(args.model, args.backend, options, backend_options) as pipeline:
         labels = pipeline.bundle.labels
         info = pipeline.describe()
         print(f"model {info['model']} ({info['input_size']}) on {pipeline.backend_name}")
         for n, path in enumerate(args.images, 1):
             image = read_image(path)
-            result = pipeline(image, "bgr8")
+            result = pipeline(image, "bgr8", OutputSet(overlay=True))
             stem = Path(path).stem
-            overlay = draw_overlay(image, result, labels, alpha=args.alpha, bgr=True)
-            cv2.imwrite(str(out / f"{stem}_overlay.png"), overlay)
+            cv2.imwrite(str(out / f"{stem}_overlay.png"), result.overlay)
             record = {"image": str(path), **info, **result_to_json(result, labels)}
             (out / f"{stem}.json").write_text(json.dumps(record, indent=2) + "\n")
             print(

@@ -1,12 +1,13 @@
-"""Colour overlay of a FrameResult on its camera image (for ~/overlay and ``compactinst infer``).
+"""Colour overlay of a FrameResult on its camera image (``FrameResult.overlay``, replay images).
 
-Instances are drawn when there are any, else panoptic segments, else the semantic raster. The
-blend is a palette lookup over the id raster (no per-pixel Python), outlines are the coloured pixels
-whose 4-neighbourhood holds another id, and labels are drawn with OpenCV per instance
-(``draw_captions``, also used on the TensorRT backend's device-rendered ``FrameResult.overlay``).
+``overlay_bgr`` makes the Pipeline's overlay: the instances only, on every backend (the CPU blend
+here, or the TensorRT backend's device-rendered one), plus captions. ``draw_overlay`` (replay's
+overlay images) shows instances when there are any, else panoptic segments, else the semantic
+raster. The blend is a palette lookup over the id raster (no per-pixel Python), outlines are the
+coloured pixels whose 4-neighbourhood holds another id, and captions are drawn with OpenCV per
+instance by ``draw_captions``, the one caption function of both.
 Instance colours are ``palette(...)[id]``; a row does not depend on the palette's length, so the
-GPU overlay can keep one ``palette(MAX_QUERIES + 1)`` table on the device.
-"""
+GPU overlay can keep one ``palette(MAX_QUERIES + 1)`` table on the device."""
 
 from __future__ import annotations
 
@@ -36,12 +37,17 @@ def _caption_items(result: FrameResult, labels: LabelSet) -> list:
     ]
 
 
+def _instance_index(result: FrameResult) -> tuple[np.ndarray, np.ndarray]:
+    """(instance raster, RGB colour per instance id); all background when there are none."""
+    ids = result.instances.ids
+    return result.instance_raster, palette(int(ids.max()) + 1 if len(ids) else 1)
+
+
 def _index_raster(result: FrameResult, labels: LabelSet) -> tuple[np.ndarray, np.ndarray]:
     """(index raster, colour LUT (RGB)) for what the overlay should show; index 0 = leave alone."""
     class_lut = palette(max(labels.ids) + 1)
-    inst = result.instances
-    if result.instance_raster is not None and len(inst):
-        return result.instance_raster, palette(int(inst.ids.max()) + 1)
+    if result.instance_raster is not None and len(result.instances):
+        return _instance_index(result)
     seg = result.segments
     if result.panoptic_raster is not None and len(seg):
         order = np.argsort(seg.ids, kind="stable")
@@ -77,7 +83,7 @@ def draw_captions(
 ) -> np.ndarray:
     """Draw the instances' class/score captions onto ``canvas`` in place and return it.
 
-    Shared by ``draw_overlay`` and the node's GPU path (``FrameResult.overlay`` has no text).
+    Shared by ``draw_overlay`` and ``overlay_bgr`` (a device-rendered blend has no text).
     """
     _check_frame(canvas, result)
     scale = max(0.4, min(canvas.shape[:2]) / 800.0)
@@ -106,6 +112,18 @@ def outline_mask(index: np.ndarray) -> np.ndarray:
     return edge
 
 
+def _blend(image: np.ndarray, index: np.ndarray, lut: np.ndarray, alpha: float) -> np.ndarray:
+    """Copy of ``image`` with ``lut[index]`` blended in where index > 0, outlines white; no text."""
+    index = index.astype(np.intp, copy=False)
+    colours = np.ascontiguousarray(lut)[index]
+    fg = index > 0
+    out = image.copy()
+    blended = cv2.addWeighted(image, 1.0 - alpha, colours, alpha, 0.0)
+    out[fg] = blended[fg]
+    out[outline_mask(index) & fg] = OUTLINE_COLOUR
+    return out
+
+
 def draw_overlay(
     image: np.ndarray,
     result: FrameResult,
@@ -116,33 +134,30 @@ def draw_overlay(
     """HxWx3 uint8 blend of ``image`` with the result's colours, outlines and captions.
 
     ``image`` is HxWx3 uint8 in BGR (``bgr=True``) or RGB order; the output uses the same order.
+    Without instances it shows the panoptic, else the semantic raster (replay's overlay images).
     """
     _check_frame(image, result)
     index, lut = _index_raster(result, labels)
     if bgr:
         lut = lut[:, ::-1]
-    lut = np.ascontiguousarray(lut)
-    index = index.astype(np.intp, copy=False)
-    colours = lut[index]
-    fg = index > 0
-    out = image.copy()
-    blended = cv2.addWeighted(image, 1.0 - alpha, colours, alpha, 0.0)
-    out[fg] = blended[fg]
-
-    out[outline_mask(index) & fg] = OUTLINE_COLOUR
-    return draw_captions(out, result, labels, bgr)
+    return draw_captions(_blend(image, index, lut, alpha), result, labels, bgr)
 
 
 def overlay_bgr(
     image: np.ndarray, encoding: str, result: FrameResult, labels: LabelSet, alpha: float
 ) -> np.ndarray:
-    """bgr8 overlay of a camera frame (any supported encoding) for ``~/overlay``.
+    """The instance overlay of ``FrameResult.overlay``: bgr8 blend, outlines and captions.
 
-    Uses the backend's device-rendered ``result.overlay`` plus captions when present, else
-    ``draw_overlay`` on the CPU; ``alpha`` applies to the CPU path (the GPU's is set at backend
-    construction).
+    Takes the backend's device-rendered blend when there is one, else blends the instance raster
+    over the camera frame (any supported encoding) on the CPU, the same picture. Instances only,
+    so it does not depend on which other rasters were computed; ``alpha`` is the colour weight.
     """
-    if result.overlay is not None:
-        return draw_captions(result.overlay, result, labels, bgr=True)
-    bgr = image if encoding == "bgr8" else to_rgb(image, encoding)[..., ::-1]
-    return draw_overlay(bgr, result, labels, alpha, bgr=True)
+    canvas = result.overlay
+    if canvas is None:
+        if result.instance_raster is None:
+            raise ValueError("the overlay needs the instance raster; compute it with the overlay")
+        bgr = image if encoding == "bgr8" else to_rgb(image, encoding)[..., ::-1]
+        _check_frame(bgr, result)
+        index, lut = _instance_index(result)
+        canvas = _blend(bgr, index, lut[:, ::-1], alpha)
+    return draw_captions(canvas, result, labels, bgr=True)

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
 from .errors import ConfigError
+
+#: numpy dtype -> sensor_msgs/Image encoding of the single-channel rasters of a FrameResult
+RASTER_ENCODINGS = {
+    np.dtype(np.uint8): "mono8",
+    np.dtype(np.uint16): "mono16",
+    np.dtype(np.int32): "32SC1",
+}
 
 #: Stage names in frame order; every backend reports the ones it runs, in milliseconds.
 STAGES = ("decode", "preprocess", "encoder", "decoder", "postprocess", "publish", "queue", "total")
@@ -40,35 +48,42 @@ class FrameMeta:
 
 @dataclass(frozen=True)
 class PostprocessOptions:
-    """Thresholds of the post-processing rules (see docs/postprocess.md)."""
+    """Thresholds of the post-processing rules (see docs/postprocess.md) and the overlay weight.
+
+    ``BOUNDS`` is the one definition of each option's closed range; the node's parameter
+    descriptors are built from it.
+    """
 
     score_threshold: float = 0.3
     mask_threshold: float = 0.5
     object_mask_threshold: float = 0.8
     overlap_threshold: float = 0.8
     max_instances: int = 100
+    overlay_alpha: float = 0.5
+
+    #: option -> (lowest, highest, what the range protects) for ``__post_init__`` and the node
+    BOUNDS: ClassVar[dict[str, tuple[float, float, str]]] = {
+        "score_threshold": (0.0, 1.0, "a probability"),
+        "mask_threshold": (0.01, 0.99, "a probability away from 0 and 1; 0.5 is the default"),
+        "object_mask_threshold": (0.0, 1.0, "a probability"),
+        "overlap_threshold": (0.0, 1.0, "a fraction"),
+        "max_instances": (1, 65535, "uint16 raster ids"),
+        "overlay_alpha": (0.0, 1.0, "colour weight"),
+    }
 
     def __post_init__(self) -> None:
-        for name in ("score_threshold", "object_mask_threshold", "overlap_threshold"):
+        for name, (low, high, meaning) in self.BOUNDS.items():
             value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name}={value} is outside [0, 1]; pick a probability")
-        if not 0.0 < self.mask_threshold < 1.0:
-            raise ConfigError(
-                f"mask_threshold={self.mask_threshold} must be in (0, 1); 0.5 is the default"
-            )
-        if not 1 <= self.max_instances <= 65535:
-            raise ConfigError(
-                f"max_instances={self.max_instances} must be in [1, 65535] (uint16 raster ids)"
-            )
+            if not low <= value <= high:
+                raise ConfigError(f"{name}={value} must be in [{low:g}, {high:g}] ({meaning})")
 
 
 @dataclass(frozen=True)
 class OutputSet:
-    """Which rasters to compute; a node asks only for outputs that have subscribers.
+    """Which outputs to compute; a node asks only for outputs that have subscribers.
 
-    ``overlay`` asks a backend that can render it on the device (TensorRT) for
-    ``FrameResult.overlay``; others leave it None and the caller draws ``overlay.draw_overlay``.
+    ``overlay`` makes the Pipeline fill ``FrameResult.overlay`` on every backend; it computes the
+    instance raster the overlay needs even when ``instance`` is False.
     """
 
     instance: bool = True
@@ -152,6 +167,6 @@ class FrameResult:
     segments: Segments = field(default_factory=Segments.empty)
     panoptic_raster: np.ndarray | None = None  # (H, W) int32, 0 = void
     semantic_raster: np.ndarray | None = None  # (H, W) uint8 or uint16 label ids, 0 = void
-    # (H, W, 3) uint8 bgr8 instance colour blend + outlines, no captions (overlay.draw_captions)
+    # (H, W, 3) uint8 bgr8 instance colour blend, outlines and captions (OutputSet.overlay)
     overlay: np.ndarray | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)

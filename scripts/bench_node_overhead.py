@@ -41,7 +41,6 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 
 from compactinst_ros.ros.node import CompactInstNode
-from compactinst_ros.ros.qos import publisher_count
 
 BACKEND_STAGES = ("preprocess", "encoder", "decoder", "postprocess")
 MASKS = ("instance_mask", "panoptic", "semantic")
@@ -126,7 +125,7 @@ def wait_matched(node: Node, pubs: list, subs: list, timeout: float = 30.0) -> N
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(p.get_subscription_count() for p in pubs) and all(
-            publisher_count(node, s) for s in subs
+            node.count_publishers(s.topic_name) for s in subs
         ):
             return
         time.sleep(0.05)

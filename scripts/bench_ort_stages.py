@@ -18,8 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from compactinst_ros.backends import BackendOptions
 from compactinst_ros.backends.ort import OrtBackend
 from compactinst_ros.bench.models import placeholder_labels, random_bundle
+from compactinst_ros.preprocess import letterbox
 from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions
 
 STAGES = ("preprocess", "encoder", "decoder", "postprocess")
@@ -29,9 +31,9 @@ CONFIGS = ("compactinst_r18", "fastinst_r18_d3")
 def prepare(config: str, size: tuple[int, int], k: int, threads: int, root: Path) -> OrtBackend:
     """Export a random-weight bundle of ``config`` and open it, after a shape/finiteness check."""
     bundle = random_bundle(config, size, placeholder_labels(k), root)
-    backend = OrtBackend(bundle, threads=threads)
-    frame = _frame(size)
-    raw = backend.raw_outputs(frame, "rgb8", FrameMeta.letterbox(*size, *size))
+    backend = OrtBackend(bundle, BackendOptions(threads=threads))
+    tensor = letterbox(_frame(size), "rgb8", FrameMeta.letterbox(*size, *size), bundle.pad_value)
+    raw = backend.run_decoder(backend.run_encoder(tensor))
     expected = [t.shape[1:] for t in bundle.stage("decoder").outputs]
     got = [raw.class_logits.shape, raw.mask_logits.shape]
     finite = np.isfinite(raw.class_logits).all() and np.isfinite(raw.mask_logits).all()

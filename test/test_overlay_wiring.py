@@ -1,5 +1,5 @@
-"""OutputSet.overlay end to end: the ORT backend leaves FrameResult.overlay to the caller, and the
-TensorRT path (kernel twin + captions) gives the same picture as the CPU draw_overlay."""
+"""OutputSet.overlay end to end: the Pipeline fills FrameResult.overlay on every backend, and the
+TensorRT path (kernel twin + captions) gives the same picture as the CPU blend."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import cv2
 import numpy as np
 import pytest
 
+from compactinst_ros.backends import BackendOptions
+from compactinst_ros.errors import ConfigError
 from compactinst_ros.gpu import twin
 from compactinst_ros.gpu.constants import MAX_QUERIES
 from compactinst_ros.image_formats import to_rgb
@@ -16,7 +18,14 @@ from compactinst_ros.labels import SYNTHETIC_LABELS
 from compactinst_ros.overlay import draw_captions, draw_overlay, overlay_bgr
 from compactinst_ros.palette import palette
 from compactinst_ros.pipeline import Pipeline
-from compactinst_ros.structures import FrameMeta, FrameResult, Instances, OutputSet, Segments
+from compactinst_ros.structures import (
+    FrameMeta,
+    FrameResult,
+    Instances,
+    OutputSet,
+    PostprocessOptions,
+    Segments,
+)
 
 H, W = 90, 140
 ALPHA = 0.45
@@ -94,9 +103,9 @@ def test_captions_are_one_function_for_both_paths() -> None:
     assert np.abs(captioned.astype(int) - with_text.astype(int)).max() <= 1
 
 
-def test_known_difference_no_instances_gpu_shows_the_plain_frame() -> None:
-    """Documented in docs/gpu.md: without instances the GPU overlay is the camera frame, while
-    draw_overlay falls back to the panoptic raster when one was computed."""
+def test_without_instances_the_overlay_is_the_plain_frame_on_both_paths() -> None:
+    """Without instances the overlay is the camera frame on the GPU and on the CPU, whatever else
+    was computed; only draw_overlay (replay's images) falls back to the panoptic raster."""
     image = np.full((H, W, 3), 70, np.uint8)
     result = FrameResult(meta=FrameMeta.letterbox(H, W, 64, 96))
     result.instance_raster = np.zeros((H, W), np.uint16)
@@ -112,31 +121,41 @@ def test_known_difference_no_instances_gpu_shows_the_plain_frame() -> None:
     result.overlay = _gpu_path(image, "bgr8", result)
     gpu = overlay_bgr(image, "bgr8", result, SYNTHETIC_LABELS, ALPHA)
     np.testing.assert_array_equal(gpu, image)
-    assert not np.array_equal(cpu, image)
+    np.testing.assert_array_equal(cpu, image)
+    result.overlay = None
+    assert not np.array_equal(draw_overlay(image, result, SYNTHETIC_LABELS, ALPHA), image)
 
 
-def test_ort_backend_leaves_overlay_to_the_caller(random_bundle: Path) -> None:
-    """OutputSet(overlay=True) on ONNX Runtime: no device overlay, the node's CPU path draws it."""
+def _frame() -> np.ndarray:
     frame = np.zeros((120, 200, 3), np.uint8)
     frame[:] = np.linspace(30, 220, 200, dtype=np.uint8)[None, :, None]
     cv2.circle(frame, (60, 60), 35, (20, 40, 220), -1)
-    with Pipeline(random_bundle, backend="onnxruntime", threads=1) as pipeline:
-        outputs = OutputSet(instance=True, panoptic=False, semantic=False, overlay=True)
-        result = pipeline(frame, "bgr8", outputs)
-        assert result.overlay is None
-        assert result.instance_raster is not None
-        out = overlay_bgr(frame, "bgr8", result, pipeline.bundle.labels, ALPHA)
+    return frame
+
+
+def test_pipeline_draws_the_overlay_on_the_onnxruntime_backend(random_bundle: Path) -> None:
+    """OutputSet(overlay=True) on ONNX Runtime: the backend renders none, the Pipeline draws it
+    on the CPU with the options' alpha, the same picture whatever else is asked for."""
+    frame = _frame()
+    options = PostprocessOptions(score_threshold=0.0, overlay_alpha=ALPHA)
+    backend_options = BackendOptions(threads=1)
+    with Pipeline(random_bundle, "onnxruntime", options, backend_options) as pipeline:
+        labels = pipeline.bundle.labels
+        meta = FrameMeta.letterbox(120, 200, pipeline.bundle.input_h, pipeline.bundle.input_w)
+        asked = OutputSet(instance=True, panoptic=False, semantic=False, overlay=True)
+        assert pipeline.backend.infer(frame, "bgr8", meta, options, asked).overlay is None
+        result = pipeline(frame, "bgr8", asked)
+        assert result.instance_raster is not None and len(result.instances) > 0
+        assert result.overlay.shape == (120, 200, 3) and result.overlay.dtype == np.uint8
         np.testing.assert_array_equal(
-            out, draw_overlay(frame, result, pipeline.bundle.labels, ALPHA, bgr=True)
+            result.overlay, draw_overlay(frame, result, labels, ALPHA, bgr=True)
         )
+        for others in (OutputSet(False, False, False, True), OutputSet(False, True, True, True)):
+            np.testing.assert_array_equal(pipeline(frame, "bgr8", others).overlay, result.overlay)
         assert pipeline(frame, "bgr8").overlay is None  # the default OutputSet asks for none
 
 
-def test_tensorrt_overlay_alpha_is_checked_before_any_gpu_work(random_bundle: Path) -> None:
+def test_overlay_alpha_is_checked_before_any_gpu_work(random_bundle: Path) -> None:
     """A bad blend weight is a ConfigError naming the range, even where TensorRT is missing."""
-    from compactinst_ros.backends.trt import TensorRTBackend
-    from compactinst_ros.bundle import ModelBundle
-    from compactinst_ros.errors import ConfigError
-
     with pytest.raises(ConfigError, match=r"overlay_alpha=1.5 must be in \[0, 1\]"):
-        TensorRTBackend(ModelBundle.load(random_bundle), overlay_alpha=1.5)
+        Pipeline(random_bundle, "tensorrt", PostprocessOptions(overlay_alpha=1.5))

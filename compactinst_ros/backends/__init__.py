@@ -1,5 +1,5 @@
 """Inference backends behind one interface: ONNX Runtime (CPU) and TensorRT + pycuda (GPU)."""
 
-from .base import BACKENDS, Backend, create_backend, resolve_backend_name
+from .base import BACKENDS, Backend, BackendOptions, create_backend, resolve_backend_name
 
-__all__ = ["BACKENDS", "Backend", "create_backend", "resolve_backend_name"]
+__all__ = ["BACKENDS", "Backend", "BackendOptions", "create_backend", "resolve_backend_name"]

@@ -8,7 +8,9 @@ frame on the device. It reports its own stage times (CUDA events on the GPU).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BackendError, ConfigError
 
@@ -17,12 +19,43 @@ if TYPE_CHECKING:
 
     from ..bundle import ModelBundle
     from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions
+    from .trt_build import BuildOptions
 
 #: backend name -> "module:Class"; modules are imported only when chosen.
 BACKENDS: dict[str, str] = {
     "onnxruntime": "compactinst_ros.backends.ort:OrtBackend",
     "tensorrt": "compactinst_ros.backends.trt:TensorRTBackend",
 }
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """How to run a backend, fixed for its lifetime; each backend reads the fields it uses."""
+
+    #: onnxruntime: intra-op threads; None = the runtime's default (all cores)
+    threads: int | None = None
+    #: onnxruntime: execution providers; None = CPU
+    providers: tuple[str, ...] | None = None
+    #: tensorrt: CUDA device index
+    device: int = 0
+    #: tensorrt: engine cache folder; None = the default cache
+    engine_cache_dir: str | Path | None = None
+    #: tensorrt: build a missing or stale engine at construction instead of failing
+    allow_build: bool = True
+    #: tensorrt: precision and workspace of engines built here; None = the defaults
+    build_options: BuildOptions | None = None
+
+    @classmethod
+    def of(cls, options: BackendOptions | None = None, **overrides: Any) -> BackendOptions:
+        """``options`` (default: all defaults) with ``overrides`` replaced by field name.
+
+        ConfigError names an unknown field and lists the known ones.
+        """
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown backend options {unknown}; known: {known}")
+        return replace(options or cls(), **overrides)
 
 
 class Backend(Protocol):
@@ -38,7 +71,11 @@ class Backend(Protocol):
         options: PostprocessOptions,
         outputs: OutputSet,
     ) -> FrameResult:
-        """Run one validated frame; fills timings_ms for preprocess/encoder/decoder/postprocess."""
+        """Run one validated frame; fills timings_ms for preprocess/encoder/decoder/postprocess.
+
+        ``outputs.overlay`` comes with ``outputs.instance`` (the Pipeline sets both); a backend
+        that renders on its device fills ``FrameResult.overlay`` (blend and outlines, bgr8).
+        """
         ...
 
     def describe(self) -> dict:
@@ -64,8 +101,10 @@ def resolve_backend_name(name: str) -> str:
     return name
 
 
-def create_backend(name: str, bundle: ModelBundle, **kwargs: object) -> Backend:
-    """Instantiate backend ``name`` (or ``auto``) for ``bundle``."""
+def create_backend(
+    name: str, bundle: ModelBundle, options: BackendOptions | None = None, **overrides: Any
+) -> Backend:
+    """Instantiate backend ``name`` (or ``auto``) for ``bundle`` with ``BackendOptions.of(...)``."""
     resolved = resolve_backend_name(name)
     module_name, cls_name = BACKENDS[resolved].split(":")
     try:
@@ -75,4 +114,4 @@ def create_backend(name: str, bundle: ModelBundle, **kwargs: object) -> Backend:
             f"backend '{resolved}' is not available ({exc}); install its runtime or choose "
             "another backend"
         ) from exc
-    return getattr(module, cls_name)(bundle, **kwargs)
+    return getattr(module, cls_name)(bundle, BackendOptions.of(options, **overrides))

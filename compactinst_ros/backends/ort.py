@@ -17,6 +17,7 @@ from ..errors import BackendError
 from ..postprocess.reference import postprocess
 from ..preprocess import letterbox
 from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions, RawOutputs
+from .base import BackendOptions
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -70,18 +71,15 @@ class OrtBackend:
 
     name = "onnxruntime"
 
-    def __init__(
-        self,
-        bundle: ModelBundle,
-        threads: int | None = None,
-        providers: list[str] | tuple[str, ...] | None = None,
-    ) -> None:
+    def __init__(self, bundle: ModelBundle, options: BackendOptions | None = None) -> None:
+        """Open both stage sessions (``options.threads`` and ``providers``; None = defaults)."""
         self.bundle = bundle
-        self.threads = threads
+        options = options or BackendOptions()
+        self.threads = options.threads
         self._ort = _import_ort()
         encoder, decoder = bundle.stage("encoder"), bundle.stage("decoder")
-        self._encoder = create_session(encoder.path, threads, providers)
-        self._decoder = create_session(decoder.path, threads, providers)
+        self._encoder = create_session(encoder.path, options.threads, options.providers)
+        self._decoder = create_session(decoder.path, options.threads, options.providers)
         image_inputs = _check_names(self._encoder, encoder.path, [t.name for t in encoder.inputs])
         if len(image_inputs) != 1:
             raise BackendError(f"{encoder.path} must have exactly one input (the image)")
@@ -109,9 +107,9 @@ class OrtBackend:
         t0 = time.perf_counter()
         tensor = letterbox(image, encoding, meta, self.bundle.pad_value)
         t1 = time.perf_counter()
-        features = self._run_encoder(tensor)
+        features = self.run_encoder(tensor)
         t2 = time.perf_counter()
-        raw = self._run_decoder(features)
+        raw = self.run_decoder(features)
         t3 = time.perf_counter()
         result = postprocess(raw, meta, self.bundle.labels, options, outputs)
         t4 = time.perf_counter()
@@ -123,21 +121,14 @@ class OrtBackend:
         )
         return result
 
-    def raw_outputs(self, image: np.ndarray, encoding: str, meta: FrameMeta) -> RawOutputs:
-        """Decoder outputs for one validated frame, without post-processing (checks, replay)."""
-        return self.raw_outputs_of_input(letterbox(image, encoding, meta, self.bundle.pad_value))
-
-    def raw_outputs_of_input(self, tensor: np.ndarray) -> RawOutputs:
-        """Decoder outputs for a ready (1, 3, H, W) encoder input, e.g. another backend's
-        pre-processed frame (parity checks that isolate pre-processing)."""
-        return self._run_decoder(self._run_encoder(tensor))
-
-    def _run_encoder(self, tensor: np.ndarray) -> list[np.ndarray]:
+    def run_encoder(self, tensor: np.ndarray) -> list[np.ndarray]:
+        """Encoder stage: a (1, 3, H, W) float32 input -> the features, in output-name order."""
         if self._encoder is None:
             raise BackendError("the ONNX Runtime backend was closed; create a new Pipeline")
         return self._encoder.run(self._feature_names, {self._image_input: tensor})
 
-    def _run_decoder(self, features: list[np.ndarray]) -> RawOutputs:
+    def run_decoder(self, features: list[np.ndarray]) -> RawOutputs:
+        """Decoder stage: the encoder's features -> class and mask logits of the frame."""
         if self._decoder is None:
             raise BackendError("the ONNX Runtime backend was closed; create a new Pipeline")
         feed = dict(zip(self._feature_names, features, strict=True))

@@ -9,21 +9,21 @@ executor may hop threads) hand frames over and wait for the result.
 Per frame, on one stream: pinned upload of the raw image -> preprocessing kernel -> encoder
 engine -> decoder engine (inputs bound to the encoder's output buffers) -> fused
 post-processing [-> overlay kernel on the instance raster and the raw frame, when
-``OutputSet.overlay``] -> device-to-host copies; CUDA events between the stages give the stage
-times; the host waits once, on the last (blocking-sync) event.
+``OutputSet.overlay``, weight ``PostprocessOptions.overlay_alpha``] -> device-to-host copies;
+CUDA events between the stages give the stage times; the host waits once, on the last
+(blocking-sync) event.
 """
 
 from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import BackendError, ConfigError
+from ..errors import BackendError
+from .base import BackendOptions
 from .engine_cache import EngineCache, default_cache_dir
 from .trt_build import BuildOptions, device_info, ensure_engines, import_pycuda, import_tensorrt
 
@@ -40,28 +40,19 @@ class TensorRTBackend:
 
     name = "tensorrt"
 
-    def __init__(
-        self,
-        bundle: ModelBundle,
-        engine_cache_dir: str | Path | None = None,
-        allow_build: bool = True,
-        device: int = 0,
-        build_options: BuildOptions | None = None,
-        overlay_alpha: float = 0.5,
-    ) -> None:
-        if not 0.0 <= overlay_alpha <= 1.0:
-            raise ConfigError(f"overlay_alpha={overlay_alpha} must be in [0, 1] (colour weight)")
-        self.overlay_alpha = overlay_alpha
+    def __init__(self, bundle: ModelBundle, options: BackendOptions | None = None) -> None:
+        """Load (or build) the engines on the GPU thread, as ``options`` (None = defaults) say."""
+        options = options or BackendOptions()
         self._trt = import_tensorrt()
         self._cuda = import_pycuda()
         self.bundle = bundle
-        self.device = device
-        self.cache = EngineCache(engine_cache_dir or default_cache_dir())
+        self.device = options.device
+        self.cache = EngineCache(options.engine_cache_dir or default_cache_dir())
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactinst-gpu")
         self._ctx: Any = None
         self._closed = False
         try:
-            self._run(self._setup, allow_build, build_options or BuildOptions())
+            self._run(self._setup, options.allow_build, options.build_options or BuildOptions())
         except BaseException:
             self.close()
             raise
@@ -177,14 +168,13 @@ class TensorRTBackend:
             if not context.execute_async_v3(stream.handle):
                 raise BackendError(f"TensorRT failed to enqueue stage '{stage.name}'")
             event.record(stream)
-        post_outputs = replace(outputs, instance=True) if outputs.overlay else outputs
-        self._post.enqueue(stream, self._logits_ptr, self._masks_ptr, meta, options, post_outputs)
+        self._post.enqueue(stream, self._logits_ptr, self._masks_ptr, meta, options, outputs)
         if outputs.overlay:
-            self._enqueue_overlay(image.shape, encoding, meta, post_outputs)
+            self._enqueue_overlay(image.shape, encoding, meta, outputs, options.overlay_alpha)
         ev[4].record(stream)
         enqueue_ms = (time.perf_counter() - start) * 1e3
         ev[4].synchronize()
-        result = self._post.collect(meta, post_outputs)
+        result = self._post.collect(meta, outputs)
         if outputs.overlay and self._overlay_buf is not None:
             result.overlay = self._overlay_buf[2][..., ::-1].copy()  # RGB -> bgr8, off pinned
         result.timings_ms.update(
@@ -194,7 +184,12 @@ class TensorRTBackend:
         return result
 
     def _enqueue_overlay(
-        self, shape: tuple[int, ...], encoding: str, meta: FrameMeta, post_outputs: OutputSet
+        self,
+        shape: tuple[int, ...],
+        encoding: str,
+        meta: FrameMeta,
+        outputs: OutputSet,
+        alpha: float,
     ) -> None:
         """GPU thread: blend the instance raster over the uploaded raw frame, then one D2H copy."""
         cuda = self._cuda
@@ -206,11 +201,11 @@ class TensorRTBackend:
                 cuda.pagelocked_empty((*size, 3), np.uint8),
             )
         _, device, host = self._overlay_buf
-        offsets, _ = self._post.layout(meta, post_outputs)
+        offsets, _ = self._post.layout(meta, outputs)
         ids_ptr = int(self._post.geometry(meta).arena) + offsets["instance"]
         self._overlay.enqueue_instance(
             self._stream, int(self._pre.device), shape, encoding, ids_ptr,
-            int(self._palette), self._palette_rows, self.overlay_alpha, int(device),
+            int(self._palette), self._palette_rows, alpha, int(device),
         )  # fmt: skip
         cuda.memcpy_dtoh_async(host, device, self._stream)
 

@@ -126,10 +126,11 @@ class TensorRTRunner:
     cache when None), built there on first use."""
 
     def __init__(self, bundle: ModelBundle, scope: str, engine_cache: Path | None) -> None:
+        from ..backends.base import BackendOptions
         from ..backends.trt import TensorRTBackend
         from ..structures import FrameMeta, OutputSet, PostprocessOptions
 
-        self.backend = TensorRTBackend(bundle, engine_cache_dir=engine_cache)
+        self.backend = TensorRTBackend(bundle, BackendOptions(engine_cache_dir=engine_cache))
         self.facts = self.backend.describe()
         if self.facts.get("compute_capability") == "0.0":  # no CUDA GPU has it
             self.facts["note"] = STAND_IN_NOTE

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import BackendError, ConfigError
 from ..resources import fastdds_profile
+from ..ros.params import ros_param_text
 from .bags import COMPRESSED, IMAGE, OUTPUT_NS, BagFrame, BagWriter, ImageBag, open_output_bag
 from .report import Progress, latency_stats
 
@@ -115,15 +116,6 @@ class NodeProcess:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
-
-
-def ros_param_text(value: Any) -> str:
-    """A parameter value in ``--ros-args -p name:=value`` syntax."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(str(v) for v in value) + "]"
-    return str(value)
 
 
 class Recorder:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..resources import default_model
-from ..structures import OutputSet, PostprocessOptions
+from ..structures import RASTER_ENCODINGS, OutputSet, PostprocessOptions
 from .bags import (
     IMAGE,
     OUTPUT_NS,
@@ -88,18 +88,13 @@ class ReplayOptions:
 def write_outputs(writer: BagWriter, stamp_ns: int, result: FrameResult) -> None:
     """Instance, panoptic and semantic rasters of one frame as Image messages (input stamp)."""
     rasters = {
-        "instance_mask": (result.instance_raster, "mono16"),
-        "panoptic": (result.panoptic_raster, "32SC1"),
-        "semantic": (
-            result.semantic_raster,
-            "mono8"
-            if result.semantic_raster is not None and result.semantic_raster.dtype == np.uint8
-            else "mono16",
-        ),
+        "instance_mask": result.instance_raster,
+        "panoptic": result.panoptic_raster,
+        "semantic": result.semantic_raster,
     }
-    for name, (raster, encoding) in rasters.items():
+    for name, raster in rasters.items():
         if raster is not None:
-            msg = image_message(raster, encoding, stamp_ns)
+            msg = image_message(raster, RASTER_ENCODINGS[raster.dtype], stamp_ns)
             writer.write(f"{OUTPUT_NS}/{name}", IMAGE, stamp_ns, msg)
 
 

@@ -19,14 +19,7 @@ from std_msgs.msg import Header
 
 from ..image_formats import array_from_buffer, decode_compressed
 from ..labels import LabelSet
-from ..structures import FrameResult, Instances, Segments
-
-#: numpy dtype -> sensor_msgs/Image encoding of the single-channel rasters we publish
-RASTER_ENCODINGS = {
-    np.dtype(np.uint8): "mono8",
-    np.dtype(np.uint16): "mono16",
-    np.dtype(np.int32): "32SC1",
-}
+from ..structures import RASTER_ENCODINGS, FrameResult, Instances, Segments
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
@@ -50,8 +43,11 @@ def _payload(values: np.ndarray) -> array.array:
 
 
 def image_msg(raster: np.ndarray, header: Header, encoding: str | None = None) -> Image:
-    """sensor_msgs/Image of an HxW or HxWxC raster with ``header`` (one copy of the pixels)."""
-    encoding = encoding or RASTER_ENCODINGS[raster.dtype]
+    """sensor_msgs/Image of an HxW raster or HxWx3 bgr8 image with ``header`` (one copy).
+
+    ``encoding`` defaults to the raster's (``RASTER_ENCODINGS``), bgr8 for three channels.
+    """
+    encoding = encoding or ("bgr8" if raster.ndim == 3 else RASTER_ENCODINGS[raster.dtype])
     msg = Image()
     msg.header = header
     msg.height, msg.width = int(raster.shape[0]), int(raster.shape[1])
@@ -62,54 +58,47 @@ def image_msg(raster: np.ndarray, header: Header, encoding: str | None = None) -
     return msg
 
 
-def raster_from_image(msg: Image) -> np.ndarray:
-    """HxW numpy view of a mono8/mono16/32SC1 Image (consumers, tests, replay)."""
-    dtype = {"mono8": np.uint8, "mono16": np.uint16, "32SC1": np.int32}[msg.encoding]
-    flat = np.frombuffer(msg.data, np.uint8)[: msg.height * msg.step]
-    rows = flat.reshape(msg.height, msg.step)[:, : msg.width * np.dtype(dtype).itemsize]
-    return rows.view(dtype).reshape(msg.height, msg.width)
+#: numpy type -> PointField datatype of a table column
+POINTFIELD_TYPES = {
+    np.dtype(np.uint8): PointField.UINT8,
+    np.dtype(np.int32): PointField.INT32,
+    np.dtype(np.uint32): PointField.UINT32,
+    np.dtype(np.float32): PointField.FLOAT32,
+}
 
-
-#: (name, numpy dtype, PointField datatype) per column of the instance table
-INSTANCE_FIELDS = (
-    ("id", np.uint32, PointField.UINT32),
-    ("class_index", np.int32, PointField.INT32),
-    ("label_id", np.int32, PointField.INT32),
-    ("score", np.float32, PointField.FLOAT32),
-    ("x0", np.float32, PointField.FLOAT32),
-    ("y0", np.float32, PointField.FLOAT32),
-    ("x1", np.float32, PointField.FLOAT32),
-    ("y1", np.float32, PointField.FLOAT32),
-    ("area", np.uint32, PointField.UINT32),
+#: columns of the instance table, in PointCloud2 field order
+INSTANCE_TABLE = np.dtype(
+    [("id", "u4"), ("class_index", "i4"), ("label_id", "i4"), ("score", "f4")]
+    + [(corner, "f4") for corner in ("x0", "y0", "x1", "y1")]
+    + [("area", "u4")]
 )
 
-#: columns of the panoptic segment table
-SEGMENT_FIELDS = (
-    ("id", np.int32, PointField.INT32),
-    ("label_id", np.int32, PointField.INT32),
-    ("isthing", np.uint8, PointField.UINT8),
-    ("score", np.float32, PointField.FLOAT32),
-    ("area", np.uint32, PointField.UINT32),
+#: columns of the panoptic segment table, in PointCloud2 field order
+SEGMENT_TABLE = np.dtype(
+    [("id", "i4"), ("label_id", "i4"), ("isthing", "u1"), ("score", "f4"), ("area", "u4")]
 )
 
 
-def _table_msg(
-    header: Header, fields: Sequence[tuple], columns: dict[str, np.ndarray]
-) -> PointCloud2:
-    dtype = np.dtype([(name, np_type) for name, np_type, _ in fields])
-    rows = np.zeros(len(next(iter(columns.values()))), dtype)
-    for name, values in columns.items():
-        rows[name] = values
+def _table_msg(header: Header, table: np.dtype, columns: dict[str, np.ndarray]) -> PointCloud2:
+    """One PointCloud2 point per row: ``columns`` packed into ``table``'s layout (one copy)."""
+    rows = np.zeros(len(columns["id"]), table)
+    for name in table.names:
+        rows[name] = columns[name]
     msg = PointCloud2()
     msg.header = header
     msg.height, msg.width = 1, int(rows.shape[0])
     msg.fields = [
-        PointField(name=name, offset=dtype.fields[name][1], datatype=code, count=1)
-        for name, _, code in fields
+        PointField(
+            name=name,
+            offset=table.fields[name][1],
+            datatype=POINTFIELD_TYPES[table.fields[name][0]],
+            count=1,
+        )
+        for name in table.names
     ]
     msg.is_bigendian = not _LITTLE_ENDIAN
-    msg.point_step = dtype.itemsize
-    msg.row_step = dtype.itemsize * msg.width
+    msg.point_step = table.itemsize
+    msg.row_step = table.itemsize * msg.width
     msg.is_dense = True
     msg.data = _payload(rows.view(np.uint8))
     return msg
@@ -120,7 +109,7 @@ def instance_table_msg(header: Header, instances: Instances) -> PointCloud2:
     box = instances.box.reshape(-1, 4)
     return _table_msg(
         header,
-        INSTANCE_FIELDS,
+        INSTANCE_TABLE,
         {
             "id": instances.ids,
             "class_index": instances.class_index,
@@ -139,7 +128,7 @@ def segment_table_msg(header: Header, segments: Segments) -> PointCloud2:
     """Panoptic segment table as a PointCloud2 (one point per segment; ``id`` = raster value)."""
     return _table_msg(
         header,
-        SEGMENT_FIELDS,
+        SEGMENT_TABLE,
         {
             "id": segments.ids,
             "label_id": segments.label_id,
@@ -148,20 +137,6 @@ def segment_table_msg(header: Header, segments: Segments) -> PointCloud2:
             "area": segments.area,
         },
     )
-
-
-def table_from_msg(msg: PointCloud2) -> np.ndarray:
-    """Structured numpy array of a table published by ``instance/segment_table_msg``."""
-    codes = {f[2]: f[1] for f in INSTANCE_FIELDS + SEGMENT_FIELDS}
-    dtype = np.dtype(
-        {
-            "names": [f.name for f in msg.fields],
-            "formats": [codes[f.datatype] for f in msg.fields],
-            "offsets": [f.offset for f in msg.fields],
-            "itemsize": msg.point_step,
-        }
-    )
-    return np.frombuffer(msg.data, np.uint8).view(dtype)
 
 
 def latency_record_msg(header: Header, stages: Sequence[str], timings_ms: dict) -> JointState:
@@ -215,10 +190,11 @@ def label_info_msg(
     return out
 
 
-def result_rasters(result: FrameResult) -> dict[str, np.ndarray | None]:
-    """Output topic suffix -> raster of a frame result."""
+def result_images(result: FrameResult) -> dict[str, np.ndarray | None]:
+    """Output topic suffix -> image of a frame result (None where it was not computed)."""
     return {
         "instance_mask": result.instance_raster,
         "panoptic": result.panoptic_raster,
         "semantic": result.semantic_raster,
+        "overlay": result.overlay,
     }

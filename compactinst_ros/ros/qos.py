@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from rclpy.qos import (
     DurabilityPolicy,
@@ -50,18 +49,10 @@ def matched_reliability(publisher_infos: Iterable[object]) -> ReliabilityPolicy 
     return ReliabilityPolicy.RELIABLE
 
 
-def input_qos(reliability: ReliabilityPolicy) -> QoSProfile:
-    """Keep-last(1), volatile: the newest frame only, compatible with any durability."""
-    return QoSProfile(
-        history=HistoryPolicy.KEEP_LAST,
-        depth=1,
-        reliability=reliability,
-        durability=DurabilityPolicy.VOLATILE,
-    )
-
-
-def output_qos(reliability: ReliabilityPolicy) -> QoSProfile:
-    """Keep-last(1) outputs; reliable by default so that any subscriber matches."""
+def frame_qos(reliability: ReliabilityPolicy) -> QoSProfile:
+    """Keep-last(1), volatile, for input and output frames: the newest frame only, compatible
+    with any durability; inputs follow the publishers' reliability, outputs are reliable unless
+    configured otherwise so that any subscriber matches."""
     return QoSProfile(
         history=HistoryPolicy.KEEP_LAST,
         depth=1,
@@ -78,15 +69,3 @@ def latched_qos() -> QoSProfile:
         reliability=ReliabilityPolicy.RELIABLE,
         durability=DurabilityPolicy.TRANSIENT_LOCAL,
     )
-
-
-def publisher_count(node: Any, subscription: Any) -> int:
-    """Publishers matched to ``subscription``; on Humble, those on its topic in the graph.
-
-    ``Subscription.get_publisher_count`` exists from Iron on (ros2/rclpy#1089); Humble has only
-    ``Node.count_publishers``, which counts graph publishers whether or not they matched.
-    """
-    matched = getattr(subscription, "get_publisher_count", None)
-    if matched is not None:
-        return int(matched())
-    return int(node.count_publishers(subscription.topic_name))

@@ -10,9 +10,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 
 
 @dataclass
@@ -76,8 +79,8 @@ class Worker:
 
     def __init__(
         self,
-        factory: Callable[[], Any],
-        handler: Callable[[Any, Frame], None],
+        factory: Callable[[], Pipeline],
+        handler: Callable[[Pipeline, Frame], None],
         name: str = "compactinst_worker",
     ) -> None:
         self.mailbox = Mailbox()
@@ -85,10 +88,10 @@ class Worker:
         self._handler = handler
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self.pipeline: Any = None
+        self.pipeline: Pipeline | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self, timeout: float | None = None) -> Any:
+    def start(self, timeout: float | None = None) -> Pipeline:
         """Start the thread, wait for the pipeline; re-raises the factory's error."""
         self._thread.start()
         if not self._ready.wait(timeout):
@@ -99,11 +102,12 @@ class Worker:
         if self._error is not None:
             self._thread.join()
             raise self._error
+        assert self.pipeline is not None
         return self.pipeline
 
     def _run(self) -> None:
         try:
-            self.pipeline = self._factory()
+            pipeline = self.pipeline = self._factory()
         except BaseException as exc:  # handed to start() and re-raised there
             self._error = exc
             self._ready.set()
@@ -116,9 +120,9 @@ class Worker:
                     if self.mailbox.closed:
                         break
                     continue
-                self._handler(self.pipeline, frame)
+                self._handler(pipeline, frame)
         finally:
-            self.pipeline.close()
+            pipeline.close()
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Close the mailbox and join; False if the thread is still busy after ``timeout``."""

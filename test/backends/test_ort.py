@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 import pytest
+from ort_stages import raw_outputs
 
-from compactinst_ros.backends import create_backend
+from compactinst_ros.backends import BackendOptions, create_backend
 from compactinst_ros.backends.ort import OrtBackend
 from compactinst_ros.bundle import ModelBundle
-from compactinst_ros.errors import BackendError
+from compactinst_ros.errors import BackendError, ConfigError
 from compactinst_ros.postprocess.reference import postprocess
 from compactinst_ros.preprocess import letterbox
 from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions, RawOutputs
@@ -21,7 +22,7 @@ from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions,
 
 @pytest.fixture(scope="module")
 def backend(random_bundle: Path) -> OrtBackend:
-    return OrtBackend(ModelBundle.load(random_bundle), threads=1)
+    return OrtBackend(ModelBundle.load(random_bundle), BackendOptions(threads=1))
 
 
 def _frame(h: int = 200, w: int = 240) -> np.ndarray:
@@ -67,9 +68,20 @@ def test_matches_hand_chained_stages(backend: OrtBackend, random_bundle: Path) -
 
 
 def test_create_backend_by_name(random_bundle: Path) -> None:
-    backend = create_backend("onnxruntime", ModelBundle.load(random_bundle), threads=1)
-    assert isinstance(backend, OrtBackend)
+    bundle = ModelBundle.load(random_bundle)
+    backend = create_backend("onnxruntime", bundle, BackendOptions(threads=1))
+    assert isinstance(backend, OrtBackend) and backend.describe()["threads"] == 1
     backend.close()
+
+
+def test_option_fields_can_be_given_by_name(random_bundle: Path) -> None:
+    """Keyword overrides replace BackendOptions fields; an unknown one names the known ones."""
+    bundle = ModelBundle.load(random_bundle)
+    backend = create_backend("onnxruntime", bundle, BackendOptions(threads=2), threads=1)
+    assert backend.describe()["threads"] == 1
+    backend.close()
+    with pytest.raises(ConfigError, match=r"unknown backend options \['thread'\]; known: \["):
+        create_backend("onnxruntime", bundle, thread=1)
 
 
 def test_corrupt_onnx_is_a_backend_error(random_bundle: Path, tmp_path: Path) -> None:
@@ -88,13 +100,13 @@ def test_mixed_stage_files_are_refused(random_bundle: Path, tmp_path: Path) -> N
 
 def test_bad_thread_count(random_bundle: Path) -> None:
     with pytest.raises(BackendError, match="threads=0"):
-        OrtBackend(ModelBundle.load(random_bundle), threads=0)
+        OrtBackend(ModelBundle.load(random_bundle), BackendOptions(threads=0))
 
 
 def test_raw_outputs_follow_the_bundle(backend: OrtBackend) -> None:
     bundle = backend.bundle
     meta = FrameMeta.letterbox(200, 240, bundle.input_h, bundle.input_w)
-    raw = backend.raw_outputs(_frame(), "rgb8", meta)
+    raw = raw_outputs(backend, _frame(), "rgb8", meta)
     logits_spec, masks_spec = bundle.stage("decoder").outputs
     assert raw.class_logits.shape == logits_spec.shape[1:]
     assert raw.mask_logits.shape == masks_spec.shape[1:]
@@ -108,8 +120,8 @@ def test_missing_onnxruntime_is_a_backend_error(random_bundle: Path, monkeypatch
 
 
 def test_closed_backend_says_so(random_bundle: Path) -> None:
-    backend = OrtBackend(ModelBundle.load(random_bundle), threads=1)
+    backend = OrtBackend(ModelBundle.load(random_bundle), BackendOptions(threads=1))
     backend.close()
     meta = FrameMeta.letterbox(200, 240, backend.bundle.input_h, backend.bundle.input_w)
     with pytest.raises(BackendError, match="closed"):
-        backend.raw_outputs(_frame(), "rgb8", meta)
+        raw_outputs(backend, _frame(), "rgb8", meta)

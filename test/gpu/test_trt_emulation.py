@@ -95,7 +95,7 @@ def cpu_frame_result(bundle: ModelBundle, tensor: np.ndarray, meta, outputs: Out
     """ONNX Runtime stages and the numpy reference post-processing on a given encoder input."""
     backend = OrtBackend(bundle)
     try:
-        raw = backend.raw_outputs_of_input(tensor)
+        raw = backend.run_decoder(backend.run_encoder(tensor))
     finally:
         backend.close()
     return reference.postprocess(raw, meta, bundle.labels, PostprocessOptions(), outputs)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from compactinst_ros.backends import create_backend, resolve_backend_name
+from compactinst_ros.backends import BackendOptions, create_backend, resolve_backend_name
 from compactinst_ros.bundle import ModelBundle
 from compactinst_ros.cli import main as cli_main
 from compactinst_ros.errors import BackendError
@@ -103,7 +103,7 @@ def test_constructing_without_tensorrt_names_the_fix(tmp_path: Path) -> None:
 
     bundle = ModelBundle.load(tiny_bundle(tmp_path / "b"))
     with pytest.raises(BackendError, match="TensorRT Python bindings are not importable"):
-        TensorRTBackend(bundle, engine_cache_dir=tmp_path / "cache")
+        TensorRTBackend(bundle, BackendOptions(engine_cache_dir=tmp_path / "cache"))
     with pytest.raises(BackendError, match="onnxruntime backend"):
         create_backend("tensorrt", bundle)
     assert not (tmp_path / "cache").exists()

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ros_messages import publisher_count
+
 from compactinst_ros.eval import realtime
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,8 +127,6 @@ class Client:
 
     def matched(self, topic: str) -> int:
         """Publishers matched to our subscription on ``topic`` (graph count on Humble)."""
-        from compactinst_ros.ros.qos import publisher_count
-
         return publisher_count(self.node, self.subs[topic])
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:

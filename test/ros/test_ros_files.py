@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from compactinst_ros.ros.node import OUTPUTS, PARAMETERS, read_config
+from compactinst_ros.ros.params import OUTPUTS, PARAMETERS, read_config
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "launch" / "compactinst.launch.py"

@@ -9,8 +9,8 @@ import cv2
 import numpy as np
 import pytest
 from ros_harness import Client, NodeProcess, next_domain
+from ros_messages import raster_from_image, table_from_msg
 
-from compactinst_ros.ros.convert import raster_from_image, table_from_msg
 from compactinst_ros.structures import STAGES
 
 pytest.importorskip("rclpy")

@@ -10,9 +10,8 @@ import shutil
 import numpy as np
 import pytest
 from ros_harness import REPO, Client, NodeProcess, next_domain
+from ros_messages import raster_from_image
 from test_ros_node import encode_as, image_msg, scene
-
-from compactinst_ros.ros.convert import raster_from_image
 
 pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray

@@ -13,21 +13,31 @@ import pytest
 
 pytest.importorskip("rclpy")
 from rclpy.qos import ReliabilityPolicy
+from ros_messages import publisher_count, raster_from_image, table_from_msg
 from std_msgs.msg import Header
 
+from compactinst_ros.backends import BackendOptions
 from compactinst_ros.bundle import default_bundle_path
 from compactinst_ros.errors import ConfigError, InputError
 from compactinst_ros.image_formats import compressed_image_size
 from compactinst_ros.ros import convert
-from compactinst_ros.ros.node import (
+from compactinst_ros.ros.params import (
     PARAMETERS,
-    _ros_value,
     check_topic,
+    descriptor,
     read_config,
+    ros_param_text,
 )
-from compactinst_ros.ros.qos import matched_reliability, publisher_count
+from compactinst_ros.ros.publishers import output_set
+from compactinst_ros.ros.qos import matched_reliability
 from compactinst_ros.ros.worker import Frame, Mailbox, Worker
-from compactinst_ros.structures import Instances, Segments
+from compactinst_ros.structures import (
+    RASTER_ENCODINGS,
+    Instances,
+    OutputSet,
+    PostprocessOptions,
+    Segments,
+)
 
 
 def test_mailbox_keeps_only_the_newest_frame():
@@ -93,9 +103,9 @@ def test_raster_round_trip(dtype):
     raster = (np.arange(6 * 7).reshape(6, 7) * 1000 % np.iinfo(dtype).max).astype(dtype)
     header = Header(frame_id="cam")
     msg = convert.image_msg(raster, header)
-    assert msg.encoding == convert.RASTER_ENCODINGS[np.dtype(dtype)]
+    assert msg.encoding == RASTER_ENCODINGS[np.dtype(dtype)]
     assert msg.step == 7 * raster.itemsize and msg.header.frame_id == "cam"
-    np.testing.assert_array_equal(convert.raster_from_image(msg), raster)
+    np.testing.assert_array_equal(raster_from_image(msg), raster)
 
 
 def test_tables_round_trip():
@@ -107,7 +117,7 @@ def test_tables_round_trip():
         box=np.array([[0, 1, 5, 6], [2, 2, 4, 9]], np.float32),
         area=np.array([20, 11], np.int64),
     )
-    table = convert.table_from_msg(convert.instance_table_msg(Header(), inst))
+    table = table_from_msg(convert.instance_table_msg(Header(), inst))
     assert table["id"].tolist() == [1, 2] and table["label_id"].tolist() == [1, 4]
     assert table["x1"].tolist() == [5, 4] and table["area"].tolist() == [20, 11]
     seg = Segments(
@@ -117,9 +127,9 @@ def test_tables_round_trip():
         score=np.array([0.8, 0.7], np.float32),
         area=np.array([3, 4], np.int64),
     )
-    table = convert.table_from_msg(convert.segment_table_msg(Header(), seg))
+    table = table_from_msg(convert.segment_table_msg(Header(), seg))
     assert table["id"].tolist() == [5, 1001] and table["isthing"].tolist() == [0, 1]
-    assert len(convert.table_from_msg(convert.instance_table_msg(Header(), Instances.empty()))) == 0
+    assert len(table_from_msg(convert.instance_table_msg(Header(), Instances.empty()))) == 0
 
 
 def test_image_view_honours_step_padding():
@@ -176,6 +186,42 @@ def test_publisher_count_falls_back_to_the_graph_on_humble():
 
 
 def test_type_hints_in_parameter_errors_use_command_line_syntax():
-    assert _ros_value(0.3) == "0.3" and _ros_value(2.0) == "2.0"  # a double, never "2"
-    assert _ros_value(True) == "true" and _ros_value(7) == "7" and _ros_value("") == "''"
-    assert _ros_value(["overlay", "semantic"]) == "[overlay,semantic]"
+    assert ros_param_text(0.3) == "0.3" and ros_param_text(2.0) == "2.0"  # a double, never "2"
+    assert ros_param_text(True) == "true" and ros_param_text(7) == "7"
+    assert ros_param_text("") == "''"
+    assert ros_param_text(["overlay", "semantic"]) == "[overlay,semantic]"
+
+
+def test_option_parameters_take_default_and_range_from_postprocess_options():
+    """One range per option: the descriptors rclpy enforces are PostprocessOptions.BOUNDS."""
+    defaults = PostprocessOptions()
+    for name, (low, high, _) in PostprocessOptions.BOUNDS.items():
+        spec = PARAMETERS[name]
+        assert spec.default == getattr(defaults, name) and spec.bounds == (low, high), name
+        ranges = descriptor(name, spec)
+        (limits,) = ranges.integer_range or ranges.floating_point_range
+        assert (limits.from_value, limits.to_value) == (low, high), name
+    assert PARAMETERS["mask_threshold"].bounds == (0.01, 0.99)
+
+
+def test_read_config_makes_the_typed_options():
+    values = {name: spec.default for name, spec in PARAMETERS.items()} | {"model": "/m"}
+    config = read_config(values)
+    assert config.options == PostprocessOptions()
+    assert config.backend_options == BackendOptions()  # 0 threads, "" cache = defaults
+    changed = values | {"ort_threads": 2, "gpu_device": 1, "engine_cache_dir": "/c"}
+    config = read_config(changed | {"allow_engine_build": False, "overlay_alpha": 0.25})
+    assert config.backend_options == BackendOptions(
+        threads=2, device=1, engine_cache_dir="/c", allow_build=False
+    )
+    assert config.options.overlay_alpha == 0.25
+
+
+def test_output_set_follows_the_subscribed_outputs():
+    """The overlay alone asks for the overlay only: the Pipeline adds the instance raster."""
+    assert output_set({}) == OutputSet(False, False, False, False)
+    assert output_set({"overlay": True}) == OutputSet(False, False, False, True)
+    assert output_set({"detections": True}).instance
+    assert output_set({"instance_table": True}) == OutputSet(True, False, False, False)
+    assert output_set({"panoptic_segments": True}) == OutputSet(False, True, False, False)
+    assert output_set({"semantic": True, "latency": True}) == OutputSet(False, False, True, False)

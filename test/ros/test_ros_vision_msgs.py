@@ -11,11 +11,11 @@ import importlib
 import numpy as np
 import pytest
 from ros_harness import Client, NodeProcess, next_domain
+from ros_messages import raster_from_image, table_from_msg
 from test_ros_node import image_msg, scene
 from vision_msgs_build import BuildError, build_vision_msgs, missing_toolchain
 
 from compactinst_ros.bundle import ModelBundle
-from compactinst_ros.ros.convert import raster_from_image, table_from_msg
 
 pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray

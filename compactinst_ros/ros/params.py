@@ -1,0 +1,229 @@
+"""The node's parameters: schema, descriptors, declaration and validation into typed options.
+
+Post-processing and overlay parameters take their defaults and ranges from
+``PostprocessOptions`` (one range per parameter); backend parameters become one
+``BackendOptions``. All parameters are read-only: restart or lifecycle re-configure to change them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    ParameterType,
+)
+from rclpy.exceptions import (
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+    InvalidTopicNameException,
+)
+from rclpy.expand_topic_name import expand_topic_name
+from rclpy.node import Node
+from rclpy.qos import ReliabilityPolicy
+from rclpy.validate_full_topic_name import validate_full_topic_name
+
+from ..backends import BackendOptions
+from ..bundle import default_bundle_path
+from ..errors import ConfigError
+from ..structures import PostprocessOptions
+from .qos import RELIABILITY_CHOICES, parse_reliability
+
+#: every output name accepted by the ``outputs`` parameter
+OUTPUTS = (
+    "instance_mask",
+    "panoptic",
+    "semantic",
+    "overlay",
+    "detections",
+    "instance_table",
+    "panoptic_segments",
+    "latency",
+)
+BACKEND_CHOICES = ("auto", "tensorrt", "onnxruntime")
+TRANSPORT_CHOICES = ("raw", "compressed", "both")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """Default, description and constraints of one node parameter."""
+
+    default: Any
+    description: str
+    choices: tuple[str, ...] | None = None
+    bounds: tuple[float, float] | None = None
+
+
+def _option(name: str, description: str) -> ParamSpec:
+    """A parameter that is a ``PostprocessOptions`` field: default and range come from there."""
+    low, high, _ = PostprocessOptions.BOUNDS[name]
+    return ParamSpec(getattr(PostprocessOptions(), name), description, bounds=(low, high))
+
+
+#: The node's parameters (all read-only: change them by restarting or lifecycle re-configure).
+PARAMETERS: dict[str, ParamSpec] = {
+    "model": ParamSpec("", "model bundle folder; empty = the installed models/default"),
+    "backend": ParamSpec("auto", "inference backend", choices=BACKEND_CHOICES),
+    "engine_cache_dir": ParamSpec("", "TensorRT engine cache folder; empty = backend default"),
+    "allow_engine_build": ParamSpec(
+        True, "tensorrt: build a missing or stale engine at start (minutes) instead of failing"
+    ),
+    "gpu_device": ParamSpec(0, "tensorrt: CUDA device index", None, (0, 15)),
+    "ort_threads": ParamSpec(
+        0, "ONNX Runtime intra-op threads; 0 = runtime default", None, (0, 64)
+    ),
+    "score_threshold": _option("score_threshold", "minimum instance score"),
+    "mask_threshold": _option("mask_threshold", "mask probability threshold"),
+    "object_mask_threshold": _option("object_mask_threshold", "panoptic: minimum query score"),
+    "overlap_threshold": _option("overlap_threshold", "panoptic: minimum visible fraction"),
+    "max_instances": _option("max_instances", "most instances per frame"),
+    "outputs": ParamSpec(list(OUTPUTS), f"outputs to offer, any of {list(OUTPUTS)}"),
+    "overlay_alpha": _option("overlay_alpha", "overlay colour weight"),
+    "image_topic": ParamSpec("image", "input sensor_msgs/Image topic"),
+    "input_transport": ParamSpec(
+        "raw", "raw Image, <image_topic>/compressed, or both", choices=TRANSPORT_CHOICES
+    ),
+    "input_reliability": ParamSpec(
+        "auto",
+        "input QoS reliability; auto follows the publishers",
+        choices=tuple(RELIABILITY_CHOICES),
+    ),
+    "output_reliability": ParamSpec(
+        "reliable",
+        "output QoS reliability",
+        choices=tuple(c for c in RELIABILITY_CHOICES if c != "auto"),
+    ),
+    "input_timeout": ParamSpec(
+        2.0, "seconds without frames before /diagnostics warns", None, (0.1, 3600.0)
+    ),
+    "diagnostics_period": ParamSpec(1.0, "seconds between /diagnostics reports", None, (0.1, 60.0)),
+}
+
+
+def ros_param_text(value: Any) -> str:
+    """``value`` as typed on a command line (``-p name:=value``): 1.0 for a double, [a,b] lists."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return repr(value) if isinstance(value, float) else str(value) or "''"
+
+
+def descriptor(name: str, spec: ParamSpec) -> ParameterDescriptor:
+    """Read-only descriptor of parameter ``name``: description, choices and range for rclpy."""
+    desc = spec.description
+    if spec.choices:
+        desc += f" ({' | '.join(spec.choices)})"
+    d = ParameterDescriptor(name=name, description=desc, read_only=True)
+    is_int = isinstance(spec.default, int) and not isinstance(spec.default, bool)
+    if spec.bounds is not None and is_int:
+        low, high = (int(b) for b in spec.bounds)
+        d.integer_range = [IntegerRange(from_value=low, to_value=high, step=1)]
+    elif spec.bounds is not None:
+        low, high = (float(b) for b in spec.bounds)
+        d.floating_point_range = [FloatingPointRange(from_value=low, to_value=high, step=0.0)]
+    if isinstance(spec.default, list):
+        d.type = ParameterType.PARAMETER_STRING_ARRAY
+    return d
+
+
+def declare_parameters(node: Node) -> None:
+    """Declare every parameter on ``node``; ConfigError names a mistyped or out-of-range one."""
+    for name, spec in PARAMETERS.items():
+        try:
+            node.declare_parameter(name, spec.default, descriptor(name, spec))
+        except InvalidParameterTypeException as exc:
+            raise ConfigError(
+                f"parameter {name}: {exc}; give it the default's type, e.g. "
+                f"{name}:={ros_param_text(spec.default)} (see config/compactinst.yaml)"
+            ) from None
+        except InvalidParameterValueException as exc:
+            raise ConfigError(f"parameter {name}: {exc}; see config/compactinst.yaml") from None
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Validated parameter values, as the typed options of the pieces that use them."""
+
+    model: Path
+    backend: str
+    backend_options: BackendOptions
+    options: PostprocessOptions
+    outputs: frozenset[str]
+    image_topic: str
+    input_transport: str
+    input_reliability: ReliabilityPolicy | None
+    output_reliability: ReliabilityPolicy
+    input_timeout: float
+    diagnostics_period: float
+
+
+def _model_path(value: str) -> Path:
+    """The ``model`` parameter as a folder; empty means the installed default bundle."""
+    if value:
+        return Path(value).expanduser()
+    found = default_bundle_path()
+    if found is None:
+        raise ConfigError(
+            "parameter model is empty and no models/default bundle is installed; pass "
+            "model:=/path/to/bundle (export one with 'compactinst export CONFIG --out DIR')"
+        )
+    return found
+
+
+def backend_options(values: dict[str, Any]) -> BackendOptions:
+    """The backend parameters as ``BackendOptions`` (0 threads and an empty folder = defaults)."""
+    return BackendOptions(
+        threads=int(values["ort_threads"]) or None,
+        device=int(values["gpu_device"]),
+        engine_cache_dir=values["engine_cache_dir"] or None,
+        allow_build=bool(values["allow_engine_build"]),
+    )
+
+
+def read_config(values: dict[str, Any]) -> NodeConfig:
+    """Validate parameter values; ConfigError names the parameter, the value and the fix."""
+    for name, spec in PARAMETERS.items():
+        if spec.choices and values[name] not in spec.choices:
+            raise ConfigError(
+                f"parameter {name}='{values[name]}' is invalid; choose one of {list(spec.choices)}"
+            )
+    unknown = sorted(set(values["outputs"]) - set(OUTPUTS))
+    if unknown:
+        raise ConfigError(f"parameter outputs has unknown names {unknown}; known: {list(OUTPUTS)}")
+    options = PostprocessOptions(
+        **{name: type(PARAMETERS[name].default)(values[name]) for name in PostprocessOptions.BOUNDS}
+    )
+    return NodeConfig(
+        model=_model_path(values["model"]),
+        backend=values["backend"],
+        backend_options=backend_options(values),
+        options=options,
+        outputs=frozenset(values["outputs"]),
+        image_topic=values["image_topic"],
+        input_transport=values["input_transport"],
+        input_reliability=parse_reliability("input_reliability", values["input_reliability"]),
+        output_reliability=parse_reliability(
+            "output_reliability", values["output_reliability"], allow_auto=False
+        ),
+        input_timeout=float(values["input_timeout"]),
+        diagnostics_period=float(values["diagnostics_period"]),
+    )
+
+
+def check_topic(node: Node, name: str, parameter: str = "image_topic") -> str:
+    """Fully qualified ``name`` on ``node``; ConfigError naming the parameter if invalid."""
+    try:
+        full = expand_topic_name(name, node.get_name(), node.get_namespace())
+        validate_full_topic_name(full)
+    except (InvalidTopicNameException, ValueError) as exc:
+        reason = str(exc).splitlines()[0]
+        raise ConfigError(
+            f"parameter {parameter}='{name}' is not a valid ROS topic name ({reason}); "
+            "pass e.g. image_topic:=/camera/image_raw"
+        ) from None
+    return full

@@ -1,0 +1,137 @@
+"""The node's output publishers: made from the ``outputs`` parameter, asked each frame which
+have subscribers (the ``OutputSet`` the Pipeline computes), and fed one frame's result."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rclpy.node import Node
+from rclpy.qos import ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState, PointCloud2
+from std_msgs.msg import Float64, Header, String
+
+from ..labels import LabelSet
+from ..structures import STAGES, FrameResult, OutputSet
+from . import convert
+from .qos import frame_qos, latched_qos
+
+try:
+    import vision_msgs.msg as vision_msgs
+except ImportError:
+    vision_msgs = None
+
+#: outputs published as sensor_msgs/Image, and the PointCloud2 tables
+IMAGE_OUTPUTS = ("instance_mask", "panoptic", "semantic", "overlay")
+TABLE_OUTPUTS = ("instance_table", "panoptic_segments")
+#: outputs made from the instance raster and table
+INSTANCE_OUTPUTS = ("instance_mask", "instance_table", "detections")
+#: latched publishers, sent once at start: never "wanted" per frame
+LATCHED = ("labels", "label_info")
+
+
+def output_set(wanted: Mapping[str, bool]) -> OutputSet:
+    """What the Pipeline must compute for the outputs that have subscribers."""
+    return OutputSet(
+        instance=any(wanted.get(k, False) for k in INSTANCE_OUTPUTS),
+        panoptic=wanted.get("panoptic", False) or wanted.get("panoptic_segments", False),
+        semantic=wanted.get("semantic", False),
+        overlay=wanted.get("overlay", False),
+    )
+
+
+class Publishers:
+    """Publishers of the offered outputs, the latched label tables and the latency topics."""
+
+    def __init__(
+        self,
+        node: Node,
+        outputs: frozenset[str],
+        reliability: ReliabilityPolicy,
+        labels: LabelSet,
+        score_threshold: float,
+    ) -> None:
+        self.node = node
+        out_qos = frame_qos(reliability)
+        self.pubs: dict[str, Any] = {}
+        self.latency: dict[str, Any] = {}
+        for name in IMAGE_OUTPUTS:
+            if name in outputs:
+                self.pubs[name] = node.create_publisher(Image, f"~/{name}", out_qos)
+        for name in TABLE_OUTPUTS:
+            if name in outputs:
+                self.pubs[name] = node.create_publisher(PointCloud2, f"~/{name}", out_qos)
+        self.pubs["labels"] = node.create_publisher(String, "~/labels", latched_qos())
+        self.pubs["labels"].publish(String(data=convert.labels_json(labels)))
+        if "detections" in outputs:
+            self._detections(labels, score_threshold, out_qos)
+        if "latency" in outputs:
+            for stage in STAGES:
+                self.latency[stage] = node.create_publisher(Float64, f"~/latency/{stage}", out_qos)
+            self.pubs["latency_frame"] = node.create_publisher(
+                JointState, "~/latency/frame", out_qos
+            )
+
+    def _detections(self, labels: LabelSet, score_threshold: float, out_qos: Any) -> None:
+        """~/detections and the latched ~/label_info where vision_msgs is installed."""
+        if vision_msgs is None:
+            self.node.get_logger().warning(
+                "vision_msgs is not installed: ~/detections and ~/label_info are off; "
+                "~/instance_table and ~/labels carry the same data (install "
+                "ros-<distro>-vision-msgs to enable them)"
+            )
+            return
+        self.pubs["detections"] = self.node.create_publisher(
+            vision_msgs.Detection2DArray, "~/detections", out_qos
+        )
+        info = self.node.create_publisher(vision_msgs.LabelInfo, "~/label_info", latched_qos())
+        header = Header()
+        header.stamp = self.node.get_clock().now().to_msg()
+        info.publish(convert.label_info_msg(header, labels, score_threshold, vision_msgs))
+        self.pubs["label_info"] = info
+
+    def wanted(self) -> dict[str, bool]:
+        """Output name -> whether it has a subscriber now; ``latency`` for any latency topic."""
+        wanted = {
+            name: pub.get_subscription_count() > 0
+            for name, pub in self.pubs.items()
+            if name not in LATCHED
+        }
+        wanted["latency"] = wanted.get("latency_frame", False) or any(
+            p.get_subscription_count() > 0 for p in self.latency.values()
+        )
+        return wanted
+
+    def publish(self, header: Header, result: FrameResult, wanted: Mapping[str, bool]) -> None:
+        """Publish the wanted outputs of one frame, all with the input image's header."""
+        for name, image in convert.result_images(result).items():
+            if wanted.get(name) and image is not None:
+                self.pubs[name].publish(convert.image_msg(image, header))
+        if wanted.get("instance_table"):
+            self.pubs["instance_table"].publish(
+                convert.instance_table_msg(header, result.instances)
+            )
+        if wanted.get("panoptic_segments"):
+            self.pubs["panoptic_segments"].publish(
+                convert.segment_table_msg(header, result.segments)
+            )
+        if wanted.get("detections"):
+            self.pubs["detections"].publish(
+                convert.detections_msg(header, result.instances, vision_msgs)
+            )
+
+    def publish_latency(self, header: Header, timings: Mapping[str, float]) -> None:
+        """Per-stage Float64 topics and the stamped per-frame record, to subscribers only."""
+        for stage, pub in self.latency.items():
+            if stage in timings and pub.get_subscription_count() > 0:
+                pub.publish(Float64(data=float(timings[stage])))
+        frame_pub = self.pubs.get("latency_frame")
+        if frame_pub is not None and frame_pub.get_subscription_count() > 0:
+            frame_pub.publish(convert.latency_record_msg(header, STAGES, timings))
+
+    def destroy(self) -> None:
+        """Remove every publisher from the node."""
+        for pub in [*self.pubs.values(), *self.latency.values()]:
+            self.node.destroy_publisher(pub)
+        self.pubs.clear()
+        self.latency.clear()
