@@ -188,7 +188,6 @@ def mask_for_frame(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and client.stamped(mask_topic, sec) is None:
         publisher.publish(msg)
-        client.wait_for(lambda: True, 0.5)
         time.sleep(0.5)
     mask = client.stamped(mask_topic, sec)
     assert mask is not None, f"no {mask_topic} for the frame on {image_topic}"
