@@ -4,6 +4,10 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# A folder of prebuilt launch/launch_ros wheels next to the checkout, where present: the launch
+# tests run the launch files with them (they skip without it). --no-deps: the wheels require ROS
+# package names; their PyPI needs are osrf-pycommon, pyyaml and lark (lark-parser provides it).
+LAUNCH_WHEELS ?= $(or $(COMPACTINST_LAUNCH_WHEELS),../shared/ros-launch)
 
 .PHONY: venv test lint demo clean default-model
 
@@ -11,6 +15,10 @@ $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	if [ -d '$(LAUNCH_WHEELS)' ]; then \
+		$(PY) -m pip install -q --no-deps '$(LAUNCH_WHEELS)'/*.whl && \
+		$(PY) -m pip install -q osrf-pycommon pyyaml lark-parser; \
+	fi
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -6,10 +6,20 @@ from setuptools import find_packages, setup
 
 PACKAGE = "compactinst_ros"
 
-# The vehicle (Jetson, JetPack 6) gets tensorrt and pycuda from JetPack/apt; onnxruntime is the
-# CPU fallback backend. Nothing here imports torch at run time.
-RUNTIME = ["numpy>=1.21", "opencv-python-headless>=4.5", "onnxruntime>=1.16", "pyyaml>=5.4"]
-VEHICLE = ["pycuda>=2022.1"]
+# onnxruntime is the CPU backend (1.12 runs the bundles exactly as current releases do). On the
+# vehicle TensorRT comes with JetPack; pycuda is built there from source (extra "cuda").
+# Nothing here imports torch at run time.
+RUNTIME = ["numpy>=1.21", "opencv-python-headless>=4.5", "onnxruntime>=1.12", "pyyaml>=5.4"]
+# A ROS machine's Python packages are built against its apt numpy 1.x (Humble on Ubuntu 22.04:
+# 1.21.5; Jazzy on 24.04: 1.26.4); numpy 2 from pip would shadow it and break them. opencv
+# 4.12+ needs numpy 2, and onnxruntime after 1.12 needs numpy 1.21.6, so on Python 3.10 the
+# extra stays on releases that take 1.21.5 (test/launch/test_vehicle_install.py resolves it).
+VEHICLE = [
+    "numpy>=1.21,<2",
+    "opencv-python-headless>=4.5,<4.12",
+    'onnxruntime>=1.12,<1.13; python_version < "3.11"',
+]
+CUDA = ["pycuda>=2022.1"]
 TRAIN = ["torch==2.13.0", "onnx>=1.15", "scipy>=1.10", "pycocotools>=2.0.7"]
 EVAL = ["rosbags>=0.10.4", "pycocotools>=2.0.7", "matplotlib>=3.7", "scipy>=1.10"]
 # On a machine without a ROS install, the ROS 2 client library and messages come from PyPI.
@@ -58,6 +68,7 @@ setup(
     install_requires=RUNTIME,
     extras_require={
         "vehicle": VEHICLE,
+        "cuda": CUDA,
         "train": TRAIN,
         "eval": EVAL,
         "ros": ROS_WHEELS,

@@ -1,65 +1,160 @@
-"""Launch compactinst_node with the shipped FastDDS shared-memory profile (and rviz2 on request).
+"""Launch one compactinst node (plain or lifecycle) with its parameters file, and rviz2 on request.
 
 ros2 launch compactinst_ros compactinst.launch.py image_topic:=/camera/image_raw rviz:=true
+ros2 launch compactinst_ros compactinst.launch.py namespace:=front lifecycle:=true
+
+The parameters file is the base; an argument left out leaves the file's value alone, so a
+``params_file`` of your own wins unless the command line says otherwise. FastDDS is pointed at
+the shipped shared-memory profile only when the environment names no profile, or when
+``fastdds_profile`` is given.
 """
 
 import os
 
 from ament_index_python.packages import get_package_share_directory
-from launch.actions import DeclareLaunchArgument, SetEnvironmentVariable
+from launch.actions import (
+    DeclareLaunchArgument,
+    EmitEvent,
+    OpaqueFunction,
+    RegisterEventHandler,
+    SetEnvironmentVariable,
+)
 from launch.conditions import IfCondition
+from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
+from launch_ros.parameter_descriptions import ParameterValue
+from lifecycle_msgs.msg import Transition
 
-from launch import LaunchDescription
+from launch import LaunchContext, LaunchDescription
+
+PACKAGE = "compactinst_ros"
+FASTDDS_ENV = "FASTDDS_DEFAULT_PROFILES_FILE"
+#: node parameters a launch argument of the same name overrides when given, and their types
+PARAMETER_ARGUMENTS = {
+    "model": str,
+    "image_topic": str,
+    "backend": str,
+    "engine_cache_dir": str,
+    "use_sim_time": bool,
+}
 
 
-def generate_launch_description():
-    """Node, its parameters file, the FastDDS profile and an optional rviz2."""
-    share = get_package_share_directory("compactinst_ros")
+def declared_arguments(share: str) -> list:
+    """Every launch argument; a default of "" means "not given": the parameters file decides."""
+    params_file = os.path.join(share, "config", "compactinst.yaml")
+    return [
+        DeclareLaunchArgument(name, default_value=default, description=description)
+        for name, default, description in (
+            (
+                "model",
+                "",
+                "model bundle folder (default: the parameters file's, else models/default)",
+            ),
+            ("image_topic", "", "input sensor_msgs/Image topic (default: the parameters file's)"),
+            ("backend", "", "auto | tensorrt | onnxruntime (default: the parameters file's)"),
+            (
+                "engine_cache_dir",
+                "",
+                "TensorRT engine cache folder (default: the parameters file's)",
+            ),
+            ("use_sim_time", "", "true | false: follow /clock (default: the parameters file's)"),
+            ("camera_info_topic", "", "remap the node's camera_info topic to this one"),
+            ("namespace", "", "ROS namespace of the node"),
+            ("node_name", "compactinst", "name of the node"),
+            ("lifecycle", "false", "true: start compactinst_lifecycle_node and drive it to active"),
+            ("params_file", params_file, "node parameters (YAML)"),
+            (
+                "fastdds_profile",
+                "",
+                "FastDDS profile to set; default: keep the environment's, else "
+                "the shipped 32 MB shared-memory profile (large best-effort images)",
+            ),
+            ("rviz", "false", "start rviz2 with rviz/compactinst.rviz"),
+        )
+    ]
+
+
+def parse_bool(text: str, argument: str) -> bool:
+    """``true``/``false`` (or 1/0, any case) of launch argument ``argument``, else ValueError."""
+    value = text.strip().lower()
+    if value in ("true", "1"):
+        return True
+    if value in ("false", "0"):
+        return False
+    raise ValueError(f"launch argument {argument}:={text!r} is not a boolean; use true or false")
+
+
+def fastdds_action(context: LaunchContext, share: str) -> list:
+    """Set the FastDDS profile when asked, or when the environment has none (keep a site's)."""
+    asked = LaunchConfiguration("fastdds_profile").perform(context)
+    if asked:
+        return [SetEnvironmentVariable(FASTDDS_ENV, asked)]
+    if context.environment.get(FASTDDS_ENV):
+        return []
+    return [SetEnvironmentVariable(FASTDDS_ENV, os.path.join(share, "config", "fastdds_shm.xml"))]
+
+
+def node_actions(context: LaunchContext) -> list:
+    """The node (plain, or lifecycle plus its configure/activate events) and the FastDDS setting."""
+    share = get_package_share_directory(PACKAGE)
+
+    def given(name: str) -> str:
+        return LaunchConfiguration(name).perform(context)
+
+    if given("use_sim_time"):
+        parse_bool(given("use_sim_time"), "use_sim_time")
+    overrides = {
+        name: ParameterValue(LaunchConfiguration(name), value_type=kind)
+        for name, kind in PARAMETER_ARGUMENTS.items()
+        if given(name)
+    }
+    camera_info = given("camera_info_topic")
+    node_args = dict(
+        package=PACKAGE,
+        name=given("node_name"),
+        namespace=given("namespace"),
+        output="screen",
+        parameters=[LaunchConfiguration("params_file"), overrides],
+        remappings=[("camera_info", camera_info)] if camera_info else [],
+    )
+    actions = fastdds_action(context, share)
+    if not parse_bool(given("lifecycle"), "lifecycle"):
+        return [*actions, Node(executable="compactinst_node", **node_args)]
+    node = LifecycleNode(executable="compactinst_lifecycle_node", **node_args)
+    configure = EmitEvent(
+        event=ChangeState(
+            lifecycle_node_matcher=matches_action(node),
+            transition_id=Transition.TRANSITION_CONFIGURE,
+        )
+    )
+    activate_when_inactive = RegisterEventHandler(
+        OnStateTransition(
+            target_lifecycle_node=node,
+            start_state="configuring",
+            goal_state="inactive",
+            entities=[
+                EmitEvent(
+                    event=ChangeState(
+                        lifecycle_node_matcher=matches_action(node),
+                        transition_id=Transition.TRANSITION_ACTIVATE,
+                    )
+                )
+            ],
+        )
+    )
+    return [*actions, activate_when_inactive, node, configure]
+
+
+def generate_launch_description() -> LaunchDescription:
+    """The arguments, the node (built once they are known) and an optional rviz2."""
+    share = get_package_share_directory(PACKAGE)
     return LaunchDescription(
         [
-            DeclareLaunchArgument(
-                "model", default_value="", description="model bundle folder ('' = models/default)"
-            ),
-            DeclareLaunchArgument(
-                "image_topic", default_value="image", description="input sensor_msgs/Image topic"
-            ),
-            DeclareLaunchArgument(
-                "backend",
-                default_value="auto",
-                description="inference backend: auto | tensorrt | onnxruntime",
-            ),
-            DeclareLaunchArgument(
-                "params_file",
-                default_value=os.path.join(share, "config", "compactinst.yaml"),
-                description="node parameters (YAML)",
-            ),
-            DeclareLaunchArgument(
-                "fastdds_profile",
-                default_value=os.path.join(share, "config", "fastdds_shm.xml"),
-                description="FastDDS profile (32 MB shared memory: large best-effort images)",
-            ),
-            DeclareLaunchArgument(
-                "rviz", default_value="false", description="start rviz2 with rviz/compactinst.rviz"
-            ),
-            SetEnvironmentVariable(
-                "FASTDDS_DEFAULT_PROFILES_FILE", LaunchConfiguration("fastdds_profile")
-            ),
-            Node(
-                package="compactinst_ros",
-                executable="compactinst_node",
-                name="compactinst",
-                output="screen",
-                parameters=[
-                    LaunchConfiguration("params_file"),
-                    {
-                        "model": LaunchConfiguration("model"),
-                        "image_topic": LaunchConfiguration("image_topic"),
-                        "backend": LaunchConfiguration("backend"),
-                    },
-                ],
-            ),
+            *declared_arguments(share),
+            OpaqueFunction(function=node_actions),
             Node(
                 package="rviz2",
                 executable="rviz2",

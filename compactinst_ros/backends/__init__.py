@@ -1,5 +1,23 @@
 """Inference backends behind one interface: ONNX Runtime (CPU) and TensorRT + pycuda (GPU)."""
 
-from .base import BACKENDS, Backend, BackendOptions, create_backend, resolve_backend_name
+from .base import (
+    BACKENDS,
+    GPU_RUNTIME_MODULES,
+    NVIDIA_GPU_MARKERS,
+    Backend,
+    BackendOptions,
+    create_backend,
+    gpu_fallback_reason,
+    resolve_backend_name,
+)
 
-__all__ = ["BACKENDS", "Backend", "BackendOptions", "create_backend", "resolve_backend_name"]
+__all__ = [
+    "BACKENDS",
+    "GPU_RUNTIME_MODULES",
+    "NVIDIA_GPU_MARKERS",
+    "Backend",
+    "BackendOptions",
+    "create_backend",
+    "gpu_fallback_reason",
+    "resolve_backend_name",
+]

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions
     from .trt_build import BuildOptions
 
+#: what the tensorrt backend imports (``backend: auto`` chooses it only where all of these import)
+GPU_RUNTIME_MODULES = ("tensorrt", "pycuda.driver")
 #: backend name -> "module:Class"; modules are imported only when chosen.
 BACKENDS: dict[str, str] = {
     "onnxruntime": "compactinst_ros.backends.ort:OrtBackend",
@@ -87,12 +89,43 @@ class Backend(Protocol):
         ...
 
 
+#: files that show an NVIDIA GPU: the L4T release file of a Jetson, the desktop driver's version
+NVIDIA_GPU_MARKERS = ("etc/nv_tegra_release", "proc/driver/nvidia/version")
+
+
+def gpu_fallback_reason(
+    root: str | Path = "/", modules: tuple[str, ...] = GPU_RUNTIME_MODULES
+) -> str | None:
+    """Why ``backend: auto`` would run on the CPU on this NVIDIA machine, or None.
+
+    None where no marker of an NVIDIA GPU exists under ``root`` (the CPU is expected there) or
+    where every GPU runtime module imports. A node should log the reason as a WARN.
+    """
+    markers = [m for m in NVIDIA_GPU_MARKERS if (Path(root) / m).exists()]
+    if not markers:
+        return None
+    failed: list[str] = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            failed.append(f"{module} ({exc})")
+    if not failed:
+        return None
+    return (
+        f"this machine has an NVIDIA GPU (/{markers[0]}) but {'; '.join(failed)} failed to "
+        "import, so backend auto runs on the CPU (onnxruntime); install TensorRT's Python "
+        "bindings (JetPack: sudo apt install python3-libnvinfer) and pycuda (pip3 install "
+        "pycuda), or set backend:=onnxruntime to choose the CPU on purpose"
+    )
+
+
 def resolve_backend_name(name: str) -> str:
     """Map ``auto`` to tensorrt where TensorRT and pycuda import, else onnxruntime."""
     if name == "auto":
         try:
-            importlib.import_module("tensorrt")
-            importlib.import_module("pycuda.driver")
+            for module in GPU_RUNTIME_MODULES:
+                importlib.import_module(module)
         except ImportError:
             return "onnxruntime"
         return "tensorrt"

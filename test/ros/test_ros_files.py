@@ -1,6 +1,7 @@
-"""The launch file, parameter YAML and rviz config agree with the node's declared parameters.
+"""The launch files, parameter YAML and rviz config agree with the node's declared parameters.
 
-launch/launch_ros are not installable here, so the launch file is checked by parsing it.
+These checks parse the launch files, so they run without launch/launch_ros installed;
+test_launch.py runs them for real where those are.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from compactinst_ros.ros.params import OUTPUTS, PARAMETERS, read_config
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCH = REPO / "launch" / "compactinst.launch.py"
+MULTI_LAUNCH = REPO / "launch" / "compactinst_multi.launch.py"
+#: parameters rclpy declares on every node
+RCLPY_PARAMETERS = {"use_sim_time"}
 
 
 def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
@@ -28,24 +32,74 @@ def _kw(call: ast.Call, key: str) -> ast.expr | None:
     return next((k.value for k in call.keywords if k.arg == key), None)
 
 
+def _assigned(tree: ast.Module, name: str) -> ast.expr:
+    return next(
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == name for t in n.targets)
+    )
+
+
+def _argument_table(node: ast.AST) -> dict[str, ast.expr]:
+    """(name, default, description) tuples under ``node``: name -> default expression."""
+    return {
+        t.elts[0].value: t.elts[1]
+        for t in ast.walk(node)
+        if isinstance(t, ast.Tuple)
+        and len(t.elts) == 3
+        and isinstance(t.elts[0], ast.Constant)
+        and isinstance(t.elts[0].value, str)
+    }
+
+
 def test_launch_arguments_and_parameters_match_the_node():
     tree = ast.parse(LAUNCH.read_text())
-    declared = {c.args[0].value for c in _calls(tree, "DeclareLaunchArgument")}
-    assert {"model", "image_topic", "backend", "params_file", "rviz"} <= declared
-    used = {c.args[0].value for c in _calls(tree, "LaunchConfiguration")}
-    assert used <= declared, f"undeclared launch arguments {used - declared}"
-    nodes = [c for c in _calls(tree, "Node") if _kw(c, "executable").value == "compactinst_node"]
-    assert len(nodes) == 1
-    params = _kw(nodes[0], "parameters")
-    dicts = [e for e in params.elts if isinstance(e, ast.Dict)]
-    keys = {k.value for d in dicts for k in d.keys}
-    assert keys and keys <= set(PARAMETERS), f"unknown node parameters {keys - set(PARAMETERS)}"
-    for d in dicts:
-        for k, v in zip(d.keys, d.values, strict=True):
-            assert v.args[0].value in declared and v.args[0].value == k.value
-    env = _calls(tree, "SetEnvironmentVariable")
-    assert [e.args[0].value for e in env] == ["FASTDDS_DEFAULT_PROFILES_FILE"]
+    declare = next(
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "declared_arguments"
+    )
+    declared = _argument_table(declare)
+    assert {
+        "model",
+        "image_topic",
+        "backend",
+        "params_file",
+        "rviz",
+        "namespace",
+        "node_name",
+        "use_sim_time",
+        "lifecycle",
+        "fastdds_profile",
+    } <= set(declared)
+    used = {
+        c.args[0].value
+        for c in _calls(tree, "LaunchConfiguration")
+        if c.args and isinstance(c.args[0], ast.Constant)
+    }
+    assert used <= set(declared), f"undeclared launch arguments {used - set(declared)}"
+    overridable = {k.value for k in _assigned(tree, "PARAMETER_ARGUMENTS").keys}
+    known = set(PARAMETERS) | RCLPY_PARAMETERS
+    assert overridable <= known, f"unknown node parameters {overridable - known}"
+    assert overridable <= set(declared)
+    for name in overridable:
+        assert ast.literal_eval(declared[name]) == "", f"{name}: a default would override the YAML"
+    executables = {
+        _kw(c, "executable").value
+        for c in _calls(tree, "Node") + _calls(tree, "LifecycleNode")
+        if _kw(c, "executable") is not None
+    }
+    assert {"compactinst_node", "compactinst_lifecycle_node"} <= executables
+    assert ast.literal_eval(_assigned(tree, "FASTDDS_ENV")) == "FASTDDS_DEFAULT_PROFILES_FILE"
     assert "fastdds_shm.xml" in LAUNCH.read_text()
+
+
+def test_multi_camera_launch_passes_only_arguments_the_single_launch_declares():
+    single = _argument_table(ast.parse(LAUNCH.read_text()))
+    tree = ast.parse(MULTI_LAUNCH.read_text())
+    shared = set(_argument_table(_assigned(tree, "SHARED_ARGUMENTS")))
+    camera_keys = set(ast.literal_eval(_assigned(tree, "CAMERA_KEYS")))
+    assert shared and shared <= set(single)
+    assert camera_keys == {"namespace", "image_topic", "camera_info_topic"}
+    assert camera_keys <= set(single)
 
 
 def test_parameter_yaml_lists_every_parameter_with_its_default():

@@ -1,6 +1,6 @@
 """The node's vision_msgs outputs (~/detections, ~/label_info) with a real vision_msgs build.
 
-vision_msgs has no wheel: ``vision_msgs_build`` compiles the 4.1.x definitions once into a
+vision_msgs has no wheel: ``interface_build`` compiles the 4.1.x definitions once into a
 cache prefix, and the node runs with that prefix on its paths.
 """
 
@@ -10,10 +10,10 @@ import importlib
 
 import numpy as np
 import pytest
+from interface_build import VISION_MSGS, built_for_test
 from ros_harness import Client, NodeProcess, next_domain
 from ros_messages import raster_from_image, table_from_msg
 from test_ros_node import image_msg, scene
-from vision_msgs_build import BuildError, build_vision_msgs, missing_toolchain
 
 from compactinst_ros.bundle import ModelBundle
 
@@ -33,29 +33,13 @@ SCORE_THRESHOLD = 0.0
 @pytest.fixture(scope="session")
 def vision_msgs_prefix(request: pytest.FixtureRequest):
     """The built vision_msgs prefix (cached across runs); skips only if the toolchain is missing."""
-    reason = missing_toolchain()
-    if reason is not None:
-        pytest.skip(f"cannot build vision_msgs: {reason}")
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-
-    def progress(line: str) -> None:
-        if reporter is not None:
-            reporter.write_line(line)
-
-    try:
-        return build_vision_msgs(progress=progress)
-    except BuildError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    return built_for_test(VISION_MSGS, request)
 
 
 @pytest.fixture(scope="module")
 def vision(vision_msgs_prefix, random_bundle):
     """(vision_msgs.msg module, client, image publisher, labels) with the node running."""
-    with pytest.MonkeyPatch.context() as mp:
-        for name, value in vision_msgs_prefix.environment({}).items():
-            mp.setenv(name, value, prepend=":")
-        mp.syspath_prepend(str(vision_msgs_prefix.site_packages))
-        vision_msgs_prefix.preload()
+    with vision_msgs_prefix.activated():
         msgs = importlib.import_module("vision_msgs.msg")
         assert str(vision_msgs_prefix.root) in msgs.__file__, msgs.__file__
         domain = next_domain()
