@@ -33,6 +33,10 @@ from .resample import Resampler, logit_threshold, sigmoid
 from .semantic import SEMANTIC_VOID_FLOOR, semantic_dtype, semantic_lowres
 from .tiles import TILE, TileBounds, TileGrid, panoptic_candidates, semantic_candidates
 
+#: A set of undecided tiles whose per-pixel work (pixels x maps) is below this joins another
+#: batch: one batch costs about as much call overhead as this many samples of one map.
+MIN_BATCH_WORK = 16384
+
 
 @dataclass
 class TiledRaster:
@@ -57,7 +61,7 @@ class TiledRaster:
 
 @dataclass(frozen=True)
 class TileBatch:
-    """Undecided tiles that need the same maps, sampled together at every pixel.
+    """Undecided tiles sampled together at every pixel, for the maps any of them needs.
 
     Tiles are padded to the largest in the batch by repeating their last row/column; padded
     pixels repeat a real pixel's value, so writing them is harmless and ``valid`` drops them
@@ -84,32 +88,76 @@ class TileBatch:
         codes = codes if self.valid is None else codes[self.valid]
         return np.bincount(codes.ravel(), minlength=n)
 
+    def code_lut(self) -> np.ndarray:
+        """(u + 1,) local code (0, or member j + 1) -> global code (0, or map index + 1)."""
+        return np.append(0, self.members + 1)
+
+
+def merge_small_sets(members: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """(G,) batch of each tile set: sets with little work join their smallest superset among the
+    large ones, or else one shared batch of their union (``members`` grows in place)."""
+    batch = np.arange(len(members))
+    large = np.flatnonzero(work >= MIN_BATCH_WORK)
+    small = np.flatnonzero(work < MIN_BATCH_WORK)
+    if len(small) == 0:
+        return batch
+    rest = small
+    if len(large):
+        covers = (members[small, None, :] <= members[None, large, :]).all(axis=2)
+        cost = np.where(covers, members[large].sum(axis=1), members.shape[1] + 1)
+        has_cover = covers.any(axis=1)
+        batch[small[has_cover]] = large[cost.argmin(axis=1)[has_cover]]
+        rest = small[~has_cover]
+    if len(rest):
+        batch[rest] = rest[0]
+        members[rest[0]] = members[rest].any(axis=0)
+    return batch
+
 
 def tile_batches(tiles: TileGrid, undecided: np.ndarray, needed: np.ndarray) -> Iterator[TileBatch]:
     """Undecided tiles grouped by the set of maps they need (``needed``: (N, R, C) bool)."""
     tile_rows, tile_cols = np.nonzero(undecided)
     if len(tile_rows) == 0:
         return
-    sets, group = np.unique(needed[:, tile_rows, tile_cols].T, axis=0, return_inverse=True)
-    order = np.argsort(group.ravel(), kind="stable")
-    stops = np.cumsum(np.bincount(group.ravel(), minlength=len(sets)))
-    for members, index in zip(sets, np.split(order, stops[:-1]), strict=True):
+    sets = needed[:, tile_rows, tile_cols].T
+    packed = np.packbits(sets, axis=1, bitorder="little")
+    keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
+    _, first, group = np.unique(keys, return_index=True, return_inverse=True)
+    members = sets[first]
+    pixels = np.bincount(group, tiles.pixel_counts()[tile_rows, tile_cols])
+    group = merge_small_sets(members, pixels * members.sum(axis=1))[group]
+    order = np.argsort(group, kind="stable")
+    stops = np.flatnonzero(np.diff(group[order])) + 1
+    for index in np.split(order, stops):
         rows, cols = tile_rows[index], tile_cols[index]
-        height = int(tiles.rows.size[rows].max())
-        width = int(tiles.cols.size[cols].max())
-        short_rows = tiles.rows.size[rows, None] > np.arange(height)
-        short_cols = tiles.cols.size[cols, None] > np.arange(width)
+        height, width = int(tiles.rows.size[rows].max()), int(tiles.cols.size[cols].max())
+        full_rows = tiles.rows.size[rows, None] > np.arange(height)
+        full_cols = tiles.cols.size[cols, None] > np.arange(width)
         valid = None
-        if not (short_rows.all() and short_cols.all()):
-            valid = short_rows[:, :, None] & short_cols[:, None, :]
+        if not (full_rows.all() and full_cols.all()):
+            valid = full_rows[:, :, None] & full_cols[:, None, :]
         yield TileBatch(
-            np.flatnonzero(members),
+            np.flatnonzero(members[group[index[0]]]),
             rows,
             cols,
             tiles.rows.pixels(rows, height),
             tiles.cols.pixels(cols, width),
             valid,
         )
+
+
+def first_max(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``argmax(values, axis=0)`` (first on ties) and the maximum, one pass per row.
+
+    numpy's argmax over a leading axis is slow; a strict ``>`` keeps the earlier row on ties.
+    """
+    best = values[0].copy()
+    index = np.zeros(best.shape, np.uint16)
+    for j in range(1, len(values)):
+        better = values[j] > best
+        np.copyto(index, j, where=better)
+        np.copyto(best, values[j], where=better)
+    return index, best
 
 
 def tile_sums(codes: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
@@ -150,13 +198,15 @@ def paint_instances_tiled(
     tiled = TiledRaster(tiles, codes)
     for batch in tile_batches(tiles, undecided, needed):
         hit = batch.sample(grids, tiles) > threshold
-        local = np.where(hit.any(axis=0), hit.argmax(axis=0) + 1, 0)
-        tiled.pixels.append((batch.flat_index(width), np.append(0, batch.members + 1)[local]))
-        area[batch.members] += batch.count(local, len(batch.members) + 1)[1:]
+        local = np.zeros(hit.shape[1:], np.uint16)
+        for j in range(len(batch.members) - 1, -1, -1):
+            np.copyto(local, j + 1, where=hit[j])
+        tiled.pixels.append((batch.flat_index(width), batch.code_lut()[local]))
+        if batch.valid is not None:
+            local *= batch.valid
+        area[batch.members] += np.bincount(local.ravel(), minlength=len(hit) + 1)[1:]
         for j, q in enumerate(batch.members):
             mine = local == j + 1
-            if batch.valid is not None:
-                mine &= batch.valid
             ys = batch.ys[mine.any(axis=2)]
             if len(ys):
                 xs = batch.xs[mine.any(axis=1)]
@@ -190,25 +240,28 @@ def panoptic_slots_tiled(
     codes = np.where(decided & winner_on, winner + 1, 0)
     wins = np.bincount(winner[decided], counts[decided], minlength=n).astype(np.int64)
     seg = tile_sums(codes, counts, n)
-    orig = (counts * (above & ~(undecided & needed))).sum(axis=(1, 2))
+    orig = (counts * above).sum(axis=(1, 2))  # plus per-pixel counts in straddled tiles
     weights = scores.astype(np.float32)[:, None, None, None]
     tiled = TiledRaster(tiles, codes)
     for batch in tile_batches(tiles, undecided, needed):
         up = batch.sample(grids, tiles)
         on = up > threshold
         u = len(batch.members)
-        if u == 1:
-            local, won = np.zeros(up.shape[1:], np.intp), on[0]
-        else:
-            local = (weights[batch.members] * sigmoid(up)).argmax(axis=0)
-            won = np.take_along_axis(on, local[None], axis=0)[0]
-        slot = np.where(won, local + 1, 0)
-        tiled.pixels.append((batch.flat_index(width), np.append(0, batch.members + 1)[slot]))
+        local = np.zeros(up.shape[1:], np.uint16)
+        won = on[0]
+        if u > 1:
+            local, _ = first_max(weights[batch.members] * sigmoid(up))
+            won = np.take_along_axis(on, local[None].astype(np.intp), axis=0)[0]
+        slot = local + 1
+        slot *= won
+        tiled.pixels.append((batch.flat_index(width), batch.code_lut()[slot]))
+        on &= straddle[batch.members][:, batch.tile_rows, batch.tile_cols, None, None]
         if batch.valid is not None:
             on &= batch.valid
+            slot *= batch.valid
         orig[batch.members] += np.count_nonzero(on.reshape(u, -1), axis=1)
         wins[batch.members] += batch.count(local, u)
-        seg[batch.members] += batch.count(slot, u + 1)[1:]
+        seg[batch.members] += np.bincount(slot.ravel(), minlength=u + 1)[1:]
     return tiled, wins, orig, seg
 
 
@@ -226,14 +279,10 @@ def semantic_codes_tiled(maps: np.ndarray, tiles: TileGrid, width: int) -> Tiled
     undecided = ~(solid | void)
     tiled = TiledRaster(tiles, np.where(solid, best + 1, 0))
     for batch in tile_batches(tiles, undecided, candidate):
-        up = batch.sample(maps, tiles)
-        if len(batch.members) == 1:
-            local, top = np.zeros(up.shape[1:], np.intp), up[0]
-        else:
-            local = up.argmax(axis=0)
-            top = np.take_along_axis(up, local[None], axis=0)[0]
-        code = np.where(top >= SEMANTIC_VOID_FLOOR, batch.members[local] + 1, 0)
-        tiled.pixels.append((batch.flat_index(width), code))
+        local, top = first_max(batch.sample(maps, tiles))
+        local += 1
+        local *= top >= SEMANTIC_VOID_FLOOR
+        tiled.pixels.append((batch.flat_index(width), batch.code_lut()[local]))
     return tiled
 
 

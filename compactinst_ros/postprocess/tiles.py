@@ -97,8 +97,12 @@ class TileGrid:
         return self.rows.size[:, None] * self.cols.size[None, :]
 
     def expand(self, values: np.ndarray) -> np.ndarray:
-        """(R, C) per-tile values -> (H, W) camera raster, each tile filled with its value."""
-        return np.repeat(np.repeat(values, self.rows.size, axis=0), self.cols.size, axis=1)
+        """(R, C) per-tile values -> (H, W) camera raster, each tile filled with its value.
+
+        One camera row per tile row is gathered, then copied as whole rows.
+        """
+        tile_of_x = np.repeat(np.arange(len(self.cols)), self.cols.size)
+        return np.repeat(np.take(values, tile_of_x, axis=1), self.rows.size, axis=0)
 
     def sample(
         self,
@@ -118,11 +122,16 @@ class TileGrid:
         c0, c1 = self.cols.texel0[tile_cols], self.cols.texel1[tile_cols]
         wy = self.rows.weight[ys]
         wx = self.cols.weight[xs][:, None, :]
-        top, bottom = grids[:, r0, c0][..., None], grids[:, r1, c0][..., None]
-        left = top + (bottom - top) * wy
-        top, bottom = grids[:, r0, c1][..., None], grids[:, r1, c1][..., None]
-        right = top + (bottom - top) * wy
-        return left[..., None] + (right - left)[..., None] * wx
+        top = grids[:, r0, c0][..., None]
+        left = (grids[:, r1, c0][..., None] - top) * wy
+        left += top
+        top = grids[:, r0, c1][..., None]
+        right = (grids[:, r1, c1][..., None] - top) * wy
+        right += top
+        right -= left
+        out = right[..., None] * wx
+        out += left[..., None]
+        return out
 
 
 @dataclass(frozen=True)
@@ -141,18 +150,28 @@ class TileBounds:
         computed corners. The corners of all tiles form a (2R, 2C) lattice, sampled separably.
         """
         rows, cols = tiles.rows, tiles.cols
-        wy = rows.weight[rows.ends()]  # (R, 2)
-        top, bottom = grids[:, rows.texel0], grids[:, rows.texel1]  # (N, R, w)
-        vert = top[:, :, None] + (bottom - top)[:, :, None] * wy[:, :, None]  # (N, R, 2, w)
-        wx = cols.weight[cols.ends()]  # (C, 2)
-        left, right = vert[..., cols.texel0, None], vert[..., cols.texel1, None]
-        corners = left + (right - left) * wx  # (N, R, 2, C, 2)
-        top_left, top_right = corners[:, :, 0, :, 0], corners[:, :, 0, :, 1]
-        bottom_left, bottom_right = corners[:, :, 1, :, 0], corners[:, :, 1, :, 1]
-        lower = np.minimum(np.minimum(top_left, top_right), np.minimum(bottom_left, bottom_right))
-        upper = np.maximum(np.maximum(top_left, top_right), np.maximum(bottom_left, bottom_right))
+        wy = rows.weight[rows.ends()][:, :, None]  # (R, 2, 1)
+        top = grids[:, rows.texel0, None]  # (N, R, 1, w)
+        vert = (grids[:, rows.texel1, None] - top) * wy
+        vert += top  # (N, R, 2, w): the tile rows' first and last camera rows
+        # The blend is linear in wx, so its extremes over a tile's two column ends are
+        # left + min/max(d * wx_first, d * wx_last), d = right - left (rounding is monotone).
+        left = np.take(vert, cols.texel0, axis=3)  # (N, R, 2, C)
+        spread = np.take(vert, cols.texel1, axis=3)
+        spread -= left
+        wx_first, wx_last = cols.weight[cols.ends()].T
+        high = spread * wx_first
+        spread *= wx_last
+        low = np.minimum(high, spread)
+        np.maximum(high, spread, out=high)
+        low += left
+        high += left
+        lower = np.minimum(low[:, :, 0], low[:, :, 1])
+        upper = np.maximum(high[:, :, 0], high[:, :, 1])
         margin = 2 * cull_margin(grids)[:, None, None]
-        return cls(lower - margin, upper + margin)
+        lower -= margin
+        upper += margin
+        return cls(lower, upper)
 
     def above(self, threshold: np.float32) -> np.ndarray:
         """(N, R, C) bool: every sample of the map in the tile is ``> threshold``."""
