@@ -29,13 +29,13 @@ from ..structures import (
 from .instance import drop_empty, instances_table, select_instances
 from .panoptic import check_panoptic_labels, finalize_panoptic, select_panoptic_queries
 from .reference import check_raw_outputs
-from .resample import Resampler, logit_threshold, sigmoid
+from .resample import logit_threshold, sigmoid
 from .semantic import SEMANTIC_VOID_FLOOR, semantic_dtype, semantic_lowres
 from .tiles import TILE, TileBounds, TileGrid, panoptic_candidates, semantic_candidates
 
-#: A set of undecided tiles whose per-pixel work (pixels x maps) is below this joins another
-#: batch: one batch costs about as much call overhead as this many samples of one map.
-MIN_BATCH_WORK = 16384
+#: Call overhead of one batch, in samples of one map: a tile set joins another batch when that
+#: adds fewer samples than this.
+BATCH_OVERHEAD = 8192
 
 
 @dataclass
@@ -93,25 +93,32 @@ class TileBatch:
         return np.append(0, self.members + 1)
 
 
-def merge_small_sets(members: np.ndarray, work: np.ndarray) -> np.ndarray:
-    """(G,) batch of each tile set: sets with little work join their smallest superset among the
-    large ones, or else one shared batch of their union (``members`` grows in place)."""
-    batch = np.arange(len(members))
-    large = np.flatnonzero(work >= MIN_BATCH_WORK)
-    small = np.flatnonzero(work < MIN_BATCH_WORK)
-    if len(small) == 0:
-        return batch
-    rest = small
-    if len(large):
-        covers = (members[small, None, :] <= members[None, large, :]).all(axis=2)
-        cost = np.where(covers, members[large].sum(axis=1), members.shape[1] + 1)
-        has_cover = covers.any(axis=1)
-        batch[small[has_cover]] = large[cost.argmin(axis=1)[has_cover]]
-        rest = small[~has_cover]
-    if len(rest):
-        batch[rest] = rest[0]
-        members[rest[0]] = members[rest].any(axis=0)
-    return batch
+def merge_tile_sets(members: list[int], pixels: list[int]) -> tuple[list[int], list[int]]:
+    """Batch of each tile set, and each batch's maps (sets and batches as bitmasks of maps).
+
+    Sets are taken by decreasing work (pixels x maps); each joins the batch where sampling the
+    union of maps adds the fewest samples, if fewer than BATCH_OVERHEAD, else starts a batch.
+    Extra maps in a batch never change an answer, they only cost time.
+    """
+    order = sorted(range(len(members)), key=lambda g: -pixels[g] * members[g].bit_count())
+    batch_maps: list[int] = []
+    batch_pixels: list[int] = []
+    batch = [0] * len(members)
+    for g in order:
+        maps, size = members[g], members[g].bit_count()
+        best, best_extra = len(batch_maps), BATCH_OVERHEAD
+        for b, (other, other_pixels) in enumerate(zip(batch_maps, batch_pixels, strict=True)):
+            union = (other | maps).bit_count()
+            extra = (union - size) * pixels[g] + (union - other.bit_count()) * other_pixels
+            if extra < best_extra:
+                best, best_extra = b, extra
+        if best == len(batch_maps):
+            batch_maps.append(0)
+            batch_pixels.append(0)
+        batch[g] = best
+        batch_maps[best] |= maps
+        batch_pixels[best] += pixels[g]
+    return batch, batch_maps
 
 
 def tile_batches(tiles: TileGrid, undecided: np.ndarray, needed: np.ndarray) -> Iterator[TileBatch]:
@@ -122,10 +129,12 @@ def tile_batches(tiles: TileGrid, undecided: np.ndarray, needed: np.ndarray) -> 
     sets = needed[:, tile_rows, tile_cols].T
     packed = np.packbits(sets, axis=1, bitorder="little")
     keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
-    _, first, group = np.unique(keys, return_index=True, return_inverse=True)
-    members = sets[first]
+    unique, group = np.unique(keys, return_inverse=True)
     pixels = np.bincount(group, tiles.pixel_counts()[tile_rows, tile_cols])
-    group = merge_small_sets(members, pixels * members.sum(axis=1))[group]
+    batch, batch_maps = merge_tile_sets(
+        [int.from_bytes(key.tobytes(), "little") for key in unique], pixels.astype(int).tolist()
+    )
+    group = np.asarray(batch)[group]
     order = np.argsort(group, kind="stable")
     stops = np.flatnonzero(np.diff(group[order])) + 1
     for index in np.split(order, stops):
@@ -136,8 +145,9 @@ def tile_batches(tiles: TileGrid, undecided: np.ndarray, needed: np.ndarray) -> 
         valid = None
         if not (full_rows.all() and full_cols.all()):
             valid = full_rows[:, :, None] & full_cols[:, None, :]
+        maps = batch_maps[group[index[0]]]
         yield TileBatch(
-            np.flatnonzero(members[group[index[0]]]),
+            np.array([k for k in range(maps.bit_length()) if maps >> k & 1], np.intp),
             rows,
             cols,
             tiles.rows.pixels(rows, height),
@@ -353,7 +363,7 @@ def fast_postprocess(
     cls = np.asarray(raw.class_logits, np.float32)
     masks = np.ascontiguousarray(raw.mask_logits, np.float32)
     stride = raw.mask_stride
-    tiles = TileGrid.of(Resampler(meta, stride, masks.shape[1], masks.shape[2]), tile)
+    tiles = TileGrid.cached(meta, stride, masks.shape[1], masks.shape[2], tile)
     result = FrameResult(meta=meta)
     if outputs.instance:
         result.instances, result.instance_raster = fast_instances(

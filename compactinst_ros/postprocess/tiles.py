@@ -18,10 +18,12 @@ change get per-pixel work. Every function here works on whole (N, tile rows, til
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..structures import FrameMeta
 from .resample import Resampler, Taps, sigmoid
 
 #: Largest tile side in camera pixels (cells longer than this are split into equal pieces).
@@ -51,11 +53,16 @@ class AxisTiles:
 
     @classmethod
     def of(cls, taps: Taps, tile: int = TILE) -> AxisTiles:
-        """Each run of pixels with the same taps, cut into equal pieces of at most ``tile``."""
+        """Each run of pixels with the same taps, cut into near-equal pieces.
+
+        Pieces are at most ``tile`` and at most the median cell long, so that the few odd cells
+        (clamped borders) do not make tiles of very different sizes.
+        """
         idx0, idx1, weight = taps
         cell_start = np.flatnonzero(np.diff(idx0, prepend=-1))
         cell_size = np.diff(cell_start, append=len(idx0))
-        pieces = -(-cell_size // tile)
+        target = max(1, min(tile, int(np.median(cell_size))))
+        pieces = -(-cell_size // target)
         cell = np.repeat(np.arange(len(cell_start)), pieces)
         piece = np.arange(len(cell)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
         lo = cell_start[cell] + piece * cell_size[cell] // pieces[cell]
@@ -86,6 +93,12 @@ class TileGrid:
     def of(cls, resampler: Resampler, tile: int = TILE) -> TileGrid:
         """Tiles for ``resampler``'s frame and grid."""
         return cls(AxisTiles.of(resampler.rows_taps, tile), AxisTiles.of(resampler.cols_taps, tile))
+
+    @staticmethod
+    @functools.lru_cache(maxsize=8)
+    def cached(meta: FrameMeta, stride: int, grid_h: int, grid_w: int, tile: int) -> TileGrid:
+        """``of`` for a frame geometry, built once per geometry (a camera keeps its size)."""
+        return TileGrid.of(Resampler(meta, stride, grid_h, grid_w), tile)
 
     @property
     def shape(self) -> tuple[int, int]:
