@@ -26,8 +26,13 @@ from ..structures import (
     RawOutputs,
     Segments,
 )
-from .instance import drop_empty, instances_table, select_instances
-from .panoptic import check_panoptic_labels, finalize_panoptic, select_panoptic_queries
+from .instance import InstanceSelection, drop_empty, instances_table, select_instances
+from .panoptic import (
+    PanopticSelection,
+    check_panoptic_labels,
+    finalize_panoptic,
+    select_panoptic_queries,
+)
 from .reference import check_raw_outputs
 from .resample import logit_threshold, sigmoid
 from .semantic import SEMANTIC_VOID_FLOOR, semantic_dtype, semantic_lowres
@@ -156,18 +161,22 @@ def tile_batches(tiles: TileGrid, undecided: np.ndarray, needed: np.ndarray) -> 
         )
 
 
-def first_max(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``argmax(values, axis=0)`` (first on ties) and the maximum, one pass per row.
+def first_max(values: np.ndarray, carry: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """``argmax(values, axis=0)`` (first on ties) and the maximum, one pass per row; with
+    ``carry`` (same shape as ``values``), also ``carry`` at the argmax.
 
     numpy's argmax over a leading axis is slow; a strict ``>`` keeps the earlier row on ties.
     """
     best = values[0].copy()
     index = np.zeros(best.shape, np.uint16)
+    carried = None if carry is None else carry[0].copy()
     for j in range(1, len(values)):
         better = values[j] > best
         np.copyto(index, j, where=better)
         np.copyto(best, values[j], where=better)
-    return index, best
+        if carried is not None:
+            np.copyto(carried, carry[j], where=better)
+    return (index, best) if carried is None else (index, carried)
 
 
 def tile_sums(codes: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
@@ -176,7 +185,12 @@ def tile_sums(codes: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
 
 
 def paint_instances_tiled(
-    grids: np.ndarray, tiles: TileGrid, width: int, height: int, threshold: np.float32
+    grids: np.ndarray,
+    bounds: TileBounds,
+    tiles: TileGrid,
+    width: int,
+    height: int,
+    threshold: np.float32,
 ) -> tuple[TiledRaster, np.ndarray, np.ndarray]:
     """``paint_instances`` by tiles: slot codes (first grid in order with sample > T), areas and
     inclusive boxes (x0, y0, x1, y1), (N, 4) int64 (meaningless where the area is 0).
@@ -188,7 +202,6 @@ def paint_instances_tiled(
     box = np.tile(np.array([width, height, -1, -1], np.int64), (n, 1))
     if n == 0:
         return TiledRaster(tiles, np.zeros(tiles.shape, np.intp)), np.zeros(0, np.int64), box
-    bounds = TileBounds.of(grids, tiles)
     above, maybe = bounds.above(threshold), bounds.maybe_above(threshold)
     first = maybe.argmax(axis=0)
     any_maybe = maybe.any(axis=0)
@@ -226,7 +239,12 @@ def paint_instances_tiled(
 
 
 def panoptic_slots_tiled(
-    grids: np.ndarray, scores: np.ndarray, tiles: TileGrid, width: int, threshold: np.float32
+    grids: np.ndarray,
+    bounds: TileBounds,
+    scores: np.ndarray,
+    tiles: TileGrid,
+    width: int,
+    threshold: np.float32,
 ) -> tuple[TiledRaster, np.ndarray, np.ndarray, np.ndarray]:
     """``panoptic_slots`` by tiles: slot codes and the (P,) int64 ``wins``, ``orig``, ``seg``.
 
@@ -237,7 +255,6 @@ def panoptic_slots_tiled(
     zeros = np.zeros(n, np.int64)
     if n == 0:
         return TiledRaster(tiles, np.zeros(tiles.shape, np.intp)), zeros, zeros, zeros.copy()
-    bounds = TileBounds.of(grids, tiles)
     above = bounds.above(threshold)
     straddle = bounds.maybe_above(threshold) & ~above
     candidate = panoptic_candidates(bounds, scores)
@@ -257,11 +274,9 @@ def panoptic_slots_tiled(
         up = batch.sample(grids, tiles)
         on = up > threshold
         u = len(batch.members)
-        local = np.zeros(up.shape[1:], np.uint16)
-        won = on[0]
+        local, won = np.zeros(up.shape[1:], np.uint16), on[0]
         if u > 1:
-            local, _ = first_max(weights[batch.members] * sigmoid(up))
-            won = np.take_along_axis(on, local[None].astype(np.intp), axis=0)[0]
+            local, won = first_max(weights[batch.members] * sigmoid(up), on)
         slot = local + 1
         slot *= won
         tiled.pixels.append((batch.flat_index(width), batch.code_lut()[slot]))
@@ -297,37 +312,40 @@ def semantic_codes_tiled(maps: np.ndarray, tiles: TileGrid, width: int) -> Tiled
 
 
 def fast_instances(
-    cls: np.ndarray,
+    selection: InstanceSelection,
     masks: np.ndarray,
+    bounds: TileBounds,
     meta: FrameMeta,
     labels: LabelSet,
     options: PostprocessOptions,
-    stride: int,
     tiles: TileGrid,
 ) -> tuple[Instances, np.ndarray]:
-    """Rule 3 (``instance_inference``) with tiled painting."""
-    selection = select_instances(cls, masks, meta, labels, options, stride)
-    threshold = logit_threshold(options.mask_threshold)
+    """Rule 3 (``instance_inference``) with tiled painting; ``bounds`` of the selected grids."""
     tiled, area, box = paint_instances_tiled(
-        masks[selection.query], tiles, meta.src_w, meta.src_h, threshold
+        masks[selection.query],
+        bounds,
+        tiles,
+        meta.src_w,
+        meta.src_h,
+        logit_threshold(options.mask_threshold),
     )
     lut, keep = drop_empty(area)
     return instances_table(selection, labels, area, box, keep), tiled.compose(lut)
 
 
 def fast_panoptic(
-    cls: np.ndarray,
+    selection: PanopticSelection,
     masks: np.ndarray,
+    bounds: TileBounds,
     meta: FrameMeta,
     labels: LabelSet,
     options: PostprocessOptions,
     tiles: TileGrid,
 ) -> tuple[Segments, np.ndarray]:
-    """Rule 4 (``panoptic_inference``) with tiled winners and counts."""
-    check_panoptic_labels(labels, len(cls))
-    selection = select_panoptic_queries(cls, options.object_mask_threshold)
+    """Rule 4 (``panoptic_inference``) with tiled winners; ``bounds`` of the selected grids."""
     tiled, wins, orig, seg = panoptic_slots_tiled(
         masks[selection.query],
+        bounds,
         selection.score,
         tiles,
         meta.src_w,
@@ -364,14 +382,38 @@ def fast_postprocess(
     masks = np.ascontiguousarray(raw.mask_logits, np.float32)
     stride = raw.mask_stride
     tiles = TileGrid.cached(meta, stride, masks.shape[1], masks.shape[2], tile)
-    result = FrameResult(meta=meta)
+    no_queries = np.zeros(0, np.int64)
+    instance = panoptic = None
     if outputs.instance:
-        result.instances, result.instance_raster = fast_instances(
-            cls, masks, meta, labels, options, stride, tiles
-        )
+        instance = select_instances(cls, masks, meta, labels, options, stride)
     if outputs.panoptic:
+        check_panoptic_labels(labels, len(cls))
+        panoptic = select_panoptic_queries(cls, options.object_mask_threshold)
+    queries = np.union1d(
+        no_queries if instance is None else instance.query,
+        no_queries if panoptic is None else panoptic.query,
+    )
+    bounds = TileBounds.of(masks[queries], tiles)  # once for the queries of both rules
+    result = FrameResult(meta=meta)
+    if instance is not None:
+        result.instances, result.instance_raster = fast_instances(
+            instance,
+            masks,
+            bounds.take(np.searchsorted(queries, instance.query)),
+            meta,
+            labels,
+            options,
+            tiles,
+        )
+    if panoptic is not None:
         result.segments, result.panoptic_raster = fast_panoptic(
-            cls, masks, meta, labels, options, tiles
+            panoptic,
+            masks,
+            bounds.take(np.searchsorted(queries, panoptic.query)),
+            meta,
+            labels,
+            options,
+            tiles,
         )
     if outputs.semantic:
         result.semantic_raster = fast_semantic(cls, masks, meta, labels, tiles)

@@ -186,6 +186,10 @@ class TileBounds:
         upper += margin
         return cls(lower, upper)
 
+    def take(self, index: np.ndarray) -> TileBounds:
+        """Bounds of maps ``index`` only."""
+        return TileBounds(self.lower[index], self.upper[index])
+
     def above(self, threshold: np.float32) -> np.ndarray:
         """(N, R, C) bool: every sample of the map in the tile is ``> threshold``."""
         return self.lower > threshold
