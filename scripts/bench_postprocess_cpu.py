@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""CPU micro benchmark of the numpy reference post-processing (compactinst_ros.postprocess).
+"""CPU micro benchmark of the numpy post-processing: the reference and the tiled fast path.
 
 A realistic frame: Q=100 queries, mask logits at 1/8 of the model input, a few confident thing
 queries (elliptic blobs), two stuff queries and the rest low-confidence no-object. Camera frame
-== model input (no letterbox). Prints the median time per output and for all three, next to
-the step the detectron2/Mask2Former path cannot skip: sampling all Q masks at camera
-resolution (done here in row chunks so memory stays bounded), as a side-by-side ratio.
+== model input (no letterbox). Prints the median time per output and for all three, for the
+reference (``reference.postprocess``) and the fast path (``fast.fast_postprocess``, checked
+equal first), next to the step the detectron2/Mask2Former path cannot skip: sampling all Q
+masks at camera resolution (done here in row chunks so memory stays bounded).
 
     .venv/bin/python scripts/bench_postprocess_cpu.py [--sizes 512x1024 1024x2048] [--repeats 5]
 """
@@ -21,6 +22,7 @@ import numpy as np
 
 from compactinst_ros.labels import SYNTHETIC_LABELS
 from compactinst_ros.postprocess import postprocess
+from compactinst_ros.postprocess.fast import fast_postprocess
 from compactinst_ros.postprocess.resample import Resampler, rows_per_chunk, sigmoid
 from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions, RawOutputs
 
@@ -108,13 +110,22 @@ def main() -> int:
                 lambda r=raw, m=meta: dense_upsample(r, m), max(1, args.repeats // 2)
             )
             print(f"  dense: 100 masks + sigmoid  wall {wall:8.1f} ms  cpu {dense_cpu:8.1f} ms")
+        fast = fast_postprocess(raw, meta, SYNTHETIC_LABELS, options, OutputSet())
+        for name in ("instance_raster", "panoptic_raster", "semantic_raster"):
+            if not np.array_equal(getattr(fast, name), getattr(result, name)):
+                raise SystemExit(f"fast post-processing differs from the reference in {name}")
         for name, outputs in OUTPUTS.items():
-            wall, cpu = median_ms(
-                lambda o=outputs, r=raw, m=meta: postprocess(r, m, SYNTHETIC_LABELS, options, o),
-                args.repeats,
-            )
-            ratio = f"   dense/reference (cpu) {dense_cpu / cpu:6.1f}x" if dense_cpu else ""
-            print(f"  {name:<15}  wall {wall:8.1f} ms  cpu {cpu:8.1f} ms{ratio}", flush=True)
+            cells = []
+            for label, implementation in (("reference", postprocess), ("fast", fast_postprocess)):
+                wall, cpu = median_ms(
+                    lambda o=outputs, r=raw, m=meta, f=implementation: f(
+                        r, m, SYNTHETIC_LABELS, options, o
+                    ),
+                    args.repeats,
+                )
+                ratio = f" ({dense_cpu / cpu:5.1f}x below dense)" if dense_cpu else ""
+                cells.append(f"{label} wall {wall:7.1f} ms cpu {cpu:7.1f} ms{ratio}")
+            print(f"  {name:<10} " + "  |  ".join(cells), flush=True)
     return 0
 
 

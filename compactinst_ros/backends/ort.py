@@ -14,7 +14,7 @@ import numpy as np
 
 from ..bundle import DECODER_OUTPUTS, ModelBundle
 from ..errors import BackendError
-from ..postprocess.reference import postprocess
+from ..postprocess.fast import fast_postprocess
 from ..preprocess import letterbox
 from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions, RawOutputs
 from .base import BackendOptions
@@ -45,11 +45,17 @@ def create_session(
     """One ONNX Runtime session for ``path``; BackendError names the file and the cause.
 
     ``optimize=False`` runs the graph exactly as exported (no fusions), for parity checks.
+    Full optimisation keeps the convolutions on ONNX Runtime's blocked-layout (NCHWc) kernels,
+    the fastest on both stages (docs/benchmarks.md, "CPU path"). Pool threads do not spin after
+    a run: the stages, post-processing and ROS callbacks run one after another, and spinning
+    workers would take the cores those need (the decoder and post-processing got 1.5-2x
+    slower with spinning on 2 loaded cores).
     """
     ort = _import_ort()
     options = ort.SessionOptions()
     level = ort.GraphOptimizationLevel
     options.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads is not None:
         if threads < 1:
             raise BackendError(f"threads={threads} must be >= 1 (or None for all cores)")
@@ -103,7 +109,8 @@ class OrtBackend:
         options: PostprocessOptions,
         outputs: OutputSet,
     ) -> FrameResult:
-        """Run one validated frame through both sessions and the numpy post-processing."""
+        """Run one validated frame through both sessions and the tiled numpy post-processing
+        (bit-identical to the reference, ``postprocess/fast.py``)."""
         t0 = time.perf_counter()
         tensor = letterbox(image, encoding, meta, self.bundle.pad_value)
         t1 = time.perf_counter()
@@ -111,7 +118,7 @@ class OrtBackend:
         t2 = time.perf_counter()
         raw = self.run_decoder(features)
         t3 = time.perf_counter()
-        result = postprocess(raw, meta, self.bundle.labels, options, outputs)
+        result = fast_postprocess(raw, meta, self.bundle.labels, options, outputs)
         t4 = time.perf_counter()
         result.timings_ms.update(
             preprocess=(t1 - t0) * 1e3,

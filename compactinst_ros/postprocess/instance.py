@@ -22,6 +22,7 @@ from .resample import (
     softmax,
     valid_region,
 )
+from .tiles import cull_margin
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,6 @@ def select_instances(
     return InstanceSelection(query[first].astype(np.int64), class_index[first], score[first])
 
 
-def cull_margin(grids: np.ndarray) -> np.ndarray:
-    """(N,) logit margin that covers float rounding of a bilinear blend of each grid's texels."""
-    peak = np.abs(grids).max(axis=(1, 2), initial=0.0)
-    return (np.float32(1e-4) + np.float32(1e-6) * peak).astype(np.float32)
-
-
 def texel_boxes(grids: np.ndarray, threshold: np.float32) -> tuple[np.ndarray, np.ndarray]:
     """Per grid, whether any texel may exceed T and its inclusive texel box (r0, r1, c0, c1)."""
     near = grids > (threshold - cull_margin(grids))[:, None, None]
@@ -151,6 +146,39 @@ def paint_instances(
     return raster, area, box
 
 
+def drop_empty(area: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slots that painted no pixel are removed: the (N+1,) uint16 renumbering LUT and the keep mask.
+
+    The LUT maps slot 0 to 0 and the kept slots to 1..n in rank order (rule 3 step 7).
+    """
+    keep = area > 0
+    lut = np.zeros(len(area) + 1, np.uint16)
+    lut[1:][keep] = np.arange(1, int(keep.sum()) + 1)
+    return lut, keep
+
+
+def instances_table(
+    selection: InstanceSelection,
+    labels: LabelSet,
+    area: np.ndarray,
+    box: np.ndarray,
+    keep: np.ndarray,
+) -> Instances:
+    """The Instances table of the kept slots; ``box`` is inclusive (x0, y0, x1, y1) per slot."""
+    n = int(keep.sum())
+    box = box[keep].astype(np.float32)
+    box[:, 2:] += 1
+    class_index = selection.class_index[keep]
+    return Instances(
+        ids=np.arange(1, n + 1, dtype=np.uint16),
+        class_index=class_index.astype(np.int32),
+        label_id=labels.id_array[class_index],
+        score=selection.score[keep].astype(np.float32),
+        box=box.reshape(n, 4),
+        area=area[keep],
+    )
+
+
 def instance_inference(
     class_logits: np.ndarray,
     mask_logits: np.ndarray,
@@ -167,21 +195,7 @@ def instance_inference(
     raster, area, box = paint_instances(
         mask_logits[selection.query], resampler, threshold, chunk_bytes
     )
-    keep = area > 0
+    lut, keep = drop_empty(area)
     if not keep.all():
-        lut = np.zeros(len(selection) + 1, np.uint16)
-        lut[1:][keep] = np.arange(1, int(keep.sum()) + 1)
         raster = lut[raster]
-    n = int(keep.sum())
-    box = box[keep].astype(np.float32)
-    box[:, 2:] += 1
-    class_index = selection.class_index[keep]
-    instances = Instances(
-        ids=np.arange(1, n + 1, dtype=np.uint16),
-        class_index=class_index.astype(np.int32),
-        label_id=labels.id_array[class_index],
-        score=selection.score[keep].astype(np.float32),
-        box=box.reshape(n, 4),
-        area=area[keep],
-    )
-    return instances, raster
+    return instances_table(selection, labels, area, box, keep), raster

@@ -71,8 +71,14 @@ class Resampler:
         self.rows_taps = bilinear_taps(meta.src_h, meta.resized_h, grid_h, stride)
         self.cols_taps = bilinear_taps(meta.src_w, meta.resized_w, grid_w, stride)
 
-    def sample(self, grids: np.ndarray, rows: slice, cols: slice | None = None) -> np.ndarray:
-        """(N, len(rows), len(cols)) float32 samples of (N, h, w) grids for a camera window."""
+    def sample(
+        self, grids: np.ndarray, rows: slice, cols: slice | np.ndarray | None = None
+    ) -> np.ndarray:
+        """(N, len(rows), len(cols)) float32 samples of (N, h, w) grids for a camera window.
+
+        ``cols`` may be an index array (any columns, in order); each sample is the same float32
+        arithmetic whatever the window, so windows of one frame agree bit for bit.
+        """
         i0, i1, wy = (t[rows] for t in self.rows_taps)
         j0, j1, wx = (t[cols] for t in self.cols_taps) if cols is not None else self.cols_taps
         top = grids[:, i0, :]

@@ -1,0 +1,216 @@
+"""Exact per-tile culling: which masks can change the answer inside a tile of camera pixels.
+
+Tiles are cut from *cells*, the runs of camera pixels that read the same two texels per axis
+(rule 1's taps), so every pixel of a tile blends the same four texels and only its two weights
+vary, monotonically along each axis. The blend is bilinear in the weights, so over a tile it
+lies between its values at the tile's four corner pixels; widened by ``cull_margin`` for
+float32 rounding, those bounds are exact. From them a tile decides, without sampling:
+
+* threshold state: every pixel of a map is ``> T`` (above) or none can be (not ``maybe``);
+* panoptic: a query whose largest possible ``score * sigmoid`` is below another query's
+  smallest possible one never wins a pixel of the tile;
+* semantic: a class map whose largest possible value is below another's smallest never wins.
+
+The fused CUDA kernels apply the same rules on 16x16 tiles with looser texel-footprint bounds;
+the numpy fast path (``postprocess/fast.py``) uses them so that only tiles where the answer can
+change get per-pixel work. Every function here works on whole (N, tile rows, tile cols) arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..structures import FrameMeta
+from .resample import Resampler, Taps, sigmoid
+
+#: Largest tile side in camera pixels (cells longer than this are split into equal pieces).
+TILE = 16
+
+
+def cull_margin(grids: np.ndarray) -> np.ndarray:
+    """(N,) logit margin that covers float rounding of a bilinear blend of each grid's texels.
+
+    Two float32 blends ``a + (b - a) * w`` err by at most ~10 ulp-units (2^-24) of the largest
+    texel magnitude M, i.e. < 6e-7 M: ``1e-6 * max|m|`` bounds one blend's error against its
+    texels, ``1e-4`` covers small magnitudes.
+    """
+    peak = np.abs(grids).max(axis=(1, 2), initial=0.0)
+    return (np.float32(1e-4) + np.float32(1e-6) * peak).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class AxisTiles:
+    """Tiles along one camera axis: pixel ranges inside one cell, its texels, pixel weights."""
+
+    start: np.ndarray  # (n,) first camera pixel of each tile
+    size: np.ndarray  # (n,) pixels in each tile
+    texel0: np.ndarray  # (n,) texel idx0 of every pixel of the tile
+    texel1: np.ndarray  # (n,) texel idx1 of every pixel of the tile
+    weight: np.ndarray  # (length,) float32 weight of idx1 at every camera pixel (rule 1)
+
+    @classmethod
+    def of(cls, taps: Taps, tile: int = TILE) -> AxisTiles:
+        """Each run of pixels with the same taps, cut into near-equal pieces.
+
+        Pieces are at most ``tile`` and at most the median cell long, so that the few odd cells
+        (clamped borders) do not make tiles of very different sizes.
+        """
+        idx0, idx1, weight = taps
+        cell_start = np.flatnonzero(np.diff(idx0, prepend=-1))
+        cell_size = np.diff(cell_start, append=len(idx0))
+        target = max(1, min(tile, int(np.median(cell_size))))
+        pieces = -(-cell_size // target)
+        cell = np.repeat(np.arange(len(cell_start)), pieces)
+        piece = np.arange(len(cell)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        lo = cell_start[cell] + piece * cell_size[cell] // pieces[cell]
+        hi = cell_start[cell] + (piece + 1) * cell_size[cell] // pieces[cell]
+        return cls(lo, hi - lo, idx0[lo], idx1[lo], weight)
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+    def pixels(self, index: np.ndarray, width: int) -> np.ndarray:
+        """(n, width) camera pixels of tiles ``index``, past a tile's end repeating its last."""
+        offset = np.minimum(np.arange(width), self.size[index, None] - 1)
+        return self.start[index, None] + offset
+
+    def ends(self) -> np.ndarray:
+        """(n, 2) first and last pixel of every tile."""
+        return np.stack([self.start, self.start + self.size - 1], axis=1)
+
+
+@dataclass(frozen=True)
+class TileGrid:
+    """The camera frame cut into tiles of one cell each, at most TILE x TILE pixels."""
+
+    rows: AxisTiles
+    cols: AxisTiles
+
+    @classmethod
+    def of(cls, resampler: Resampler, tile: int = TILE) -> TileGrid:
+        """Tiles for ``resampler``'s frame and grid."""
+        return cls(AxisTiles.of(resampler.rows_taps, tile), AxisTiles.of(resampler.cols_taps, tile))
+
+    @staticmethod
+    @functools.lru_cache(maxsize=8)
+    def cached(meta: FrameMeta, stride: int, grid_h: int, grid_w: int, tile: int) -> TileGrid:
+        """``of`` for a frame geometry, built once per geometry (a camera keeps its size)."""
+        return TileGrid.of(Resampler(meta, stride, grid_h, grid_w), tile)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(tile rows, tile cols)."""
+        return len(self.rows), len(self.cols)
+
+    def pixel_counts(self) -> np.ndarray:
+        """(R, C) int64 camera pixels per tile."""
+        return self.rows.size[:, None] * self.cols.size[None, :]
+
+    def expand(self, values: np.ndarray) -> np.ndarray:
+        """(R, C) per-tile values -> (H, W) camera raster, each tile filled with its value.
+
+        One camera row per tile row is gathered, then copied as whole rows.
+        """
+        tile_of_x = np.repeat(np.arange(len(self.cols)), self.cols.size)
+        return np.repeat(np.take(values, tile_of_x, axis=1), self.rows.size, axis=0)
+
+    def sample(
+        self,
+        grids: np.ndarray,
+        tile_rows: np.ndarray,
+        tile_cols: np.ndarray,
+        ys: np.ndarray,
+        xs: np.ndarray,
+    ) -> np.ndarray:
+        """(N, n, a, b) samples of (N, h, w) grids in tiles (tile_rows, tile_cols) at camera
+        rows ``ys`` (n, a) and columns ``xs`` (n, b) of each tile.
+
+        The float32 operations are the reference's (``Resampler.sample``): the vertical blend
+        ``top + (bottom - top) * wy`` at the tile's two texel columns, then the horizontal one.
+        """
+        r0, r1 = self.rows.texel0[tile_rows], self.rows.texel1[tile_rows]
+        c0, c1 = self.cols.texel0[tile_cols], self.cols.texel1[tile_cols]
+        wy = self.rows.weight[ys]
+        wx = self.cols.weight[xs][:, None, :]
+        top = grids[:, r0, c0][..., None]
+        left = (grids[:, r1, c0][..., None] - top) * wy
+        left += top
+        top = grids[:, r0, c1][..., None]
+        right = (grids[:, r1, c1][..., None] - top) * wy
+        right += top
+        right -= left
+        out = right[..., None] * wx
+        out += left[..., None]
+        return out
+
+
+@dataclass(frozen=True)
+class TileBounds:
+    """Per map and tile: bounds that no sample of the map in the tile can reach or cross."""
+
+    lower: np.ndarray  # (N, R, C) float32, below every sample of the map in the tile
+    upper: np.ndarray  # (N, R, C) float32, above every sample of the map in the tile
+
+    @classmethod
+    def of(cls, grids: np.ndarray, tiles: TileGrid) -> TileBounds:
+        """Corner samples of every tile, widened by twice the rounding margin.
+
+        A pixel's exact blend lies between the exact corner blends; each computed value is
+        within one margin of its exact blend, so two margins separate any pixel from the
+        computed corners. The corners of all tiles form a (2R, 2C) lattice, sampled separably.
+        """
+        rows, cols = tiles.rows, tiles.cols
+        wy = rows.weight[rows.ends()][:, :, None]  # (R, 2, 1)
+        top = grids[:, rows.texel0, None]  # (N, R, 1, w)
+        vert = (grids[:, rows.texel1, None] - top) * wy
+        vert += top  # (N, R, 2, w): the tile rows' first and last camera rows
+        # The blend is linear in wx, so its extremes over a tile's two column ends are
+        # left + min/max(d * wx_first, d * wx_last), d = right - left (rounding is monotone).
+        left = np.take(vert, cols.texel0, axis=3)  # (N, R, 2, C)
+        spread = np.take(vert, cols.texel1, axis=3)
+        spread -= left
+        wx_first, wx_last = cols.weight[cols.ends()].T
+        high = spread * wx_first
+        spread *= wx_last
+        low = np.minimum(high, spread)
+        np.maximum(high, spread, out=high)
+        low += left
+        high += left
+        lower = np.minimum(low[:, :, 0], low[:, :, 1])
+        upper = np.maximum(high[:, :, 0], high[:, :, 1])
+        margin = 2 * cull_margin(grids)[:, None, None]
+        lower -= margin
+        upper += margin
+        return cls(lower, upper)
+
+    def take(self, index: np.ndarray) -> TileBounds:
+        """Bounds of maps ``index`` only."""
+        return TileBounds(self.lower[index], self.upper[index])
+
+    def above(self, threshold: np.float32) -> np.ndarray:
+        """(N, R, C) bool: every sample of the map in the tile is ``> threshold``."""
+        return self.lower > threshold
+
+    def maybe_above(self, threshold: np.float32) -> np.ndarray:
+        """(N, R, C) bool: some sample of the map in the tile may be ``> threshold``."""
+        return self.upper > threshold
+
+
+def panoptic_candidates(bounds: TileBounds, scores: np.ndarray) -> np.ndarray:
+    """(P, R, C) bool: queries that may win a pixel ``argmax_k score_k * sigmoid(up_k)``.
+
+    Query k is out when ``score_k * sigmoid(upper_k)`` is below the largest
+    ``score_j * sigmoid(lower_j)``: query j beats it at every pixel of the tile. The float32
+    sigmoid is monotone at the margin's scale, so the comparison is exact.
+    """
+    weights = scores.astype(np.float32)[:, None, None]
+    best_lower = (weights * sigmoid(bounds.lower)).max(axis=0, initial=-np.inf)
+    return weights * sigmoid(bounds.upper) >= best_lower
+
+
+def semantic_candidates(bounds: TileBounds) -> np.ndarray:
+    """(K, R, C) bool: class maps that may win ``argmax_c S_up[c]`` at a pixel of the tile."""
+    return bounds.upper >= bounds.lower.max(axis=0, initial=-np.inf)
