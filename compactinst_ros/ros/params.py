@@ -285,8 +285,10 @@ class ParameterGate:
 
     def __call__(self, parameters: list[Parameter]) -> SetParametersResult:
         """Accept or refuse ``parameters`` as one change; refused ones keep their old values."""
-        values = {name: self.node.get_parameter(name).value for name in PARAMETERS}
         changes = {p.name: p.value for p in parameters if p.name in PARAMETERS}
+        if not changes:
+            return SetParametersResult(successful=True)  # e.g. use_sim_time: not ours to judge
+        values = {name: self.node.get_parameter(name).value for name in PARAMETERS}
         changed = sorted(n for n, v in changes.items() if not _same(v, values[n]))
         running = self.running()
         try:

@@ -119,14 +119,14 @@ def test_run_time_refusals_read_as_the_start_up_errors():
     overrides = [Parameter("model", value="/m"), Parameter("score_threshold", value=1.5)]
     nodes = [Node(f"n{i}", context=context, parameter_overrides=overrides[:i]) for i in (1, 2)]
     try:
-        running, starting = nodes
-        declare_parameters(running, lambda: False, lambda config: None)
-        (choice,) = running.set_parameters([Parameter(k, value=v) for k, v in BAD_CHOICE.items()])
+        set_later, started_with_it = nodes
+        declare_parameters(set_later, lambda: False, lambda config: None)
+        (choice,) = set_later.set_parameters([Parameter(k, value=v) for k, v in BAD_CHOICE.items()])
         assert not choice.successful and choice.reason == start_up_error(BAD_CHOICE)
-        (bounds,) = running.set_parameters([Parameter("score_threshold", value=1.5)])
+        (bounds,) = set_later.set_parameters([Parameter("score_threshold", value=1.5)])
         assert refused(bounds, "score_threshold", "out of range")
         with pytest.raises(ConfigError) as start_up:
-            declare_parameters(starting, lambda: False, lambda config: None)
+            declare_parameters(started_with_it, lambda: False, lambda config: None)
         assert bounds.reason in str(start_up.value)
     finally:
         for node in nodes:
