@@ -43,7 +43,7 @@ class CompactInstCore:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.log = node.get_logger()
-        declare_parameters(node)
+        declare_parameters(node, lambda: self.worker is not None, self._apply_config)
         self.config: NodeConfig | None = None
         self.stats = FrameStats()
         self.worker: Worker | None = None
@@ -55,6 +55,7 @@ class CompactInstCore:
         self.active = False
         self.diag_pub: Any = None
         self._match_timer: Any = None
+        self._diag_timer: Any = None
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -78,9 +79,8 @@ class CompactInstCore:
             cfg.options.score_threshold,
         )
         self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.timers.append(
-            self.node.create_timer(cfg.diagnostics_period, self._publish_diagnostics)
-        )
+        self._diag_timer = self.node.create_timer(cfg.diagnostics_period, self._publish_diagnostics)
+        self.timers.append(self._diag_timer)
         self.log.info(
             f"loaded {self.facts.get('model')} ({self.facts.get('input_size')}) on "
             f"{self.facts.get('backend')}; outputs: {sorted(cfg.outputs)}"
@@ -121,12 +121,20 @@ class CompactInstCore:
         for timer in self.timers:
             self.node.destroy_timer(timer)
         self.timers.clear()
+        self._diag_timer = None
         if self.pubs is not None:
             self.pubs.destroy()
             self.pubs = None
         if self.diag_pub is not None:
             self.node.destroy_publisher(self.diag_pub)
             self.diag_pub = None
+
+    def _apply_config(self, cfg: NodeConfig) -> None:
+        """A run-time parameter change (only while configured): the worker's next frame uses it."""
+        assert self.worker is not None
+        self.config = cfg
+        self.worker.update_options(cfg.options)
+        self._diag_timer.timer_period_ns = int(cfg.diagnostics_period * 1e9)
 
     # -- input ---------------------------------------------------------------------------------
 

@@ -2,11 +2,13 @@
 
 Post-processing and overlay parameters take their defaults and ranges from
 ``PostprocessOptions`` (one range per parameter); backend parameters become one
-``BackendOptions``. All parameters are read-only: restart or lifecycle re-configure to change them.
+``BackendOptions``. ``RUN_TIME`` names the parameters a running node applies to the next frame;
+``ParameterGate`` refuses the others (and every invalid value) with the start-up error message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from rcl_interfaces.msg import (
     IntegerRange,
     ParameterDescriptor,
     ParameterType,
+    SetParametersResult,
 )
 from rclpy.exceptions import (
     InvalidParameterTypeException,
@@ -24,6 +27,7 @@ from rclpy.exceptions import (
 )
 from rclpy.expand_topic_name import expand_topic_name
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 from rclpy.qos import ReliabilityPolicy
 from rclpy.validate_full_topic_name import validate_full_topic_name
 
@@ -64,7 +68,7 @@ def _option(name: str, description: str) -> ParamSpec:
     return ParamSpec(getattr(PostprocessOptions(), name), description, bounds=(low, high))
 
 
-#: The node's parameters (all read-only: change them by restarting or lifecycle re-configure).
+#: The node's parameters; those in ``RUN_TIME`` can change while it runs, the rest need a restart.
 PARAMETERS: dict[str, ParamSpec] = {
     "model": ParamSpec("", "model bundle folder; empty = the installed models/default"),
     "backend": ParamSpec("auto", "inference backend", choices=BACKEND_CHOICES),
@@ -103,6 +107,12 @@ PARAMETERS: dict[str, ParamSpec] = {
     "diagnostics_period": ParamSpec(1.0, "seconds between /diagnostics reports", None, (0.1, 60.0)),
 }
 
+#: Parameters a running node applies to the next frame (thresholds, overlay weight, /diagnostics
+#: timing): cheap to swap. The others build the model, the publishers or the subscriptions.
+RUN_TIME = frozenset({*PostprocessOptions.BOUNDS, "input_timeout", "diagnostics_period"})
+RUN_TIME_NOTE = "can change at run time: applies to the next frame"
+RESTART_NOTE = "needs a restart (lifecycle node: cleanup, set it, configure)"
+
 
 def ros_param_text(value: Any) -> str:
     """``value`` as typed on a command line (``-p name:=value``): 1.0 for a double, [a,b] lists."""
@@ -114,11 +124,16 @@ def ros_param_text(value: Any) -> str:
 
 
 def descriptor(name: str, spec: ParamSpec) -> ParameterDescriptor:
-    """Read-only descriptor of parameter ``name``: description, choices and range for rclpy."""
+    """Descriptor of parameter ``name``: description, choices, range and whether it is run-time.
+
+    Not ``read_only``: rclpy would then refuse even an unchanged value and a lifecycle node's
+    unconfigured re-set, with a reason that gives no fix; ``ParameterGate`` refuses instead.
+    """
     desc = spec.description
     if spec.choices:
         desc += f" ({' | '.join(spec.choices)})"
-    d = ParameterDescriptor(name=name, description=desc, read_only=True)
+    note = RUN_TIME_NOTE if name in RUN_TIME else RESTART_NOTE
+    d = ParameterDescriptor(name=name, description=desc, additional_constraints=note)
     is_int = isinstance(spec.default, int) and not isinstance(spec.default, bool)
     if spec.bounds is not None and is_int:
         low, high = (int(b) for b in spec.bounds)
@@ -131,8 +146,11 @@ def descriptor(name: str, spec: ParamSpec) -> ParameterDescriptor:
     return d
 
 
-def declare_parameters(node: Node) -> None:
-    """Declare every parameter on ``node``; ConfigError names a mistyped or out-of-range one."""
+def declare_parameters(
+    node: Node, running: Callable[[], bool], apply: Callable[[NodeConfig], None]
+) -> None:
+    """Declare every parameter on ``node`` (ConfigError names a mistyped or out-of-range one),
+    then guard later changes with a ``ParameterGate`` that hands accepted ones to ``apply``."""
     for name, spec in PARAMETERS.items():
         try:
             node.declare_parameter(name, spec.default, descriptor(name, spec))
@@ -143,6 +161,7 @@ def declare_parameters(node: Node) -> None:
             ) from None
         except InvalidParameterValueException as exc:
             raise ConfigError(f"parameter {name}: {exc}; see config/compactinst.yaml") from None
+    node.add_on_set_parameters_callback(ParameterGate(node, running, apply))
 
 
 @dataclass(frozen=True)
@@ -227,3 +246,59 @@ def check_topic(node: Node, name: str, parameter: str = "image_topic") -> str:
             "pass e.g. image_topic:=/camera/image_raw"
         ) from None
     return full
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Parameter values equal; arrays compare by items (rclpy may give a list or a tuple)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    return bool(a == b)
+
+
+def check_change(values: dict[str, Any], changes: dict[str, Any], running: bool) -> NodeConfig:
+    """The config after ``changes``; ConfigError if a value is invalid (the start-up message) or
+    if a ``running`` node would need a restart for it (an unchanged value is always accepted)."""
+    if running:
+        for name, value in changes.items():
+            if name not in RUN_TIME and not _same(value, values[name]):
+                raise ConfigError(
+                    f"parameter {name} needs a restart; the running node keeps "
+                    f"{name}:={ros_param_text(values[name])}. Restart it with "
+                    f"{name}:={ros_param_text(value)} (lifecycle node: cleanup, set it, configure)"
+                )
+    return read_config(values | changes)
+
+
+class ParameterGate:
+    """The on-set-parameters callback: validates a request the way start-up does, refuses what
+    needs a restart while the node runs, and hands an accepted config to ``apply``.
+
+    rclpy checks each descriptor's type and range before calling it, with its own reason.
+    """
+
+    def __init__(
+        self, node: Node, running: Callable[[], bool], apply: Callable[[NodeConfig], None]
+    ) -> None:
+        self.node = node
+        self.running = running
+        self.apply = apply
+
+    def __call__(self, parameters: list[Parameter]) -> SetParametersResult:
+        """Accept or refuse ``parameters`` as one change; refused ones keep their old values."""
+        changes = {p.name: p.value for p in parameters if p.name in PARAMETERS}
+        if not changes:
+            return SetParametersResult(successful=True)  # e.g. use_sim_time: not ours to judge
+        values = {name: self.node.get_parameter(name).value for name in PARAMETERS}
+        changed = sorted(n for n, v in changes.items() if not _same(v, values[n]))
+        running = self.running()
+        try:
+            config = check_change(values, changes, running)
+            if "image_topic" in changes:
+                check_topic(self.node, changes["image_topic"])
+        except ConfigError as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        if running and changed:
+            self.apply(config)
+            shown = ", ".join(f"{n}:={ros_param_text(changes[n])}" for n in changed)
+            self.node.get_logger().info(f"parameters changed: {shown}; from the next frame on")
+        return SetParametersResult(successful=True)

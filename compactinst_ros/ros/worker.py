@@ -16,6 +16,7 @@ from ..errors import BackendError
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
+    from ..structures import PostprocessOptions
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Worker:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self.pipeline: Pipeline | None = None
+        self._options: PostprocessOptions | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self, timeout: float | None = None) -> Pipeline:
@@ -120,9 +122,16 @@ class Worker:
                     if self.mailbox.closed:
                         break
                     continue
+                options = self._options  # one read per frame: a swap never splits a frame
+                if options is not None:
+                    pipeline.options = options
                 self._handler(pipeline, frame)
         finally:
             pipeline.close()
+
+    def update_options(self, options: PostprocessOptions) -> None:
+        """Run the next frame with ``options``: a reference swap, no lock around inference."""
+        self._options = options
 
     def stop(self, timeout: float = 10.0) -> bool:
         """Close the mailbox and join; False if the thread is still busy after ``timeout``."""
