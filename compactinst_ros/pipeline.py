@@ -23,7 +23,8 @@ from .structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions
 
 
 class Pipeline:
-    """One model, one backend, fixed options; call it once per frame from a single thread."""
+    """One model, one backend; call it once per frame from a single thread (options may be
+    replaced between frames, never during one)."""
 
     def __init__(
         self,
