@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test lint demo clean default-model
+.PHONY: venv test lint demo clean default-model kernels
 
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ test: $(STAMP) lint
 
 demo: $(STAMP)
 	. ./scripts/ros_env.sh && $(PY) -m compactinst_ros.demo --out out/demo
+
+# Rebuilds the shipped kernel images (gpu/kernels/images) with NVRTC 12.6, JetPack 6's CUDA;
+# commit them with the sources (test/gpu/test_kernel_images.py fails on stale images).
+kernels: $(STAMP)
+	$(PY) -m compactinst_ros.gpu.build
 
 # Regenerates models/default (synthetic data, CPU training, export, held-out accuracy); resumable.
 default-model: $(STAMP)

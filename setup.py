@@ -37,7 +37,12 @@ ROSIDL_BUILD = [
     "ros-kilted-ament-package",
     "ros-kilted-geometry-msgs",
 ]
-DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", *COLCON, *ROSIDL_BUILD]
+# NVRTC of CUDA 12.6 (JetPack 6): `make kernels` builds the shipped kernel images with it and the
+# tests rebuild them byte for byte; pinned exactly, as another NVRTC writes other bytes.
+NVRTC = ["nvidia-cuda-nvrtc-cu12==12.6.85"]
+DEV = [
+    "pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", *NVRTC, *COLCON, *ROSIDL_BUILD,
+]  # fmt: skip
 
 setup(
     name=PACKAGE,
@@ -52,7 +57,7 @@ setup(
         (f"share/{PACKAGE}/rviz", glob("rviz/*.rviz")),
         (f"share/{PACKAGE}/models/default", glob("models/default/*")),
     ],
-    package_data={PACKAGE: ["gpu/kernels/*.cu", "gpu/kernels/*.cuh"]},
+    package_data={PACKAGE: ["gpu/kernels/*.cu", "gpu/kernels/*.cuh", "gpu/kernels/images/*"]},
     install_requires=RUNTIME,
     extras_require={
         "vehicle": VEHICLE,

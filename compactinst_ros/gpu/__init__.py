@@ -1,7 +1,8 @@
 """The GPU path: CUDA kernels and their pycuda launchers, plus the numpy twin that checks them.
 
 * ``kernels/``: the CUDA sources (``common.cuh``, ``preprocess.cu``, ``postprocess.cu``,
-  ``overlay.cu``), compiled at run time by ``compiler.compile_module``;
+  ``overlay.cu``) and their prebuilt images (``kernels/images``, ``make kernels``), loaded by
+  ``loader`` (shipped cubin or PTX, else a local nvcc);
 * ``constants``: host mirrors of the kernels' constants, table layout and parameter lists;
 * ``preprocess``, ``postprocess``, ``overlay``: the launchers the TensorRT backend uses;
 * ``twin``: the kernels' algorithm step for step in numpy, the oracle of the tests and of
