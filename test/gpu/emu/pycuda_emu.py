@@ -34,7 +34,13 @@ from typing import Any
 import numpy as np
 
 from compactinst_ros.gpu import loader
-from compactinst_ros.gpu.images import KERNEL_DIR, ImageError, param_layout, read_image
+from compactinst_ros.gpu.images import (
+    KERNEL_DIR,
+    ImageError,
+    ImageInfo,
+    param_layout,
+    read_image,
+)
 
 EMU_DIR = Path(__file__).resolve().parent
 GUARD = 256
@@ -194,13 +200,16 @@ class EmulatedDriver(types.ModuleType):
         return 0
 
     def module_from_buffer(self, buffer: bytes) -> EmulatedModule:
-        """The kernels of a cubin or PTX image (LogicError for bytes that are neither, as the
-        driver's ``cuModuleLoadDataEx``)."""
+        """The kernels of a cubin or a NUL-terminated PTX image; LogicError for other bytes, as
+        the driver's ``cuModuleLoadDataEx`` (which reads PTX as a C string)."""
+        data = bytes(buffer)
         try:
-            image = read_image(bytes(buffer))
+            image = read_image(data)
         except ImageError as exc:
             raise LogicError(f"cuModuleLoadDataEx: device kernel image is invalid ({exc})") from exc
-        return EmulatedModule(self, kernels=image.params)
+        if image.kind == "ptx" and not data.endswith(b"\0"):
+            raise LogicError("cuModuleLoadDataEx: PTX must end with a NUL byte")
+        return EmulatedModule(self, image=image)
 
     def mem_get_info(self) -> tuple[int, int]:
         """(free, total) bytes: what the live allocations leave of a nominal 1 GiB."""
@@ -295,23 +304,27 @@ class KernelFunction:
 
 
 class EmulatedModule:
-    """A loaded module. From ``module_from_buffer``: the kernels of that image, with their
+    """A loaded module. From ``module_from_buffer``: the kernels of that ``image``, with their
     parameter layouts. From ``SourceModule`` (the scripts' own one-off kernels): every kernel of
     runner.cpp, which includes the sources (the given source is not compiled)."""
 
     def __init__(
-        self, driver: EmulatedDriver, source: str = "", kernels: dict | None = None, **options: Any
+        self,
+        driver: EmulatedDriver,
+        source: str = "",
+        image: ImageInfo | None = None,
+        **options: Any,
     ) -> None:
-        self.driver, self.kernels = driver, kernels
+        self.driver, self.image = driver, image
 
     def get_function(self, name: str) -> KernelFunction:
         """The kernel ``name``: LogicError if the image lacks it, as the driver's
         ``cuModuleGetFunction``; from a SourceModule an unknown name fails at launch."""
-        if self.kernels is None:
+        if self.image is None:
             return KernelFunction(self.driver, name, None)
-        if name not in self.kernels:
+        if name not in self.image.params:
             raise LogicError(f"cuModuleGetFunction failed: named symbol not found ({name})")
-        return KernelFunction(self.driver, name, self.kernels[name])
+        return KernelFunction(self.driver, name, self.image.params[name])
 
 
 def install(monkeypatch: Any, lib: ctypes.CDLL, target: str = "sm_87") -> EmulatedDriver:
