@@ -18,6 +18,7 @@ from compactinst_ros.gpu import build, nvrtc
 from compactinst_ros.gpu.constants import SIGNATURES
 from compactinst_ros.gpu.images import (
     COMPILE_OPTIONS,
+    IMAGE_DIR,
     KERNEL_DIR,
     SOURCES,
     TARGETS,
@@ -136,3 +137,14 @@ def test_a_cuda_13_cubin_reads_as_the_abi_a_cuda_12_driver_refuses(tmp_path: Pat
     info = read_image(out.read_bytes())
     assert info.target == "sm_87" and info.abi == "ELF ABI 8" != CUBIN_ABI
     assert info.params["pre_letterbox"] == param_layout(SIGNATURES["pre_letterbox"])
+
+
+def test_package_build_ships_the_images(tmp_path: Path) -> None:
+    """setup.py's package_data carries every image and the manifest into an install, so a
+    vehicle needs no compiler."""
+    root = KERNEL_DIR.parents[2]
+    cmd = [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(tmp_path)]
+    subprocess.run(cmd, cwd=root, check=True, capture_output=True, timeout=300)
+    built = tmp_path / IMAGE_DIR.relative_to(root)
+    assert sorted(p.name for p in built.iterdir()) == sorted(p.name for p in IMAGE_DIR.iterdir())
+    assert len(list(built.iterdir())) == len(SOURCES) * len(TARGETS) + 1
