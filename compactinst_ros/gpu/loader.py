@@ -47,8 +47,8 @@ def plan(
     stale = stale_reason(manifest, source)
     if stale:
         return [NVCC], [f"{target}: {stale}" for target in shipped]
-    arch = capability[0] * 10 + capability[1]
-    exact = f"sm_{arch}"
+    exact = sm_arch(capability)
+    arch = int(exact[3:])
     order = [exact] if exact in shipped else []
     built_by = manifest["cuda"][0] * 1000 + manifest["cuda"][1] * 10
     for target in sorted((t for t in shipped if t.startswith("compute_")), reverse=True):
@@ -65,6 +65,11 @@ def plan(
     return [*order, NVCC], skipped
 
 
+def sm_arch(capability: tuple[int, int]) -> str:
+    """``sm_XY`` of a compute capability (8, 7) -> ``sm_87``, (12, 0) -> ``sm_120``."""
+    return f"sm_{capability[0] * 10 + capability[1]}"
+
+
 def stale_reason(manifest: dict, source: str) -> str | None:
     """Why the shipped images of kernels/``source``.cu no longer match it, or None."""
     if manifest["sources"][source]["digest"] == source_digest(source):
@@ -73,7 +78,7 @@ def stale_reason(manifest: dict, source: str) -> str | None:
 
 
 def _version(code: int) -> str:
-    """ "12.6" of a CUDA version code such as 12060."""
+    """The text ("12.6") of a CUDA version code such as 12060."""
     return f"{code // 1000}.{code % 1000 // 10}"
 
 
@@ -154,10 +159,10 @@ def load_module(source: str) -> Any:
                 return cuda.module_from_buffer(data if target.startswith("sm_") else data + b"\0")
             nvcc = find_nvcc()
             if nvcc is None:
-                reasons.append(f"nvcc: not on PATH, in $CUDA_HOME/bin nor in {NVCC_DIRS[0]}")
+                places = ", ".join(["PATH", "$CUDA_HOME/bin", *map(str, NVCC_DIRS)])
+                reasons.append(f"nvcc: not found ({places})")
                 continue
-            arch = f"sm_{capability[0]}{capability[1]}"
-            return cuda.module_from_buffer(compile_cached(source, arch, nvcc))
+            return cuda.module_from_buffer(compile_cached(source, sm_arch(capability), nvcc))
         except (cuda.Error, BackendError, OSError) as exc:
             reasons.append(f"{target}: {exc}")
     raise BackendError(

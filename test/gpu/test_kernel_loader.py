@@ -150,7 +150,7 @@ def test_no_image_and_no_nvcc_names_the_fix(emu_lib, monkeypatch) -> None:
     message = str(exc.value)
     assert "compute capability 0.0" in message
     assert "sm_87: another GPU" in message and "compute_87: PTX for a newer GPU" in message
-    assert "nvcc: not on PATH" in message
+    assert "nvcc: not found (PATH, $CUDA_HOME/bin, /nonexistent/cuda/bin)" in message
     assert "Fix: install the CUDA compiler" in message and "cuda-nvcc-12-6" in message
 
 
