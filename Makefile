@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # package names; their PyPI needs are osrf-pycommon, pyyaml and lark (lark-parser provides it).
 LAUNCH_WHEELS ?= $(or $(COMPACTINST_LAUNCH_WHEELS),../shared/ros-launch)
 
-.PHONY: venv test lint demo clean default-model
+.PHONY: venv test lint demo clean default-model kernels
 
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: $(STAMP) lint
 
 demo: $(STAMP)
 	. ./scripts/ros_env.sh && $(PY) -m compactinst_ros.demo --out out/demo
+
+# Rebuilds the shipped kernel images (gpu/kernels/images) with NVRTC 12.6, JetPack 6's CUDA;
+# commit them with the sources (test/gpu/test_kernel_images.py fails on stale images).
+kernels: $(STAMP)
+	$(PY) -m compactinst_ros.gpu.build
 
 # Regenerates models/default (synthetic data, CPU training, export, held-out accuracy); resumable.
 default-model: $(STAMP)

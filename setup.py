@@ -48,8 +48,13 @@ ROSIDL_BUILD = [
     "ros-kilted-geometry-msgs",
 ]
 # fvcore: the MAC counts of model/flops.py are cross-checked against it (test/model/test_fvcore.py).
-DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", "fvcore>=0.1.5",
-       *COLCON, *ROSIDL_BUILD]
+# NVRTC of CUDA 12.6 (JetPack 6): `make kernels` builds the shipped kernel images with it and the
+# tests rebuild them byte for byte; pinned exactly, as another NVRTC writes other bytes.
+NVRTC = ["nvidia-cuda-nvrtc-cu12==12.6.85"]
+DEV = [
+    "pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", "fvcore>=0.1.5", *NVRTC,
+    *COLCON, *ROSIDL_BUILD,
+]  # fmt: skip
 
 setup(
     name=PACKAGE,
@@ -64,7 +69,7 @@ setup(
         (f"share/{PACKAGE}/rviz", glob("rviz/*.rviz")),
         (f"share/{PACKAGE}/models/default", glob("models/default/*")),
     ],
-    package_data={PACKAGE: ["gpu/kernels/*.cu", "gpu/kernels/*.cuh"]},
+    package_data={PACKAGE: ["gpu/kernels/*.cu", "gpu/kernels/*.cuh", "gpu/kernels/images/*"]},
     install_requires=RUNTIME,
     extras_require={
         "vehicle": VEHICLE,

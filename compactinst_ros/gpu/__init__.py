@@ -1,7 +1,9 @@
 """The GPU path: CUDA kernels and their pycuda launchers, plus the numpy twin that checks them.
 
 * ``kernels/``: the CUDA sources (``common.cuh``, ``preprocess.cu``, ``postprocess.cu``,
-  ``overlay.cu``), compiled at run time by ``compiler.compile_module``;
+  ``overlay.cu``) and their prebuilt images (``kernels/images``); ``images`` reads them and the
+  manifest, ``loader`` loads the one that fits the device (else a local nvcc's build), and
+  ``nvrtc`` / ``build`` make them (``make kernels``, dev only);
 * ``constants``: host mirrors of the kernels' constants, table layout and parameter lists;
 * ``preprocess``, ``postprocess``, ``overlay``: the launchers the TensorRT backend uses;
 * ``twin``: the kernels' algorithm step for step in numpy, the oracle of the tests and of

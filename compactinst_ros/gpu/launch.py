@@ -1,37 +1,20 @@
-"""What every launcher needs: the kernel sources compiled with pycuda (nvcc on PATH at run time),
+"""What every launcher needs: its kernels loaded (gpu/loader.py: shipped image or nvcc) and
 prepared with their parameter lists, and the launch shape of a one-thread-per-pixel kernel."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
 from .constants import ENCODING_CODES, SIGNATURES
-
-KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
-NVCC_OPTIONS = ["-std=c++17", "-O3"]
-
-
-def compile_module(name: str, cache_dir: str | None = None) -> Any:
-    """pycuda SourceModule of ``kernels/<name>.cu`` for the current device."""
-    from pycuda.compiler import SourceModule
-
-    source = (KERNEL_DIR / f"{name}.cu").read_text()
-    return SourceModule(
-        source,
-        options=NVCC_OPTIONS,
-        no_extern_c=True,
-        include_dirs=[str(KERNEL_DIR)],
-        cache_dir=cache_dir,
-    )
+from .loader import load_module
 
 
 def load_kernels(source: str, *names: str) -> list[Any]:
     """Kernels ``names`` of ``kernels/<source>.cu``, prepared with their SIGNATURES."""
-    module = compile_module(source)
+    module = load_module(source)
     return [module.get_function(name).prepare(SIGNATURES[name]) for name in names]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compactinst_ros.gpu.constants import SIGNATURES, TABLES_DTYPE
-from compactinst_ros.gpu.launch import KERNEL_DIR
+from compactinst_ros.gpu.images import KERNEL_DIR
 
 SOURCES = sorted(KERNEL_DIR.glob("*.cu"))
 NVCC = shutil.which("nvcc")

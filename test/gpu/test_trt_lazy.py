@@ -63,6 +63,8 @@ GPU_RUNTIME = (
     "compactinst_ros.backends.engine_cache",
     "compactinst_ros.gpu.constants",
     "compactinst_ros.gpu.launch",
+    "compactinst_ros.gpu.loader",
+    "compactinst_ros.gpu.images",
     "compactinst_ros.gpu.preprocess",
     "compactinst_ros.gpu.postprocess",
     "compactinst_ros.gpu.overlay",

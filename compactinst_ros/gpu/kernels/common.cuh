@@ -5,7 +5,14 @@
 // FMAs: a + (b - a) * w is evaluated as three separately rounded float operations.
 #pragma once
 
+#ifdef __CUDACC_RTC__
+// NVRTC (which builds the shipped kernel images) has no host headers: the fixed-width types
+// the kernels use, as <stdint.h> defines them on every CUDA platform.
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+#else
 #include <stdint.h>
+#endif
 
 namespace ci {
 
@@ -31,6 +38,9 @@ enum Encoding : int {
 __device__ __forceinline__ float lerp_rn(float a, float b, float w) {
   return __fadd_rn(a, __fmul_rn(__fsub_rn(b, a), w));
 }
+
+// +inf without <math.h>'s INFINITY, which NVRTC lacks.
+__device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

@@ -230,7 +230,7 @@ struct Footprint {
 
 __device__ __forceinline__ void grid_bounds(const float* __restrict__ grid, int w,
                                             const Footprint& f, float* lo, float* hi) {
-  float a = INFINITY, b = -INFINITY;
+  float a = infinity(), b = -infinity();
   for (int y = f.y_lo; y <= f.y_hi; ++y) {
     for (int x = f.x_lo; x <= f.x_hi; ++x) {
       float v = __ldg(grid + y * w + x);
@@ -302,8 +302,8 @@ extern "C" __global__ void pp_fused(
   f.x_hi = __ldg(col_i1 + x_last);
 
   if (tid == 0) {
-    s_pan_lower = float_to_ordered(-INFINITY);
-    s_sem_lower = float_to_ordered(-INFINITY);
+    s_pan_lower = float_to_ordered(-infinity());
+    s_sem_lower = float_to_ordered(-infinity());
   }
   for (int i = tid; i < kMaxQueries; i += nthreads) {
     s_area[i] = 0;
@@ -384,7 +384,7 @@ extern "C" __global__ void pp_fused(
         break;
       }
     }
-    float best = -INFINITY;
+    float best = -infinity();
     for (int j = 0; j < s_n_pan; ++j) {
       const float v = sample(s_pan_grid[j], w, t);
       const float p = s_pan_weight[j] * sigmoid(v);
@@ -402,7 +402,7 @@ extern "C" __global__ void pp_fused(
         }
       }
     }
-    float sbest = -INFINITY;
+    float sbest = -infinity();
     for (int j = 0; j < s_n_sem; ++j) {
       const int c = s_sem[j];
       const float v = sample(sem + (size_t)c * hw, w, t);

@@ -2,6 +2,14 @@
 memory and the CPU kernel emulator (runner.cpp), so CI executes the launchers in
 compactinst_ros/gpu and scripts/gpu_check.py end to end without a GPU.
 
+Kernels reach it the way they reach a GPU: the runtime loader (gpu/loader.py) reads a shipped
+image and hands its bytes to ``module_from_buffer``. The emulated device has no CUDA
+architecture (compute capability 0.0, by which reports recognise the stand-in), so ``install``
+names the image through the loader's ``COMPACTINST_KERNEL_TARGET``.
+The stand-in reads the image (gpu/images.py): a module offers only the kernels the image holds,
+and a launch must pack its arguments at the offsets the image gives its parameters; the
+emulator then runs those kernels from the same sources, which the images' manifest digests.
+
 Device memory is host memory with a guard band after every allocation (checked after every
 launch, so an out-of-bounds kernel write fails loudly). ``prepared_async_call`` packs the
 arguments with ``struct.pack`` of the prepare string, as pycuda does, and the emulator reads that
@@ -25,8 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from compactinst_ros.gpu import launch
-from compactinst_ros.gpu.launch import KERNEL_DIR
+from compactinst_ros.gpu import loader
+from compactinst_ros.gpu.images import (
+    KERNEL_DIR,
+    ImageError,
+    ImageInfo,
+    param_layout,
+    read_image,
+)
 
 EMU_DIR = Path(__file__).resolve().parent
 GUARD = 256
@@ -97,8 +111,21 @@ class Event:
         return (other.at - self.at) * 1e3
 
 
+class Error(Exception):
+    """``pycuda.driver.Error``: the base of the driver's errors."""
+
+
+class LogicError(Error):
+    """``pycuda.driver.LogicError``: what a bad image or an unknown kernel name raises."""
+
+
 class Context:
-    """The primary context: push/pop only."""
+    """The primary context: push/pop and its device."""
+
+    @staticmethod
+    def get_device() -> Device:
+        """The one emulated device."""
+        return Device(0)
 
     def push(self) -> None:
         """Nothing to make current."""
@@ -153,7 +180,8 @@ class EmulatedDriver(types.ModuleType):
     """``pycuda.driver`` as far as the launchers in compactinst_ros/gpu and scripts/gpu_check.py
     use it."""
 
-    Stream, Event, Device = Stream, Event, Device
+    Stream, Event, Device, Context = Stream, Event, Device, Context
+    Error, LogicError = Error, LogicError
     device_attribute, event_flags = device_attribute, event_flags
     __version__ = "emulated"
 
@@ -170,6 +198,18 @@ class EmulatedDriver(types.ModuleType):
     def get_driver_version(self) -> int:
         """No CUDA driver behind the emulator."""
         return 0
+
+    def module_from_buffer(self, buffer: bytes) -> EmulatedModule:
+        """The kernels of a cubin or a NUL-terminated PTX image; LogicError for other bytes, as
+        the driver's ``cuModuleLoadDataEx`` (which reads PTX as a C string)."""
+        data = bytes(buffer)
+        try:
+            image = read_image(data)
+        except ImageError as exc:
+            raise LogicError(f"cuModuleLoadDataEx: device kernel image is invalid ({exc})") from exc
+        if image.kind == "ptx" and not data.endswith(b"\0"):
+            raise LogicError("cuModuleLoadDataEx: PTX must end with a NUL byte")
+        return EmulatedModule(self, image=image)
 
     def mem_get_info(self) -> tuple[int, int]:
         """(free, total) bytes: what the live allocations leave of a nominal 1 GiB."""
@@ -233,42 +273,63 @@ class EmulatedDriver(types.ModuleType):
 class PreparedFunction:
     """A kernel after ``prepare``: packs arguments like pycuda and launches on the emulator."""
 
-    def __init__(self, driver: EmulatedDriver, name: str, arg_format: str) -> None:
-        self.driver, self.name, self.arg_format = driver, name, arg_format
+    def __init__(
+        self, driver: EmulatedDriver, name: str, arg_format: str, params: tuple | None
+    ) -> None:
+        self.driver, self.name, self.arg_format, self.params = driver, name, arg_format, params
 
     def prepared_async_call(
         self, grid: tuple[int, ...], block: tuple[int, ...], stream: Stream, *args: Any
     ) -> None:
-        """struct.pack the arguments (a count or type mismatch raises, as in pycuda) and run."""
-        self.driver.launch(self.name, grid, block, struct.pack(self.arg_format, *args))
+        """struct.pack the arguments (a count or type mismatch raises, as in pycuda), check the
+        packing against the image's parameter offsets and sizes, and run."""
+        buf = struct.pack(self.arg_format, *args)
+        if self.params is not None and param_layout(self.arg_format) != self.params:
+            raise RuntimeError(
+                f"{self.name}: prepare('{self.arg_format}') packs {param_layout(self.arg_format)}"
+                f", the image's parameters are {self.params}"
+            )
+        self.driver.launch(self.name, grid, block, buf)
 
 
 class KernelFunction:
     """``module.get_function(name)``."""
 
-    def __init__(self, driver: EmulatedDriver, name: str) -> None:
-        self.driver, self.name = driver, name
+    def __init__(self, driver: EmulatedDriver, name: str, params: tuple | None) -> None:
+        self.driver, self.name, self.params = driver, name, params
 
     def prepare(self, arg_format: str) -> PreparedFunction:
         """The prepared kernel."""
-        return PreparedFunction(self.driver, self.name, arg_format)
+        return PreparedFunction(self.driver, self.name, arg_format, self.params)
 
 
 class EmulatedModule:
-    """What ``compile_module`` or ``SourceModule`` returns: every kernel of runner.cpp by name
-    (the source given is not compiled: runner.cpp includes the .cu files)."""
+    """A loaded module. From ``module_from_buffer``: the kernels of that ``image``, with their
+    parameter layouts. From ``SourceModule`` (the scripts' own one-off kernels): every kernel of
+    runner.cpp, which includes the sources (the given source is not compiled)."""
 
-    def __init__(self, driver: EmulatedDriver, source: str = "", **options: Any) -> None:
-        self.driver = driver
+    def __init__(
+        self,
+        driver: EmulatedDriver,
+        source: str = "",
+        image: ImageInfo | None = None,
+        **options: Any,
+    ) -> None:
+        self.driver, self.image = driver, image
 
     def get_function(self, name: str) -> KernelFunction:
-        """The kernel ``name`` (an unknown name fails at launch, with status 1)."""
-        return KernelFunction(self.driver, name)
+        """The kernel ``name``: LogicError if the image lacks it, as the driver's
+        ``cuModuleGetFunction``; from a SourceModule an unknown name fails at launch."""
+        if self.image is None:
+            return KernelFunction(self.driver, name, None)
+        if name not in self.image.params:
+            raise LogicError(f"cuModuleGetFunction failed: named symbol not found ({name})")
+        return KernelFunction(self.driver, name, self.image.params[name])
 
 
-def install(monkeypatch: Any, lib: ctypes.CDLL) -> EmulatedDriver:
-    """Make ``pycuda.driver``, ``pycuda.compiler.SourceModule`` and ``launch.compile_module`` use
-    the emulator for one test."""
+def install(monkeypatch: Any, lib: ctypes.CDLL, target: str = "sm_87") -> EmulatedDriver:
+    """Make ``pycuda.driver`` and ``pycuda.compiler.SourceModule`` use the emulator for one test,
+    with the loader told to hand over the shipped image for ``target``."""
     driver = EmulatedDriver(lib)
     package = types.ModuleType("pycuda")
     package.__spec__ = importlib.machinery.ModuleSpec("pycuda", None, is_package=True)
@@ -282,7 +343,5 @@ def install(monkeypatch: Any, lib: ctypes.CDLL) -> EmulatedDriver:
         ("pycuda.compiler", compiler),
     ):
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(
-        launch, "compile_module", lambda name, cache_dir=None: EmulatedModule(driver)
-    )
+    monkeypatch.setenv(loader.TARGET_ENV, target)
     return driver

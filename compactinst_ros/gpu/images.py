@@ -1,0 +1,190 @@
+"""The prebuilt kernel images shipped in ``kernels/images``: where they are, what the manifest
+records about them, and how an image's architecture, kernels and parameter layout are read back
+from the bytes (cubin ELF or PTX text), so that tests, the loader and the pycuda stand-in judge
+an image by its content, not by its file name.
+
+Numpy-free and pycuda-free: ``make kernels`` (gpu/build.py), the runtime loader (gpu/loader.py)
+and the tests share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
+IMAGE_DIR = KERNEL_DIR / "images"
+MANIFEST = IMAGE_DIR / "manifest.json"
+
+#: The kernel sources, one module (and one image per target) each.
+SOURCES = ("preprocess", "postprocess", "overlay")
+#: Shipped targets: Jetson Orin (JetPack 6) cubin and its PTX for newer GPUs, Hopper cubin.
+TARGETS = ("sm_87", "compute_87", "sm_90")
+#: Options of every build of the sources, NVRTC's and nvcc's alike (device code is optimised
+#: by default; nvcc's -O3 would only concern host code, of which there is none).
+COMPILE_OPTIONS = ("-std=c++17",)
+
+_ELF_MAGIC = b"\x7fELF"
+_EM_CUDA = 190
+#: EI_OSABI of a cubin: CUDA 12 and older write 0x33 with the SM in e_flags bits 0-7 (ELF ABI
+#: version 7); CUDA 13 writes 0x41 with the SM in bits 8-15 (ABI version 8), which a CUDA 12
+#: driver cannot load.
+_OSABI_SM_SHIFT = {0x33: 0, 0x41: 8}
+#: ``.nv.info.<kernel>`` attribute that describes one kernel parameter (EIATTR_KPARAM_INFO).
+_KPARAM_INFO = 0x17
+_PTX_PARAM_CHAR = {".u64": "P", ".b64": "P", ".u32": "i", ".s32": "i", ".f32": "f", ".f64": "d"}
+
+
+class ImageError(ValueError):
+    """Bytes that are not a kernel image this project builds (the message says what is off)."""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What an image holds, read from its bytes."""
+
+    kind: str  # "cubin" or "ptx"
+    arch: int  # 87 for sm_87 / compute_87
+    abi: str  # cubin: "ELF ABI 7" (CUDA 12 drivers load it); PTX: "PTX ISA 8.5"
+    #: kernel name -> (offset, size) of each parameter in the launch's parameter buffer
+    params: dict[str, tuple[tuple[int, int], ...]]
+    #: PTX only: kernel name -> the pycuda prepare() characters of its parameter types
+    types: dict[str, str]
+
+    @property
+    def target(self) -> str:
+        """``sm_XY`` of a cubin, ``compute_XY`` of PTX."""
+        return f"{'sm' if self.kind == 'cubin' else 'compute'}_{self.arch}"
+
+
+def image_path(source: str, target: str) -> Path:
+    """File of the image of kernels/``source``.cu for ``target`` (``sm_XY`` cubin or
+    ``compute_XY`` PTX)."""
+    return IMAGE_DIR / f"{source}.{target}.{'cubin' if target.startswith('sm_') else 'ptx'}"
+
+
+def source_digest(source: str, kernel_dir: Path = KERNEL_DIR) -> str:
+    """sha256 over kernels/``source``.cu and every header it includes with quotes, in include
+    order: changes whenever anything the compiler reads for that source changes."""
+    digest = hashlib.sha256()
+    seen: set[str] = set()
+
+    def add(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        text = (kernel_dir / name).read_bytes()
+        digest.update(f"{name}\0{len(text)}\0".encode() + text)
+        for include in re.findall(rb'^\s*#\s*include\s+"([^"]+)"', text, re.MULTILINE):
+            add(include.decode())
+
+    add(f"{source}.cu")
+    return digest.hexdigest()
+
+
+def load_manifest(path: Path = MANIFEST) -> dict:
+    """The manifest ``make kernels`` wrote (compiler, options, per source digest and images)."""
+    return json.loads(path.read_text())
+
+
+def param_layout(signature: str) -> tuple[tuple[int, int], ...]:
+    """(offset, size) of each argument as pycuda packs a prepare() string (``struct`` native
+    alignment, which is also the kernel ABI's)."""
+    layout = []
+    for i, char in enumerate(signature):
+        size = struct.calcsize(char)
+        layout.append((struct.calcsize(signature[: i + 1]) - size, size))
+    return tuple(layout)
+
+
+def read_image(data: bytes) -> ImageInfo:
+    """ImageInfo of a cubin or a PTX text; ImageError for anything else."""
+    return _read_cubin(data) if data[:4] == _ELF_MAGIC else _read_ptx(data)
+
+
+def _read_cubin(data: bytes) -> ImageInfo:
+    """Architecture from e_flags, kernels from the global functions of the symbol table and the
+    parameters from each kernel's ``.nv.info.<kernel>`` section."""
+    if len(data) < 64 or data[4] != 2 or data[5] != 1:
+        raise ImageError("not a 64-bit little-endian ELF file")
+    osabi, abi_version = data[7], data[8]
+    e_machine = struct.unpack_from("<H", data, 18)[0]
+    if e_machine != _EM_CUDA or osabi not in _OSABI_SM_SHIFT:
+        raise ImageError(f"ELF for machine {e_machine}, OS ABI {osabi:#x}: not a CUDA cubin")
+    e_flags = struct.unpack_from("<I", data, 48)[0]
+    arch = (e_flags >> _OSABI_SM_SHIFT[osabi]) & 0xFF
+    headers = _sections(data)
+    kernels = []
+    for _, sh_type, offset, size, link, entsize in headers:
+        if sh_type != 2:  # SHT_SYMTAB
+            continue
+        names_at = headers[link][2]
+        for k in range(size // entsize):
+            st_name, st_info = struct.unpack_from("<IB", data, offset + k * entsize)
+            if st_info == 0x12:  # STB_GLOBAL << 4 | STT_FUNC: a __global__ function
+                kernels.append(_c_string(data, names_at + st_name))
+    info = {header[0]: header for header in headers}
+    params = {}
+    for name in kernels:
+        section = info.get(f".nv.info.{name}")
+        params[name] = _kernel_params(data, section[2], section[3]) if section else ()
+    return ImageInfo("cubin", arch, f"ELF ABI {abi_version}", params, {})
+
+
+def _sections(data: bytes) -> list[tuple[str, int, int, int, int, int]]:
+    """Section headers in index order: (name, type, file offset, size, link, entry size)."""
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    raw = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names_at = raw[shstrndx][4]
+    return [
+        (_c_string(data, names_at + name), sh_type, offset, size, link, entsize)
+        for name, sh_type, _, _, offset, size, link, _, _, entsize in raw
+    ]
+
+
+def _c_string(data: bytes, at: int) -> str:
+    """The NUL-terminated string at ``at``."""
+    return data[at : data.index(b"\0", at)].decode()
+
+
+def _kernel_params(data: bytes, offset: int, size: int) -> tuple[tuple[int, int], ...]:
+    """(offset, size) per parameter from EIATTR_KPARAM_INFO records, in parameter order.
+
+    Records are (format, attribute, value): formats 1-3 take 4 bytes in all, format 4 (EIFMT_SVAL)
+    a 16-bit length and that many bytes. A KPARAM_INFO value is index u32, ordinal u16, offset
+    u16, then a u32 whose bits 18-31 hold the size."""
+    params = {}
+    at, end = offset, offset + size
+    while at < end:
+        fmt, attribute = data[at], data[at + 1]
+        if fmt != 4:
+            at += 4
+            continue
+        length = struct.unpack_from("<H", data, at + 2)[0]
+        if attribute == _KPARAM_INFO:
+            _, ordinal, param_offset, word = struct.unpack_from("<IHHI", data, at + 4)
+            params[ordinal] = (param_offset, word >> 18)
+        at += 4 + length
+    return tuple(params[i] for i in sorted(params))
+
+
+def _read_ptx(data: bytes) -> ImageInfo:
+    """Architecture from ``.target``, kernels and their parameter types from ``.entry``."""
+    try:
+        text = data.rstrip(b"\0").decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise ImageError("neither an ELF cubin nor PTX text") from exc
+    target = re.search(r"^\.target\s+sm_(\d+)\s*$", text, re.MULTILINE)
+    version = re.search(r"^\.version\s+(\d+\.\d+)\s*$", text, re.MULTILINE)
+    if not (target and version):
+        raise ImageError("PTX without a .version and a plain .target sm_XY line")
+    params, types = {}, {}
+    for name, plist in re.findall(r"\.entry\s+(\w+)\s*\(([^)]*)\)", text):
+        chars = "".join(_PTX_PARAM_CHAR[t] for t in re.findall(r"\.param\s+(\.\w+)", plist))
+        types[name], params[name] = chars, param_layout(chars)
+    return ImageInfo("ptx", int(target.group(1)), f"PTX ISA {version.group(1)}", params, types)
