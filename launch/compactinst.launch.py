@@ -1,17 +1,40 @@
 """Launch compactinst_node with the shipped FastDDS shared-memory profile (and rviz2 on request).
 
 ros2 launch compactinst_ros compactinst.launch.py image_topic:=/camera/image_raw rviz:=true
+
+rviz2 gets a view generated from rviz/compactinst.rviz for this node: its namespace and name,
+its input topic and the camera's ``frame_id`` as the fixed frame.
 """
 
 import os
 
 from ament_index_python.packages import get_package_share_directory
-from launch.actions import DeclareLaunchArgument, SetEnvironmentVariable
-from launch.conditions import IfCondition
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, SetEnvironmentVariable
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from launch import LaunchDescription
+from launch import LaunchContext, LaunchDescription
+
+
+def rviz_actions(context: LaunchContext) -> list:
+    """rviz2 on the view of the launched node (rviz:=true), else nothing."""
+    if LaunchConfiguration("rviz").perform(context).strip().lower() not in ("true", "1"):
+        return []
+    from compactinst_ros.ros.rviz_config import params_file_value, write_rviz_config
+
+    given = context.launch_configurations
+    share = get_package_share_directory("compactinst_ros")
+    image_topic = given.get("image_topic", "") or params_file_value(
+        LaunchConfiguration("params_file").perform(context), "image_topic", "image"
+    )
+    config = write_rviz_config(
+        os.path.join(share, "rviz", "compactinst.rviz"),
+        namespace=given.get("namespace", "") or "/",
+        node_name=given.get("node_name", "") or "compactinst",
+        image_topic=image_topic,
+        frame_id=LaunchConfiguration("frame_id").perform(context),
+    )
+    return [Node(package="rviz2", executable="rviz2", name="rviz2", arguments=["-d", str(config)])]
 
 
 def generate_launch_description():
@@ -41,7 +64,14 @@ def generate_launch_description():
                 description="FastDDS profile (32 MB shared memory: large best-effort images)",
             ),
             DeclareLaunchArgument(
-                "rviz", default_value="false", description="start rviz2 with rviz/compactinst.rviz"
+                "rviz",
+                default_value="false",
+                description="start rviz2 on a view of this node made from rviz/compactinst.rviz",
+            ),
+            DeclareLaunchArgument(
+                "frame_id",
+                default_value="camera",
+                description="rviz2 fixed frame: the camera images' header frame_id",
             ),
             SetEnvironmentVariable(
                 "FASTDDS_DEFAULT_PROFILES_FILE", LaunchConfiguration("fastdds_profile")
@@ -60,12 +90,6 @@ def generate_launch_description():
                     },
                 ],
             ),
-            Node(
-                package="rviz2",
-                executable="rviz2",
-                name="rviz2",
-                arguments=["-d", os.path.join(share, "rviz", "compactinst.rviz")],
-                condition=IfCondition(LaunchConfiguration("rviz")),
-            ),
+            OpaqueFunction(function=rviz_actions),
         ]
     )
