@@ -328,7 +328,7 @@ def remap_ids(raster: np.ndarray, ids: np.ndarray, new_ids: np.ndarray) -> np.nd
     """(H, W) uint16 ``raster`` with value ``ids[i]`` replaced by ``new_ids[i]``, others 0.
 
     One table lookup: ``cv2.LUT`` on the raster narrowed to uint8 when its largest value is at
-    most 255 (the max check is a fraction of the lookup), else numpy's gather; equal results.
+    most 255 (the max check is a fraction of the lookup), else ``np.take``; equal results.
     """
     ids = np.asarray(ids, np.intp)
     if raster.size and int(raster.max()) <= 255:
@@ -338,4 +338,4 @@ def remap_ids(raster: np.ndarray, ids: np.ndarray, new_ids: np.ndarray) -> np.nd
         return cv2.LUT(raster.astype(np.uint8), lut)
     lut = np.zeros(MAX_TRACK_ID + 1, np.uint16)
     lut[ids] = new_ids
-    return lut[raster]
+    return np.take(lut, raster)
