@@ -2,8 +2,9 @@
 
 The ROS node, the replay tool and the ``infer`` CLI all go through this one class. It is the one
 owner of the overlay: ``OutputSet.overlay`` gets the same picture on every backend (the instance
-blend from the TensorRT device or drawn here on the CPU, captions added here). It never imports
-torch.
+blend from the TensorRT device or drawn here on the CPU, captions added here). With ``tracking``
+it also owns the instance tracker, so the node and replay see the same track ids: the instance
+table, raster and overlay colours all follow them. It never imports torch.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from .backends import Backend, BackendOptions, create_backend
 from .bundle import ModelBundle
 from .image_formats import validate_image
 from .overlay import overlay_bgr
+from .palette import id_colours
 from .structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions
+from .tracking import InstanceTracker, TrackerOptions, remap_ids
 
 
 class Pipeline:
@@ -32,11 +35,18 @@ class Pipeline:
         backend: str = "auto",
         options: PostprocessOptions | None = None,
         backend_options: BackendOptions | None = None,
+        tracking: bool = False,
+        tracker_options: TrackerOptions | None = None,
         **backend_overrides: Any,
     ) -> None:
-        """Load ``bundle`` on ``backend``; ``backend_overrides`` replace backend option fields."""
+        """Load ``bundle`` on ``backend``; ``backend_overrides`` replace backend option fields.
+
+        ``tracking``: instance ids are track ids that persist across frames (a video stream:
+        the node, replay); off, they are 1..N in score order per frame (single images).
+        """
         self.bundle = bundle if isinstance(bundle, ModelBundle) else ModelBundle.load(bundle)
         self.options = options or PostprocessOptions()
+        self.tracker = InstanceTracker(tracker_options, enabled=tracking)
         self.backend: Backend = create_backend(
             backend, self.bundle, backend_options, **backend_overrides
         )
@@ -51,7 +61,9 @@ class Pipeline:
     ) -> FrameResult:
         """Segment one HxWxC uint8 frame; InputError for frames that cannot be processed.
 
-        The overlay's time counts as post-processing, as on the device where a kernel draws it.
+        The tracker and the overlay count as post-processing, as on the device where a kernel
+        draws the overlay. The tracker sees only frames whose instances were computed (an
+        instance output or the overlay asked for); frames it does not see are like dropped ones.
         """
         start = time.perf_counter()
         image = validate_image(image, encoding)
@@ -59,17 +71,39 @@ class Pipeline:
             image.shape[0], image.shape[1], self.bundle.input_h, self.bundle.input_w
         )
         outputs = outputs or OutputSet()
-        if outputs.overlay:
-            outputs = replace(outputs, instance=True)
-        result = self.backend.infer(image, encoding, meta, self.options, outputs)
-        if outputs.overlay:
-            drawn = time.perf_counter()
-            result.overlay = overlay_bgr(
-                image, encoding, result, self.bundle.labels, self.options.overlay_alpha
-            )
-            result.timings_ms["postprocess"] += (time.perf_counter() - drawn) * 1e3
+        asked = replace(outputs, instance=True) if outputs.overlay else outputs
+        result = self.backend.infer(image, encoding, meta, self.options, asked)
+        post = time.perf_counter()
+        if asked.instance:
+            self._track(image, encoding, result, outputs)
+        result.timings_ms["postprocess"] += (time.perf_counter() - post) * 1e3
         result.timings_ms["total"] = (time.perf_counter() - start) * 1e3
         return result
+
+    def _track(
+        self, image: np.ndarray, encoding: str, result: FrameResult, outputs: OutputSet
+    ) -> None:
+        """Track ids into the table, the overlay in their colours, the raster remapped if asked.
+
+        The overlay is drawn from the backend's per-frame raster through a per-frame-id ->
+        track-colour table (on the device with the TensorRT backend), so the full-resolution
+        remap runs only when the instance raster itself is an output.
+        """
+        raster = result.instance_raster
+        frame_ids = result.instances.ids
+        track_ids = self.tracker.associate(result.instances, raster)
+        result.instances = replace(result.instances, ids=track_ids)
+        if outputs.overlay:
+            colours = id_colours(frame_ids, track_ids)
+            alpha = self.options.overlay_alpha
+            result.overlay = self.backend.render_overlay(colours, alpha)
+            result.overlay = overlay_bgr(
+                image, encoding, result, self.bundle.labels, alpha, colours
+            )
+        if not outputs.instance:
+            result.instance_raster = None
+        elif self.tracker.enabled:
+            result.instance_raster = remap_ids(raster, frame_ids, track_ids)
 
     def describe(self) -> dict:
         """Model and backend facts for logs, diagnostics and reports."""

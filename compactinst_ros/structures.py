@@ -105,7 +105,7 @@ class RawOutputs:
 class Instances:
     """Per-instance table; row i is the pixel value ``ids[i]`` of the instance raster."""
 
-    ids: np.ndarray  # (N,) uint16, 1..N
+    ids: np.ndarray  # (N,) uint16 > 0: 1..N in score order, or track ids (Pipeline tracking)
     class_index: np.ndarray  # (N,) int32, contiguous model class index
     label_id: np.ndarray  # (N,) int32, dataset label id
     score: np.ndarray  # (N,) float32, class prob x mask score

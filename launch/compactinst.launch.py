@@ -7,6 +7,9 @@ The parameters file is the base; an argument left out leaves the file's value al
 ``params_file`` of your own wins unless the command line says otherwise. FastDDS is pointed at
 the shipped shared-memory profile only when the environment names no profile, or when
 ``fastdds_profile`` is given.
+
+rviz2 gets a view generated from rviz/compactinst.rviz for this node: its namespace and name,
+its input topic and the camera's ``frame_id`` as the fixed frame.
 """
 
 import os
@@ -19,7 +22,6 @@ from launch.actions import (
     RegisterEventHandler,
     SetEnvironmentVariable,
 )
-from launch.conditions import IfCondition
 from launch.events import matches_action
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import LifecycleNode, Node
@@ -40,6 +42,27 @@ PARAMETER_ARGUMENTS = {
     "engine_cache_dir": str,
     "use_sim_time": bool,
 }
+
+
+def rviz_actions(context: LaunchContext) -> list:
+    """rviz2 on the view of the launched node (rviz:=true), else nothing."""
+    if not parse_bool(LaunchConfiguration("rviz").perform(context), "rviz"):
+        return []
+    from compactinst_ros.ros.rviz_config import params_file_value, write_rviz_config
+
+    given = context.launch_configurations
+    share = get_package_share_directory(PACKAGE)
+    image_topic = given.get("image_topic", "") or params_file_value(
+        LaunchConfiguration("params_file").perform(context), "image_topic", "image"
+    )
+    config = write_rviz_config(
+        os.path.join(share, "rviz", "compactinst.rviz"),
+        namespace=given.get("namespace", "") or "/",
+        node_name=given.get("node_name", "") or "compactinst",
+        image_topic=image_topic,
+        frame_id=LaunchConfiguration("frame_id").perform(context),
+    )
+    return [Node(package="rviz2", executable="rviz2", name="rviz2", arguments=["-d", str(config)])]
 
 
 def declared_arguments(share: str) -> list:
@@ -72,7 +95,8 @@ def declared_arguments(share: str) -> list:
                 "FastDDS profile to set; default: keep the environment's, else "
                 "the shipped 32 MB shared-memory profile (large best-effort images)",
             ),
-            ("rviz", "false", "start rviz2 with rviz/compactinst.rviz"),
+            ("rviz", "false", "start rviz2 on a view of this node made from rviz/compactinst.rviz"),
+            ("frame_id", "camera", "rviz2 fixed frame: the camera images' header frame_id"),
         )
     ]
 
@@ -155,12 +179,6 @@ def generate_launch_description() -> LaunchDescription:
         [
             *declared_arguments(share),
             OpaqueFunction(function=node_actions),
-            Node(
-                package="rviz2",
-                executable="rviz2",
-                name="rviz2",
-                arguments=["-d", os.path.join(share, "rviz", "compactinst.rviz")],
-                condition=IfCondition(LaunchConfiguration("rviz")),
-            ),
+            OpaqueFunction(function=rviz_actions),
         ]
     )

@@ -76,7 +76,16 @@ class Backend(Protocol):
         """Run one validated frame; fills timings_ms for preprocess/encoder/decoder/postprocess.
 
         ``outputs.overlay`` comes with ``outputs.instance`` (the Pipeline sets both); a backend
-        that renders on its device fills ``FrameResult.overlay`` (blend and outlines, bgr8).
+        that renders on its device keeps the frame there for ``render_overlay``.
+        """
+        ...
+
+    def render_overlay(self, colours: np.ndarray, alpha: float) -> np.ndarray | None:
+        """The last frame's instance blend and outlines (HxWx3 bgr8) rendered on the device, or
+        None where the backend has no device (the Pipeline blends on the CPU).
+
+        ``colours``: (rows, 3) uint8 RGB colour of each per-frame instance id of that frame
+        (track-id colours, ``palette.id_colours``); only after ``infer`` with ``overlay``.
         """
         ...
 

@@ -128,6 +128,10 @@ class OrtBackend:
         )
         return result
 
+    def render_overlay(self, colours: np.ndarray, alpha: float) -> None:
+        """No device to render on: the Pipeline draws the overlay on the CPU."""
+        return None
+
     def run_encoder(self, tensor: np.ndarray) -> list[np.ndarray]:
         """Encoder stage: a (1, 3, H, W) float32 input -> the features, in output-name order."""
         if self._encoder is None:

@@ -8,10 +8,11 @@ executor may hop threads) hand frames over and wait for the result.
 
 Per frame, on one stream: pinned upload of the raw image -> preprocessing kernel -> encoder
 engine -> decoder engine (inputs bound to the encoder's output buffers) -> fused
-post-processing [-> overlay kernel on the instance raster and the raw frame, when
-``OutputSet.overlay``, weight ``PostprocessOptions.overlay_alpha``] -> device-to-host copies;
-CUDA events between the stages give the stage times; the host waits once, on the last
-(blocking-sync) event.
+post-processing -> device-to-host copies; CUDA events between the stages give the stage times;
+the host waits once, on the last (blocking-sync) event. With ``OutputSet.overlay`` the raw frame
+and the instance raster stay on the device for ``render_overlay``: once the Pipeline knows each
+instance's track id it uploads the per-frame-id colour table (a few hundred bytes) and the
+overlay kernel blends, a second short wait per frame.
 """
 
 from __future__ import annotations
@@ -100,9 +101,11 @@ class TensorRTBackend:
             self.bundle.labels, q, mask_h, mask_w, self.bundle.mask_stride
         )
         self._overlay = GpuOverlay()
-        self._palette_rows = MAX_QUERIES + 1  # instance ids are 1..number of queries
+        self._palette_rows = MAX_QUERIES + 1  # per-frame instance ids are 1..number of queries
+        self._palette_host = cuda.pagelocked_empty((self._palette_rows, 3), np.uint8)
         self._palette = cuda.to_device(palette(self._palette_rows))  # RGB row per instance id
         self._overlay_buf: tuple[tuple[int, int], Any, np.ndarray] | None = None
+        self._overlay_frame: tuple[tuple[int, ...], str, FrameMeta, OutputSet] | None = None
         self._stream = cuda.Stream()
         self._events = [cuda.Event() for _ in TIMED_STAGES] + [
             cuda.Event(cuda.event_flags.BLOCKING_SYNC)
@@ -169,19 +172,37 @@ class TensorRTBackend:
                 raise BackendError(f"TensorRT failed to enqueue stage '{stage.name}'")
             event.record(stream)
         self._post.enqueue(stream, self._logits_ptr, self._masks_ptr, meta, options, outputs)
-        if outputs.overlay:
-            self._enqueue_overlay(image.shape, encoding, meta, outputs, options.overlay_alpha)
+        self._overlay_frame = (image.shape, encoding, meta, outputs) if outputs.overlay else None
         ev[4].record(stream)
         enqueue_ms = (time.perf_counter() - start) * 1e3
         ev[4].synchronize()
         result = self._post.collect(meta, outputs)
-        if outputs.overlay and self._overlay_buf is not None:
-            result.overlay = self._overlay_buf[2][..., ::-1].copy()  # RGB -> bgr8, off pinned
         result.timings_ms.update(
             {name: ev[i].time_till(ev[i + 1]) for i, name in enumerate(TIMED_STAGES)}
         )
         result.timings_ms["enqueue"] = enqueue_ms
         return result
+
+    def render_overlay(self, colours: np.ndarray, alpha: float) -> np.ndarray:
+        """The last frame's overlay rendered on the GPU in ``colours`` (RGB row per per-frame
+        instance id), bgr8; BackendError unless that frame was inferred with the overlay."""
+        return self._run(self._render_overlay, colours, alpha)
+
+    def _render_overlay(self, colours: np.ndarray, alpha: float) -> np.ndarray:
+        """GPU thread: upload the colour table, blend, copy back, wait."""
+        if self._overlay_frame is None:
+            raise BackendError(
+                "render_overlay needs the frame on the device: infer it with "
+                "OutputSet(overlay=True) first"
+            )
+        rows = min(len(colours), self._palette_rows)
+        self._palette_host[:] = 0
+        self._palette_host[:rows] = colours[:rows]
+        self._cuda.memcpy_htod_async(self._palette, self._palette_host, self._stream)
+        shape, encoding, meta, outputs = self._overlay_frame
+        self._enqueue_overlay(shape, encoding, meta, outputs, alpha)
+        self._stream.synchronize()
+        return self._overlay_buf[2][..., ::-1].copy()  # RGB -> bgr8, off pinned
 
     def _enqueue_overlay(
         self,
@@ -240,7 +261,7 @@ class TensorRTBackend:
         """GPU thread: reverse creation order (contexts, engines, runtime), then the context."""
         for name in (
             "_contexts", "_engines", "_runtime", "_buffers", "_pre", "_post",
-            "_overlay", "_palette", "_overlay_buf", "_events",
+            "_overlay", "_palette", "_palette_host", "_overlay_buf", "_overlay_frame", "_events",
         ):  # fmt: skip
             if hasattr(self, name):
                 delattr(self, name)

@@ -173,6 +173,19 @@ class GroundTruth:
         }
         return ids, segments
 
+    @property
+    def has_tracks(self) -> bool:
+        """Whether the panoptic GT names a ``track_id`` for its things (``synth --sequence``)."""
+        if self.panoptic is None:
+            return False
+        annotations = self.panoptic["annotations"]
+        return any("track_id" in s for a in annotations for s in a["segments_info"])
+
+    def track_ids(self, image_id: int) -> dict[int, int]:
+        """{panoptic segment id: track id} of the image's segments that carry a ``track_id``."""
+        ann = self._pan_by_image.get(image_id, {"segments_info": []})
+        return {int(s["id"]): int(s["track_id"]) for s in ann["segments_info"] if "track_id" in s}
+
     def semantic_frame(self, image_id: int) -> np.ndarray:
         """GT semantic raster (category id per pixel, 0 = void) from the panoptic GT."""
         ids, segments = self.panoptic_frame(image_id)

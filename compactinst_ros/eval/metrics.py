@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import contextlib
 import io
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import DataError
 from ..structures import FrameResult, Instances
+from .tracking_metrics import TrackingAccumulator
 
 if TYPE_CHECKING:
     from .groundtruth import GroundTruth
@@ -264,6 +265,7 @@ class Evaluator:
         cats = gt.categories
         self.pq = PanopticQuality({c.id: c.isthing for c in cats.values()}) if gt.panoptic else None
         self.miou = SemanticIoU(tuple(sorted(cats))) if gt.panoptic else None
+        self.tracking = TrackingAccumulator() if gt.has_tracks else None
 
     def add(self, frame_index: int, result: FrameResult) -> bool:
         """Score one frame's result; False when no GT image is matched to the frame."""
@@ -291,6 +293,8 @@ class Evaluator:
             segs = result.segments
             pred_segments = dict(zip(segs.ids.tolist(), segs.label_id.tolist(), strict=True))
             self.pq.add(gt_ids, gt_segments, result.panoptic_raster, pred_segments)
+            if self.tracking is not None and result.instance_raster is not None:
+                self.tracking.add(gt_ids, self.gt.track_ids(image_id), result.instance_raster)
             semantic = result.semantic_raster
             if semantic is None:
                 semantic = semantic_from_panoptic(result.panoptic_raster, pred_segments)
@@ -298,7 +302,8 @@ class Evaluator:
         return True
 
     def result(self) -> dict:
-        """Metrics in percent: mask_ap, panoptic (PQ/SQ/RQ), semantic (mIoU); None if absent."""
+        """Metrics in percent: mask_ap, panoptic (PQ/SQ/RQ), semantic (mIoU); None if absent;
+        with GT track ids, ``tracking``: CLEAR-MOT counts of the instance ids (id switches)."""
         out: dict = {"frames_evaluated": len(self.image_ids)}
         instances = self.gt.instances
         out["mask_ap"] = (
@@ -308,6 +313,8 @@ class Evaluator:
         )
         out["panoptic"] = self.pq.result() if self.pq and self.image_ids else None
         out["semantic"] = self.miou.result() if self.miou and self.image_ids else None
+        if self.tracking is not None and self.tracking.frames:
+            out["tracking"] = asdict(self.tracking.counts())
         return out
 
 

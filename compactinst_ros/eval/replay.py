@@ -1,9 +1,10 @@
 """``compactinst replay BAG``: accuracy and per-stage latency of a model on a recorded bag.
 
 lockstep: every frame goes through the Pipeline in this process, one after the other
-(deterministic; the accuracy numbers). realtime: the bag is published at its recorded rate
-(x ``--rate``) to a running ``compactinst_node`` over real ROS topics and what comes back is
-recorded (latency and drops as on the vehicle); see ``realtime.py``.
+(deterministic; the accuracy numbers), with track ids as the node gives them (and their id
+switches when the ground truth carries ``track_id``s). realtime: the bag is published at its
+recorded rate (x ``--rate``) to a running ``compactinst_node`` over real ROS topics and what
+comes back is recorded (latency and drops as on the vehicle); see ``realtime.py``.
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ def replay(options: ReplayOptions) -> dict:
             thresholds = None
             if options.score_threshold is not None:
                 thresholds = PostprocessOptions(score_threshold=options.score_threshold)
-            with Pipeline(options.model, options.backend, thresholds) as pipeline:
+            with Pipeline(options.model, options.backend, thresholds, tracking=True) as pipeline:
                 report["model"] = pipeline.describe()
                 modes["lockstep"] = run_lockstep(
                     bag,

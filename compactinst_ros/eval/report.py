@@ -111,6 +111,10 @@ def accuracy_rows(accuracy: dict | None) -> list[tuple[str, str]]:
     sem = accuracy.get("semantic")
     if sem:
         rows.append(("mIoU", _fmt(sem["mIoU"])))
+    track = accuracy.get("tracking")
+    if track:
+        rows.append(("id switches", str(track["id_switches"])))
+        rows.append(("tracked GT objects", f"{track['matches']}/{track['gt_objects']}"))
     return rows
 
 

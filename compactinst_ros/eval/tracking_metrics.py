@@ -63,6 +63,46 @@ def match_masks(gt: np.ndarray, pred: np.ndarray,
     return list(zip(gt_values[g].tolist(), pred_values[p].tolist(), strict=True))
 
 
+class TrackingAccumulator:
+    """CLEAR-MOT counts built frame by frame (replay adds each frame as it goes, no rasters kept).
+
+    ``add`` takes one frame as ``tracking_counts`` takes each; ``counts`` gives the totals so far.
+    """
+
+    def __init__(self, iou_threshold: float = 0.5) -> None:
+        self.iou_threshold = iou_threshold
+        self.frames = 0
+        self._last_pred: dict[int, int] = {}
+        self._gt_objects = self._matches = self._false_positives = self._id_switches = 0
+
+    def add(self, gt: np.ndarray, tracks: Mapping[int, int], pred: np.ndarray) -> None:
+        """One frame: ground-truth id raster, its {object value: track id}, predicted track ids."""
+        values = np.fromiter(tracks.keys(), np.int64, len(tracks))
+        objects = np.where(np.isin(gt, values), gt, 0)
+        present = set(np.unique(objects).tolist()) - {0}
+        missing = set(tracks) - present - {0}
+        if missing:
+            raise DataError(f"frame {self.frames}: track ids given for values {sorted(missing)} "
+                            "that are not in its ground-truth raster")
+        pairs = match_masks(objects, pred, self.iou_threshold)
+        self._gt_objects += len(present)
+        self._matches += len(pairs)
+        self._false_positives += np.unique(pred).size - int((pred == 0).any()) - len(pairs)
+        for value, pred_id in pairs:
+            track = tracks[value]
+            if self._last_pred.get(track, pred_id) != pred_id:
+                self._id_switches += 1
+            self._last_pred[track] = pred_id
+        self.frames += 1
+
+    def counts(self) -> TrackingCounts:
+        """The counts over the frames added so far."""
+        return TrackingCounts(gt_objects=self._gt_objects, matches=self._matches,
+                              misses=self._gt_objects - self._matches,
+                              false_positives=self._false_positives,
+                              id_switches=self._id_switches)
+
+
 def tracking_counts(gt_rasters: Sequence[np.ndarray], gt_track_ids: Sequence[Mapping[int, int]],
                     pred_rasters: Sequence[np.ndarray], iou_threshold: float = 0.5
                     ) -> TrackingCounts:
@@ -77,25 +117,7 @@ def tracking_counts(gt_rasters: Sequence[np.ndarray], gt_track_ids: Sequence[Map
             f"{len(gt_rasters)} ground-truth rasters, {len(gt_track_ids)} track-id maps and "
             f"{len(pred_rasters)} predictions: give one of each per frame"
         )
-    last_pred: dict[int, int] = {}
-    gt_objects = matches = false_positives = id_switches = 0
-    for frame, (gt, tracks, pred) in enumerate(
-            zip(gt_rasters, gt_track_ids, pred_rasters, strict=True)):
-        values = np.fromiter(tracks.keys(), np.int64, len(tracks))
-        objects = np.where(np.isin(gt, values), gt, 0)
-        present = set(np.unique(objects).tolist()) - {0}
-        missing = set(tracks) - present - {0}
-        if missing:
-            raise DataError(f"frame {frame}: track ids given for values {sorted(missing)} that "
-                            "are not in its ground-truth raster")
-        pairs = match_masks(objects, pred, iou_threshold)
-        gt_objects += len(present)
-        matches += len(pairs)
-        false_positives += np.unique(pred).size - int((pred == 0).any()) - len(pairs)
-        for value, pred_id in pairs:
-            track = tracks[value]
-            if last_pred.get(track, pred_id) != pred_id:
-                id_switches += 1
-            last_pred[track] = pred_id
-    return TrackingCounts(gt_objects=gt_objects, matches=matches, misses=gt_objects - matches,
-                          false_positives=false_positives, id_switches=id_switches)
+    accumulator = TrackingAccumulator(iou_threshold)
+    for gt, tracks, pred in zip(gt_rasters, gt_track_ids, pred_rasters, strict=True):
+        accumulator.add(gt, tracks, pred)
+    return accumulator.counts()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -117,8 +118,13 @@ def health_status(
     publishers: int,
     input_timeout_s: float,
     loaded: bool,
+    warnings: Sequence[str] = (),
 ) -> DiagnosticStatus:
-    """One DiagnosticStatus: level and message from the worst problem, all facts as values."""
+    """One DiagnosticStatus: level and message from the worst problem, all facts as values.
+
+    ``warnings``: standing conditions reported as WARN every time (e.g. a GPU machine running on
+    the CPU), after the per-frame problems.
+    """
     problems: list[tuple[bytes, str]] = []
     if not loaded:
         problems.append((DiagnosticStatus.ERROR, "model not loaded"))
@@ -133,6 +139,7 @@ def health_status(
         problems.append((DiagnosticStatus.WARN, "no publisher on the input topic"))
     elif loaded and (age is None or age > input_timeout_s):
         problems.append((DiagnosticStatus.WARN, "input silent: publishers exist but no frames"))
+    problems += [(DiagnosticStatus.WARN, warning) for warning in warnings]
     level = max((p[0] for p in problems), default=DiagnosticStatus.OK)
     message = "; ".join(p[1] for p in problems) or "ok"
     values = {

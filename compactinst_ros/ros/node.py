@@ -26,6 +26,7 @@ from ..errors import CompactInstError, InputError
 from ..pipeline import Pipeline
 from . import convert
 from .diagnostics import FrameStats, diagnostic_array, health_status
+from .fallback import cpu_fallback_warning
 from .params import PARAMETERS, NodeConfig, check_topic, declare_parameters, read_config
 from .publishers import Publishers, output_set
 from .qos import frame_qos, matched_reliability, reliability_name
@@ -48,6 +49,7 @@ class CompactInstCore:
         self.stats = FrameStats()
         self.worker: Worker | None = None
         self.facts: dict[str, Any] = {}
+        self.fallback: str | None = None
         self.pubs: Publishers | None = None
         self.subs: dict[str, Any] = {}
         self.reliability: dict[str, ReliabilityPolicy] = {}
@@ -71,6 +73,9 @@ class CompactInstCore:
         self.facts = {"status": "loading"}
         pipeline = self.worker.start()
         self.facts = {"backend": pipeline.backend_name, **pipeline.describe()}
+        self.fallback = cpu_fallback_warning(cfg.backend, pipeline.backend_name)
+        if self.fallback:
+            self.log.warning(self.fallback)
         self.pubs = Publishers(
             self.node,
             cfg.outputs,
@@ -197,7 +202,9 @@ class CompactInstCore:
     def _make_pipeline(self) -> Pipeline:
         cfg = self.config
         assert cfg is not None
-        return Pipeline(cfg.model, cfg.backend, cfg.options, cfg.backend_options)
+        return Pipeline(
+            cfg.model, cfg.backend, cfg.options, cfg.backend_options, tracking=cfg.tracking
+        )
 
     def _process(self, pipeline: Pipeline, frame: Frame) -> None:
         """Convert, infer and publish one frame; errors are counted, logged and reported."""
@@ -266,6 +273,7 @@ class CompactInstCore:
             publishers=publishers if self.active else 1,
             input_timeout_s=cfg.input_timeout,
             loaded=loaded,
+            warnings=[self.fallback] if self.fallback else (),
         )
         self.diag_pub.publish(diagnostic_array(self.node.get_clock().now().to_msg(), [status]))
 

@@ -47,6 +47,8 @@ OUTPUTS = (
     "instance_table",
     "panoptic_segments",
     "latency",
+    "panoptic_color",
+    "semantic_color",
 )
 BACKEND_CHOICES = ("auto", "tensorrt", "onnxruntime")
 TRANSPORT_CHOICES = ("raw", "compressed", "both")
@@ -105,6 +107,9 @@ PARAMETERS: dict[str, ParamSpec] = {
         2.0, "seconds without frames before /diagnostics warns", None, (0.1, 3600.0)
     ),
     "diagnostics_period": ParamSpec(1.0, "seconds between /diagnostics reports", None, (0.1, 60.0)),
+    "tracking": ParamSpec(
+        True, "instance ids persist across frames (track ids); false: 1..N in score order"
+    ),
 }
 
 #: Parameters a running node applies to the next frame (thresholds, overlay weight, /diagnostics
@@ -179,6 +184,7 @@ class NodeConfig:
     output_reliability: ReliabilityPolicy
     input_timeout: float
     diagnostics_period: float
+    tracking: bool = True
 
 
 def _model_path(value: str) -> Path:
@@ -231,6 +237,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         ),
         input_timeout=float(values["input_timeout"]),
         diagnostics_period=float(values["diagnostics_period"]),
+        tracking=bool(values["tracking"]),
     )
 
 

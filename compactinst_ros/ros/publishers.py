@@ -12,6 +12,7 @@ from sensor_msgs.msg import Image, JointState, PointCloud2
 from std_msgs.msg import Float64, Header, String
 
 from ..labels import LabelSet
+from ..overlay import panoptic_color, semantic_color
 from ..structures import STAGES, FrameResult, OutputSet
 from . import convert
 from .qos import frame_qos, latched_qos
@@ -24,6 +25,12 @@ except ImportError:
 #: outputs published as sensor_msgs/Image, and the PointCloud2 tables
 IMAGE_OUTPUTS = ("instance_mask", "panoptic", "semantic", "overlay")
 TABLE_OUTPUTS = ("instance_table", "panoptic_segments")
+#: bgr8 colour images of the rasters for viewers (rviz2): output -> (topic under ~, renderer);
+#: made only while subscribed
+COLOUR_OUTPUTS = {
+    "panoptic_color": ("panoptic/color", panoptic_color),
+    "semantic_color": ("semantic/color", semantic_color),
+}
 #: outputs made from the instance raster and table
 INSTANCE_OUTPUTS = ("instance_mask", "instance_table", "detections")
 #: latched publishers, sent once at start: never "wanted" per frame
@@ -34,8 +41,10 @@ def output_set(wanted: Mapping[str, bool]) -> OutputSet:
     """What the Pipeline must compute for the outputs that have subscribers."""
     return OutputSet(
         instance=any(wanted.get(k, False) for k in INSTANCE_OUTPUTS),
-        panoptic=wanted.get("panoptic", False) or wanted.get("panoptic_segments", False),
-        semantic=wanted.get("semantic", False),
+        panoptic=any(
+            wanted.get(k, False) for k in ("panoptic", "panoptic_segments", "panoptic_color")
+        ),
+        semantic=wanted.get("semantic", False) or wanted.get("semantic_color", False),
         overlay=wanted.get("overlay", False),
     )
 
@@ -52,12 +61,16 @@ class Publishers:
         score_threshold: float,
     ) -> None:
         self.node = node
+        self.labels = labels
         out_qos = frame_qos(reliability)
         self.pubs: dict[str, Any] = {}
         self.latency: dict[str, Any] = {}
         for name in IMAGE_OUTPUTS:
             if name in outputs:
                 self.pubs[name] = node.create_publisher(Image, f"~/{name}", out_qos)
+        for name, (topic, _) in COLOUR_OUTPUTS.items():
+            if name in outputs:
+                self.pubs[name] = node.create_publisher(Image, f"~/{topic}", out_qos)
         for name in TABLE_OUTPUTS:
             if name in outputs:
                 self.pubs[name] = node.create_publisher(PointCloud2, f"~/{name}", out_qos)
@@ -107,6 +120,10 @@ class Publishers:
         for name, image in convert.result_images(result).items():
             if wanted.get(name) and image is not None:
                 self.pubs[name].publish(convert.image_msg(image, header))
+        for name, (_, render) in COLOUR_OUTPUTS.items():
+            colour = render(result, self.labels) if wanted.get(name) else None
+            if colour is not None:
+                self.pubs[name].publish(convert.image_msg(colour, header))
         if wanted.get("instance_table"):
             self.pubs["instance_table"].publish(
                 convert.instance_table_msg(header, result.instances)

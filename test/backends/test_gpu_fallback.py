@@ -43,3 +43,18 @@ def test_a_gpu_whose_runtime_imports_has_no_reason(tmp_path):
 def test_default_modules_report_tensorrt_missing(tmp_path):
     reason = gpu_fallback_reason(_machine(tmp_path, NVIDIA_GPU_MARKERS[1]))
     assert reason is not None and "tensorrt (" in reason
+
+
+def test_the_node_warns_only_when_auto_fell_back_to_the_cpu(tmp_path, monkeypatch):
+    """cpu_fallback_warning: auto on onnxruntime under a GPU marker warns; a chosen backend,
+    a resolved tensorrt or a machine without markers does not."""
+    from compactinst_ros.ros.fallback import MARKER_ROOT_ENV, cpu_fallback_warning
+
+    monkeypatch.setenv(MARKER_ROOT_ENV, str(_machine(tmp_path / "jetson", NVIDIA_GPU_MARKERS[0])))
+    if importlib.util.find_spec("tensorrt") is None:
+        assert "failed to import" in cpu_fallback_warning("auto", "onnxruntime")
+    assert cpu_fallback_warning("onnxruntime", "onnxruntime") is None
+    assert cpu_fallback_warning("auto", "tensorrt") is None
+    (tmp_path / "pc").mkdir()
+    monkeypatch.setenv(MARKER_ROOT_ENV, str(tmp_path / "pc"))
+    assert cpu_fallback_warning("auto", "onnxruntime") is None

@@ -25,9 +25,8 @@ import pytest
 import yaml
 from interface_build import COMPOSITION_INTERFACES, ROS_LAUNCH_DIR, built_for_test
 from ros_harness import REPO, Client, next_domain
+from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
-
-from compactinst_ros.ros.convert import raster_from_image
 
 pytest.importorskip("rclpy")
 from rclpy.qos import QoSProfile, ReliabilityPolicy

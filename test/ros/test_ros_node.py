@@ -97,6 +97,7 @@ def ros(random_bundle):
             "image_topic": TOPIC,
             "input_transport": "both",
             "diagnostics_period": 0.25,
+            "tracking": False,  # per-frame ids: these tests check the 1..N score-order contract
         },
     )
     client = Client(domain)

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Cost of ~/panoptic/color and ~/semantic/color per frame, with and without a subscriber.
+
+The node (embedded model, ONNX Runtime) and a client run in this process; the client always
+subscribes to the raw panoptic and semantic rasters and the latency record, and in the second
+phase also to the two colour images. Printed: the node's median ``publish`` stage (building and
+publishing the outputs, colour images included) and ``total`` per phase, then the colour
+functions alone at the same size.
+
+    . scripts/ros_env.sh
+    .venv/bin/python scripts/bench_colour_outputs.py --size 540x960 --frames 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+
+import numpy as np
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import Image, JointState
+
+from compactinst_ros.overlay import panoptic_color, semantic_color
+from compactinst_ros.pipeline import Pipeline
+from compactinst_ros.resources import default_model
+from compactinst_ros.ros import convert
+from compactinst_ros.ros.node import CompactInstNode
+from compactinst_ros.sizes import parse_size
+from compactinst_ros.structures import OutputSet
+from compactinst_ros.train.synthetic import render_sequence
+
+NS = "/compactinst"
+TOPIC = "/bench/image"
+RELIABLE = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def run_phase(client, pub, frames: list[np.ndarray], records: dict, first_sec: int) -> dict:
+    """Publish ``frames`` one at a time; median publish/total ms of their latency records."""
+    publish, total = [], []
+    for i, frame in enumerate(frames):
+        sec = first_sec + i
+        msg = convert.image_msg(frame, convert.Header())
+        msg.encoding = "rgb8"
+        msg.header.stamp.sec = sec
+        pub.publish(msg)
+        deadline = time.monotonic() + 60
+        while sec not in records and time.monotonic() < deadline:
+            time.sleep(0.005)
+        record = records[sec]
+        stages = dict(zip(record.name, record.position, strict=True))
+        publish.append(stages["publish"])
+        total.append(stages["total"])
+    return {"publish": statistics.median(publish[1:]), "total": statistics.median(total[1:])}
+
+
+def main() -> None:
+    """Both phases over DDS, then the colour functions alone."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="540x960", help="camera frame HxW")
+    parser.add_argument("--frames", type=int, default=12, help="frames per phase (first dropped)")
+    args = parser.parse_args()
+    h, w = parse_size(args.size)
+    frames = [s.image for s in render_sequence(1, 0, args.frames, h, w)]
+    rclpy.init()
+    params = [
+        Parameter("model", value=str(default_model())),
+        Parameter("backend", value="onnxruntime"),
+        Parameter("ort_threads", value=1),
+        Parameter("image_topic", value=TOPIC),
+    ]
+    node = CompactInstNode(parameter_overrides=params)
+    client = rclpy.create_node("bench_colour_client")
+    records: dict[int, JointState] = {}
+    client.create_subscription(
+        JointState, f"{NS}/latency/frame", lambda m: records.__setitem__(m.header.stamp.sec, m),
+        RELIABLE,
+    )
+    for name in ("panoptic", "semantic"):
+        client.create_subscription(Image, f"{NS}/{name}", lambda m: None, RELIABLE)
+    pub = client.create_publisher(Image, TOPIC, RELIABLE)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    executor.add_node(client)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    time.sleep(2.0)  # discovery
+    without = run_phase(client, pub, frames, records, 1000)
+    for name in ("panoptic/color", "semantic/color"):
+        client.create_subscription(Image, f"{NS}/{name}", lambda m: None, RELIABLE)
+    time.sleep(2.0)
+    with_colour = run_phase(client, pub, frames, records, 2000)
+    print(f"{h}x{w}, median of {args.frames - 1} frames, node stages in ms")
+    print(f"  colour images not subscribed: publish {without['publish']:.2f}  "
+          f"total {without['total']:.1f}")
+    print(f"  colour images subscribed:     publish {with_colour['publish']:.2f}  "
+          f"total {with_colour['total']:.1f}")
+    executor.shutdown()
+    node.destroy_node()
+    client.destroy_node()
+    rclpy.try_shutdown()
+    with Pipeline(default_model(), "onnxruntime", threads=1) as pipe:
+        result = pipe(frames[0], "rgb8", OutputSet(instance=False))
+        labels = pipe.bundle.labels
+    for render in (panoptic_color, semantic_color):
+        start = time.perf_counter()
+        for _ in range(10):
+            render(result, labels)
+        print(f"  {render.__name__} alone: {(time.perf_counter() - start) * 100:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
