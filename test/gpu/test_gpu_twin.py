@@ -67,7 +67,7 @@ def test_culling_skips_work_on_structured_masks() -> None:
     )
     assert len(sel.panoptic) > 5
     assert stats.pan < 0.5 * len(sel.panoptic)
-    assert stats.inst < 0.5 * max(1, len(sel.inst_query))
+    assert stats.inst < 0.5 * max(1, len(sel.instance))
 
 
 def test_atomics_are_order_independent() -> None:
