@@ -54,17 +54,6 @@ class Selection:
     sem_prob: np.ndarray  # (Q, K) float32 softmax without no-object
 
 
-@dataclass
-class TileStats:
-    """Candidate counts per tile, for the docs and the benchmark (mean work per pixel)."""
-
-    tiles: int
-    inst: float
-    pan: float
-    orig: float
-    sem: float
-
-
 def mask_coordinates(src: int, resized: int, n_mask: int, stride: int) -> Taps:
     """Bilinear taps (i0, i1, weight of i1) along one axis: the reference's, uploaded as tables."""
     i0, i1, w1 = bilinear_taps(src, resized, n_mask, stride)
@@ -180,7 +169,7 @@ def _first_true(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 class TwinFrame:
     """One frame through the fused post-processing kernels, in numpy: ``postprocess`` gives the
-    kernels' FrameResult, ``tile_stats`` the per-tile candidate counts."""
+    kernels' FrameResult, ``candidates`` each tile row's candidate lists."""
 
     def __init__(
         self,
@@ -213,13 +202,12 @@ class TwinFrame:
         self.reset_counts()
 
     def reset_counts(self) -> None:
-        """Zero what pass A accumulates (the kernels' atomics) and the candidate statistics."""
+        """Zero what pass A accumulates (the kernels' atomics)."""
         ni, npan = len(self.inst_maps), len(self.sel.panoptic)
         self.inst_area = np.zeros(ni, np.int64)
         box = np.array([self.meta.src_w, self.meta.src_h, -1, -1], np.int64)
         self.inst_box = np.tile(box, (ni, 1))
         self.wins, self.orig, self.seg = (np.zeros(npan, np.int64) for _ in range(3))
-        self.cand_sum = np.zeros(4, np.float64)
 
     def candidates(self, tile_row: int) -> dict[str, np.ndarray]:
         """Per tile-column candidate masks (N, tiles) for one tile row (the block prologue)."""
@@ -249,8 +237,6 @@ class TwinFrame:
         cand = self.candidates(tile_row)
         tile_of_x = np.arange(self.meta.src_w) // TILE
         res: dict[str, np.ndarray] = {}
-        for name, c in cand.items():
-            self.cand_sum[["inst", "pan", "orig", "sem"].index(name)] += c.sum()
         if len(self.inst_maps):
             up = bilinear_rows(self.inst_maps, ry, self.cx)
             hit = up > self.threshold
@@ -338,15 +324,6 @@ class TwinFrame:
             if outputs.semantic:
                 result.semantic_raster[rows] = sem_lut[res["sem"]]
         return result
-
-    def tile_stats(self) -> TileStats:
-        """Mean candidates per tile for instance, panoptic, panoptic-orig and semantic lists."""
-        self.reset_counts()
-        for r in range(self.n_rows):
-            self.evaluate(r, cull=True)
-        tiles = self.n_rows * -(-self.meta.src_w // TILE)
-        inst, pan, orig, sem = (self.cand_sum / tiles).tolist()
-        return TileStats(tiles=tiles, inst=inst, pan=pan, orig=orig, sem=sem)
 
 
 def fetch_rgb(image: np.ndarray, encoding: str, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
