@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -46,36 +46,40 @@ class FrameMeta:
         return cls(src_h, src_w, input_h, input_w, scale, resized_h, resized_w)
 
 
+def _bounded(default: float, low: float, high: float, meaning: str) -> Any:
+    """A PostprocessOptions field: its default and the closed range it must lie in (``meaning``
+    says what the range protects)."""
+    return field(default=default, metadata={"bounds": (low, high, meaning)})
+
+
 @dataclass(frozen=True)
 class PostprocessOptions:
     """Thresholds of the post-processing rules (see docs/postprocess.md) and the overlay weight.
 
-    ``BOUNDS`` is the one definition of each option's closed range; the node's parameter
-    descriptors are built from it.
+    Each field is the one definition of its default and closed range; ``BOUNDS`` collects the
+    ranges by name, and the node's parameter descriptors are built from it.
     """
 
-    score_threshold: float = 0.3
-    mask_threshold: float = 0.5
-    object_mask_threshold: float = 0.8
-    overlap_threshold: float = 0.8
-    max_instances: int = 100
-    overlay_alpha: float = 0.5
+    score_threshold: float = _bounded(0.3, 0.0, 1.0, "a probability")
+    mask_threshold: float = _bounded(
+        0.5, 0.01, 0.99, "a probability away from 0 and 1; 0.5 is the default"
+    )
+    object_mask_threshold: float = _bounded(0.8, 0.0, 1.0, "a probability")
+    overlap_threshold: float = _bounded(0.8, 0.0, 1.0, "a fraction")
+    max_instances: int = _bounded(100, 1, 65535, "uint16 raster ids")
+    overlay_alpha: float = _bounded(0.5, 0.0, 1.0, "colour weight")
 
     #: option -> (lowest, highest, what the range protects) for ``__post_init__`` and the node
-    BOUNDS: ClassVar[dict[str, tuple[float, float, str]]] = {
-        "score_threshold": (0.0, 1.0, "a probability"),
-        "mask_threshold": (0.01, 0.99, "a probability away from 0 and 1; 0.5 is the default"),
-        "object_mask_threshold": (0.0, 1.0, "a probability"),
-        "overlap_threshold": (0.0, 1.0, "a fraction"),
-        "max_instances": (1, 65535, "uint16 raster ids"),
-        "overlay_alpha": (0.0, 1.0, "colour weight"),
-    }
+    BOUNDS: ClassVar[dict[str, tuple[float, float, str]]]
 
     def __post_init__(self) -> None:
         for name, (low, high, meaning) in self.BOUNDS.items():
             value = getattr(self, name)
             if not low <= value <= high:
                 raise ConfigError(f"{name}={value} must be in [{low:g}, {high:g}] ({meaning})")
+
+
+PostprocessOptions.BOUNDS = {f.name: f.metadata["bounds"] for f in fields(PostprocessOptions)}
 
 
 @dataclass(frozen=True)

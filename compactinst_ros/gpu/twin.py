@@ -11,8 +11,8 @@ numpy reference (postprocess/reference.py) and prove the per-tile culling exact.
 3. ``semantic_lowres``: ``S[c] = sum_q p[q, c] * sigmoid(m_q)`` at low resolution.
 4. ``tile_candidates``: per 16x16 camera tile, the queries/classes that can matter there.
 5. pass A (count): per pixel winners, per-slot areas, boxes, panoptic overlap counts (atomics).
-6. ``finalize``: instance renumbering LUT, then the reference's panoptic overlap test, stuff
-   merging and segment ids (``postprocess.panoptic.finalize_panoptic``) on the counts.
+6. ``finalize``: the reference's instance renumbering and table (``postprocess.instance``) and
+   its panoptic overlap test, stuff merging and segment ids (``finalize_panoptic``) on the counts.
 7. pass B (write): recompute the winners and write the final rasters once through the LUTs.
 
 Everything per pixel is vectorised over one tile row of camera pixels (the kernel's blockIdx.y);
@@ -28,6 +28,7 @@ import numpy as np
 
 from ..labels import LabelSet
 from ..overlay import outline_mask
+from ..postprocess.instance import InstanceSelection, drop_empty, instances_table
 from ..postprocess.panoptic import PanopticSelection, finalize_panoptic, select_panoptic_queries
 from ..postprocess.resample import (
     Taps,
@@ -38,15 +39,7 @@ from ..postprocess.resample import (
     valid_region,
 )
 from ..postprocess.semantic import SEMANTIC_VOID_FLOOR, semantic_dtype
-from ..structures import (
-    FrameMeta,
-    FrameResult,
-    Instances,
-    OutputSet,
-    PostprocessOptions,
-    RawOutputs,
-    Segments,
-)
+from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions, RawOutputs
 from .constants import BOUND_EPS, ENCODING_CODES, TILE
 
 NEG_INF = np.float32(-np.inf)
@@ -56,22 +49,9 @@ NEG_INF = np.float32(-np.inf)
 class Selection:
     """Output of ``select_queries``: the compact tables the fused pass reads."""
 
-    inst_query: np.ndarray  # (Ni,) int32 query per instance slot, score order
-    inst_class: np.ndarray  # (Ni,) int32 class index
-    inst_score: np.ndarray  # (Ni,) float32
+    instance: InstanceSelection  # instance slots in score order (the reference's record)
     panoptic: PanopticSelection  # panoptic slots in query order (the reference's selection)
     sem_prob: np.ndarray  # (Q, K) float32 softmax without no-object
-
-
-@dataclass
-class TileStats:
-    """Candidate counts per tile, for the docs and the benchmark (mean work per pixel)."""
-
-    tiles: int
-    inst: float
-    pan: float
-    orig: float
-    sem: float
 
 
 def mask_coordinates(src: int, resized: int, n_mask: int, stride: int) -> Taps:
@@ -141,9 +121,7 @@ def select_queries(
     kept = np.flatnonzero(keep)
     order = kept[np.lexsort((kept, -score[kept]))][: options.max_instances]
     return Selection(
-        inst_query=order.astype(np.int32),
-        inst_class=best_c[order],
-        inst_score=score[order],
+        instance=InstanceSelection(order.astype(np.int64), best_c[order], score[order]),
         panoptic=select_panoptic_queries(class_logits, options.object_mask_threshold),
         sem_prob=p,
     )
@@ -191,7 +169,7 @@ def _first_true(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 class TwinFrame:
     """One frame through the fused post-processing kernels, in numpy: ``postprocess`` gives the
-    kernels' FrameResult, ``tile_stats`` the per-tile candidate counts."""
+    kernels' FrameResult, ``candidates`` each tile row's candidate lists."""
 
     def __init__(
         self,
@@ -208,7 +186,8 @@ class TwinFrame:
         self.threshold = logit_threshold(options.mask_threshold)
         stats = query_stats(self.masks, meta, self.stride, self.threshold)
         self.sel = select_queries(np.asarray(raw.class_logits), stats, labels, options)
-        self.inst_maps = self.masks[self.sel.inst_query] if outputs.instance else self.masks[:0]
+        self.instance = self.sel.instance if outputs.instance else InstanceSelection.empty()
+        self.inst_maps = self.masks[self.instance.query]
         self.pan_maps = self.masks[self.sel.panoptic.query] if outputs.panoptic else self.masks[:0]
         self.sem_maps = (
             semantic_lowres(self.sel.sem_prob, self.masks)
@@ -223,13 +202,12 @@ class TwinFrame:
         self.reset_counts()
 
     def reset_counts(self) -> None:
-        """Zero what pass A accumulates (the kernels' atomics) and the candidate statistics."""
+        """Zero what pass A accumulates (the kernels' atomics)."""
         ni, npan = len(self.inst_maps), len(self.sel.panoptic)
         self.inst_area = np.zeros(ni, np.int64)
         box = np.array([self.meta.src_w, self.meta.src_h, -1, -1], np.int64)
         self.inst_box = np.tile(box, (ni, 1))
         self.wins, self.orig, self.seg = (np.zeros(npan, np.int64) for _ in range(3))
-        self.cand_sum = np.zeros(4, np.float64)
 
     def candidates(self, tile_row: int) -> dict[str, np.ndarray]:
         """Per tile-column candidate masks (N, tiles) for one tile row (the block prologue)."""
@@ -259,8 +237,6 @@ class TwinFrame:
         cand = self.candidates(tile_row)
         tile_of_x = np.arange(self.meta.src_w) // TILE
         res: dict[str, np.ndarray] = {}
-        for name, c in cand.items():
-            self.cand_sum[["inst", "pan", "orig", "sem"].index(name)] += c.sum()
         if len(self.inst_maps):
             up = bilinear_rows(self.inst_maps, ry, self.cx)
             hit = up > self.threshold
@@ -308,30 +284,18 @@ class TwinFrame:
             self.seg += np.bincount(win[res["pan_on"].ravel()], minlength=n)
             self.orig += res["pan_orig"]
 
-    def finalize(self) -> tuple[np.ndarray, np.ndarray, Instances, Segments]:
-        """Instance LUT (drop empty, renumber) and the (P+1,) panoptic slot LUT (overlap test,
-        stuff merge: the reference's ``finalize_panoptic`` on the counts of pass A)."""
-        keep = self.inst_area > 0
-        inst_lut = np.zeros(len(self.inst_maps) + 1, np.int64)
-        inst_lut[1:][keep] = np.arange(1, int(keep.sum()) + 1)
-        box = self.inst_box[keep].astype(np.float32)
-        box[:, 2:] += 1
-        cls = self.sel.inst_class[keep] if len(self.inst_maps) else np.zeros(0, np.int32)
-        instances = Instances(
-            ids=np.arange(1, int(keep.sum()) + 1, dtype=np.uint16),
-            class_index=cls.astype(np.int32),
-            label_id=self.labels.id_array[cls].astype(np.int32),
-            score=self.sel.inst_score[keep].astype(np.float32)
-            if len(self.inst_maps)
-            else np.zeros(0, np.float32),
-            box=box.reshape(-1, 4),
-            area=self.inst_area[keep].astype(np.int64),
-        )
+    def finalize(self) -> tuple[FrameResult, np.ndarray, np.ndarray]:
+        """The tables (a FrameResult without rasters), the instance slot LUT (empty slots dropped,
+        the rest renumbered) and the (P+1,) panoptic slot LUT: the reference's ``drop_empty``,
+        ``instances_table`` and ``finalize_panoptic`` on the counts of pass A."""
+        inst_lut, keep = drop_empty(self.inst_area)
+        instances = instances_table(self.instance, self.labels, self.inst_area, self.inst_box, keep)
         pan_lut, segments = finalize_panoptic(
             self.sel.panoptic, self.labels, self.wins, self.orig, self.seg,
             self.options.overlap_threshold,
         )  # fmt: skip
-        return inst_lut, pan_lut, instances, segments
+        tables = FrameResult(meta=self.meta, instances=instances, segments=segments)
+        return tables, inst_lut, pan_lut
 
     def postprocess(self, cull: bool = True, chunk_order: np.ndarray | None = None) -> FrameResult:
         """The kernels' FrameResult; ``chunk_order`` permutes tile rows (models the atomics)."""
@@ -340,8 +304,7 @@ class TwinFrame:
         order = np.arange(self.n_rows) if chunk_order is None else np.asarray(chunk_order)
         for r in order:
             self.count(int(r), cull)
-        inst_lut, pan_lut, instances, segments = self.finalize()
-        result = FrameResult(meta=meta, instances=instances, segments=segments)
+        result, inst_lut, pan_lut = self.finalize()
         shape = (meta.src_h, meta.src_w)
         if outputs.instance:
             result.instance_raster = np.zeros(shape, np.uint16)
@@ -361,15 +324,6 @@ class TwinFrame:
             if outputs.semantic:
                 result.semantic_raster[rows] = sem_lut[res["sem"]]
         return result
-
-    def tile_stats(self) -> TileStats:
-        """Mean candidates per tile for instance, panoptic, panoptic-orig and semantic lists."""
-        self.reset_counts()
-        for r in range(self.n_rows):
-            self.evaluate(r, cull=True)
-        tiles = self.n_rows * -(-self.meta.src_w // TILE)
-        inst, pan, orig, sem = (self.cand_sum / tiles).tolist()
-        return TileStats(tiles=tiles, inst=inst, pan=pan, orig=orig, sem=sem)
 
 
 def fetch_rgb(image: np.ndarray, encoding: str, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:

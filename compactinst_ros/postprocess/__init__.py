@@ -4,6 +4,7 @@
 path's numpy twin and the tests compare against. See docs/postprocess.md for every rule.
 """
 
+from .frame import RuleInputs, check_raw_outputs
 from .instance import InstanceSelection, mask_scores, paint_instances, select_instances
 from .panoptic import (
     PanopticSelection,
@@ -11,7 +12,7 @@ from .panoptic import (
     panoptic_slots,
     select_panoptic_queries,
 )
-from .reference import check_raw_outputs, postprocess
+from .reference import postprocess
 from .resample import Resampler, bilinear_taps, logit_threshold, valid_region
 from .semantic import SEMANTIC_VOID_FLOOR, semantic_dtype, semantic_lowres
 
@@ -20,6 +21,7 @@ __all__ = [
     "InstanceSelection",
     "PanopticSelection",
     "Resampler",
+    "RuleInputs",
     "bilinear_taps",
     "check_raw_outputs",
     "finalize_panoptic",

@@ -26,15 +26,10 @@ from ..structures import (
     RawOutputs,
     Segments,
 )
+from .frame import RuleInputs
 from .instance import InstanceSelection, drop_empty, instances_table, select_instances
-from .panoptic import (
-    PanopticSelection,
-    check_panoptic_labels,
-    finalize_panoptic,
-    select_panoptic_queries,
-)
-from .reference import check_raw_outputs
-from .resample import logit_threshold, sigmoid
+from .panoptic import PanopticSelection, finalize_panoptic, panoptic_selection
+from .resample import sigmoid
 from .semantic import SEMANTIC_VOID_FLOOR, semantic_dtype, semantic_lowres
 from .tiles import TILE, TileBounds, TileGrid, panoptic_candidates, semantic_candidates
 
@@ -312,56 +307,40 @@ def semantic_codes_tiled(maps: np.ndarray, tiles: TileGrid, width: int) -> Tiled
 
 
 def fast_instances(
-    selection: InstanceSelection,
-    masks: np.ndarray,
-    bounds: TileBounds,
-    meta: FrameMeta,
-    labels: LabelSet,
-    options: PostprocessOptions,
-    tiles: TileGrid,
+    frame: RuleInputs, selection: InstanceSelection, tiles: TileGrid, bounds: TileBounds
 ) -> tuple[Instances, np.ndarray]:
     """Rule 3 (``instance_inference``) with tiled painting; ``bounds`` of the selected grids."""
+    meta = frame.meta
     tiled, area, box = paint_instances_tiled(
-        masks[selection.query],
-        bounds,
-        tiles,
-        meta.src_w,
-        meta.src_h,
-        logit_threshold(options.mask_threshold),
+        frame.mask_logits[selection.query], bounds, tiles, meta.src_w, meta.src_h, frame.threshold
     )
     lut, keep = drop_empty(area)
-    return instances_table(selection, labels, area, box, keep), tiled.compose(lut)
+    return instances_table(selection, frame.labels, area, box, keep), tiled.compose(lut)
 
 
 def fast_panoptic(
-    selection: PanopticSelection,
-    masks: np.ndarray,
-    bounds: TileBounds,
-    meta: FrameMeta,
-    labels: LabelSet,
-    options: PostprocessOptions,
-    tiles: TileGrid,
+    frame: RuleInputs, selection: PanopticSelection, tiles: TileGrid, bounds: TileBounds
 ) -> tuple[Segments, np.ndarray]:
     """Rule 4 (``panoptic_inference``) with tiled winners; ``bounds`` of the selected grids."""
     tiled, wins, orig, seg = panoptic_slots_tiled(
-        masks[selection.query],
+        frame.mask_logits[selection.query],
         bounds,
         selection.score,
         tiles,
-        meta.src_w,
-        logit_threshold(options.mask_threshold),
+        frame.meta.src_w,
+        frame.threshold,
     )
-    lut, segments = finalize_panoptic(selection, labels, wins, orig, seg, options.overlap_threshold)
+    lut, segments = finalize_panoptic(
+        selection, frame.labels, wins, orig, seg, frame.options.overlap_threshold
+    )
     return segments, tiled.compose(lut)
 
 
-def fast_semantic(
-    cls: np.ndarray, masks: np.ndarray, meta: FrameMeta, labels: LabelSet, tiles: TileGrid
-) -> np.ndarray:
+def fast_semantic(frame: RuleInputs, tiles: TileGrid) -> np.ndarray:
     """Rule 5 (``semantic_inference``) with tiled argmax."""
-    maps = semantic_lowres(cls, masks)
-    lut = np.append(0, labels.id_array).astype(semantic_dtype(labels))
-    return semantic_codes_tiled(maps, tiles, meta.src_w).compose(lut)
+    maps = semantic_lowres(frame.class_logits, frame.mask_logits)
+    lut = np.append(0, frame.labels.id_array).astype(semantic_dtype(frame.labels))
+    return semantic_codes_tiled(maps, tiles, frame.meta.src_w).compose(lut)
 
 
 def fast_postprocess(
@@ -377,44 +356,25 @@ def fast_postprocess(
 
     ``tile`` bounds the tile side in camera pixels; results do not depend on it.
     """
-    check_raw_outputs(raw, meta, labels)
-    cls = np.asarray(raw.class_logits, np.float32)
-    masks = np.ascontiguousarray(raw.mask_logits, np.float32)
-    stride = raw.mask_stride
-    tiles = TileGrid.cached(meta, stride, masks.shape[1], masks.shape[2], tile)
+    frame = RuleInputs.of(raw, meta, labels, options)
+    tiles = TileGrid.cached(meta, frame.stride, *frame.grid_shape, tile)
+    instance = select_instances(frame) if outputs.instance else None
+    panoptic = panoptic_selection(frame) if outputs.panoptic else None
     no_queries = np.zeros(0, np.int64)
-    instance = panoptic = None
-    if outputs.instance:
-        instance = select_instances(cls, masks, meta, labels, options, stride)
-    if outputs.panoptic:
-        check_panoptic_labels(labels, len(cls))
-        panoptic = select_panoptic_queries(cls, options.object_mask_threshold)
     queries = np.union1d(
         no_queries if instance is None else instance.query,
         no_queries if panoptic is None else panoptic.query,
     )
-    bounds = TileBounds.of(masks[queries], tiles)  # once for the queries of both rules
+    bounds = TileBounds.of(frame.mask_logits[queries], tiles)  # once for the queries of both rules
     result = FrameResult(meta=meta)
     if instance is not None:
         result.instances, result.instance_raster = fast_instances(
-            instance,
-            masks,
-            bounds.take(np.searchsorted(queries, instance.query)),
-            meta,
-            labels,
-            options,
-            tiles,
+            frame, instance, tiles, bounds.take(np.searchsorted(queries, instance.query))
         )
     if panoptic is not None:
         result.segments, result.panoptic_raster = fast_panoptic(
-            panoptic,
-            masks,
-            bounds.take(np.searchsorted(queries, panoptic.query)),
-            meta,
-            labels,
-            options,
-            tiles,
+            frame, panoptic, tiles, bounds.take(np.searchsorted(queries, panoptic.query))
         )
     if outputs.semantic:
-        result.semantic_raster = fast_semantic(cls, masks, meta, labels, tiles)
+        result.semantic_raster = fast_semantic(frame, tiles)
     return result

@@ -13,15 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..labels import LabelSet
-from ..structures import FrameMeta, Instances, PostprocessOptions
-from .resample import (
-    DEFAULT_CHUNK_BYTES,
-    Resampler,
-    logit_threshold,
-    sigmoid,
-    softmax,
-    valid_region,
-)
+from ..structures import Instances
+from .frame import RuleInputs
+from .resample import DEFAULT_CHUNK_BYTES, Resampler, sigmoid, softmax
 from .tiles import cull_margin
 
 
@@ -32,6 +26,11 @@ class InstanceSelection:
     query: np.ndarray  # (N,) int64 query index
     class_index: np.ndarray  # (N,) int32 contiguous class index (a thing class)
     score: np.ndarray  # (N,) float32 class probability x mask score
+
+    @classmethod
+    def empty(cls) -> InstanceSelection:
+        """A selection that keeps nothing."""
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32))
 
     def __len__(self) -> int:
         return int(self.query.shape[0])
@@ -50,34 +49,24 @@ def mask_scores(
     return (total / (on.sum(axis=1) + 1e-6)).astype(np.float32)
 
 
-def select_instances(
-    class_logits: np.ndarray,
-    mask_logits: np.ndarray,
-    meta: FrameMeta,
-    labels: LabelSet,
-    options: PostprocessOptions,
-    stride: int,
-) -> InstanceSelection:
+def select_instances(frame: RuleInputs) -> InstanceSelection:
     """Rule 3 up to the raster: top pairs over thing classes, scores, threshold, dedupe, cap.
 
     Pairs are ranked by class probability descending, ties by the flat (query, class) index;
     a query keeps its best-scoring pair (ties: lower class index).
     """
-    k = labels.num_classes
-    things = np.flatnonzero(labels.thing_mask)
-    if len(things) == 0 or len(class_logits) == 0:
-        return InstanceSelection(
-            np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float32)
-        )
-    p = softmax(class_logits)[:, :k][:, things]
+    k, options = frame.labels.num_classes, frame.options
+    things = np.flatnonzero(frame.labels.thing_mask)
+    if len(things) == 0 or len(frame.class_logits) == 0:
+        return InstanceSelection.empty()
+    p = softmax(frame.class_logits)[:, :k][:, things]
     flat = p.ravel()
     top = np.argsort(-flat, kind="stable")[: options.max_instances]
     query = top // len(things)
     class_index = things[top % len(things)].astype(np.int32)
     unique_q, inverse = np.unique(query, return_inverse=True)
-    vh, vw = valid_region(meta, stride, mask_logits.shape[1], mask_logits.shape[2])
-    threshold = logit_threshold(options.mask_threshold)
-    mscore = mask_scores(mask_logits[unique_q], vh, vw, threshold)
+    vh, vw = frame.valid_region()
+    mscore = mask_scores(frame.mask_logits[unique_q], vh, vw, frame.threshold)
     score = (flat[top] * mscore[inverse.ravel()]).astype(np.float32)
     keep = score >= np.float32(options.score_threshold)
     query, class_index, score = query[keep], class_index[keep], score[keep]
@@ -180,22 +169,14 @@ def instances_table(
 
 
 def instance_inference(
-    class_logits: np.ndarray,
-    mask_logits: np.ndarray,
-    meta: FrameMeta,
-    labels: LabelSet,
-    options: PostprocessOptions,
-    stride: int,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    frame: RuleInputs, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> tuple[Instances, np.ndarray]:
     """Rule 3: the Instances table and the uint16 (src_h, src_w) id raster (0 = background)."""
-    selection = select_instances(class_logits, mask_logits, meta, labels, options, stride)
-    resampler = Resampler(meta, stride, mask_logits.shape[1], mask_logits.shape[2])
-    threshold = logit_threshold(options.mask_threshold)
+    selection = select_instances(frame)
     raster, area, box = paint_instances(
-        mask_logits[selection.query], resampler, threshold, chunk_bytes
+        frame.mask_logits[selection.query], frame.resampler(), frame.threshold, chunk_bytes
     )
     lut, keep = drop_empty(area)
     if not keep.all():
         raster = lut[raster]
-    return instances_table(selection, labels, area, box, keep), raster
+    return instances_table(selection, frame.labels, area, box, keep), raster

@@ -14,15 +14,9 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..labels import LabelSet
-from ..structures import FrameMeta, PostprocessOptions, Segments
-from .resample import (
-    DEFAULT_CHUNK_BYTES,
-    Resampler,
-    logit_threshold,
-    rows_per_chunk,
-    sigmoid,
-    softmax,
-)
+from ..structures import Segments
+from .frame import RuleInputs
+from .resample import DEFAULT_CHUNK_BYTES, Resampler, rows_per_chunk, sigmoid, softmax
 
 #: Thing segment id = label_id * THING_ID_FACTOR + n (n = 1, 2, ... per label).
 THING_ID_FACTOR = 1000
@@ -157,25 +151,25 @@ def check_panoptic_labels(labels: LabelSet, num_queries: int) -> None:
         raise ConfigError(f"label id {max(labels.ids)} is too large for int32 panoptic ids")
 
 
+def panoptic_selection(frame: RuleInputs) -> PanopticSelection:
+    """The queries rule 4 keeps; ConfigError first where segment ids could collide."""
+    check_panoptic_labels(frame.labels, len(frame.class_logits))
+    return select_panoptic_queries(frame.class_logits, frame.options.object_mask_threshold)
+
+
 def panoptic_inference(
-    class_logits: np.ndarray,
-    mask_logits: np.ndarray,
-    meta: FrameMeta,
-    labels: LabelSet,
-    options: PostprocessOptions,
-    stride: int,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    frame: RuleInputs, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> tuple[Segments, np.ndarray]:
     """Rule 4: the Segments table and the int32 (src_h, src_w) panoptic id raster (0 = void)."""
-    check_panoptic_labels(labels, len(class_logits))
-    selection = select_panoptic_queries(class_logits, options.object_mask_threshold)
-    resampler = Resampler(meta, stride, mask_logits.shape[1], mask_logits.shape[2])
+    selection = panoptic_selection(frame)
     slots, wins, orig, seg = panoptic_slots(
-        mask_logits[selection.query],
+        frame.mask_logits[selection.query],
         selection.score,
-        resampler,
-        logit_threshold(options.mask_threshold),
+        frame.resampler(),
+        frame.threshold,
         chunk_bytes,
     )
-    lut, segments = finalize_panoptic(selection, labels, wins, orig, seg, options.overlap_threshold)
+    lut, segments = finalize_panoptic(
+        selection, frame.labels, wins, orig, seg, frame.options.overlap_threshold
+    )
     return segments, lut[slots]

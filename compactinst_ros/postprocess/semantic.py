@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..labels import LabelSet
-from ..structures import FrameMeta
-from .resample import DEFAULT_CHUNK_BYTES, Resampler, rows_per_chunk, sigmoid, softmax
+from .frame import RuleInputs
+from .resample import DEFAULT_CHUNK_BYTES, rows_per_chunk, sigmoid, softmax
 
 #: Pixels whose best class map value is below this are void (0): no query claims them.
 SEMANTIC_VOID_FLOOR = np.float32(0.05)
@@ -28,19 +28,12 @@ def semantic_lowres(class_logits: np.ndarray, mask_logits: np.ndarray) -> np.nda
     return (p.T @ sigmoid(mask_logits).reshape(q, h * w)).reshape(-1, h, w).astype(np.float32)
 
 
-def semantic_inference(
-    class_logits: np.ndarray,
-    mask_logits: np.ndarray,
-    meta: FrameMeta,
-    labels: LabelSet,
-    stride: int,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-) -> np.ndarray:
+def semantic_inference(frame: RuleInputs, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> np.ndarray:
     """Rule 5: (src_h, src_w) label-id raster; argmax of upsampled S, void where max S < 0.05."""
-    maps = semantic_lowres(class_logits, mask_logits)
-    resampler = Resampler(meta, stride, maps.shape[1], maps.shape[2])
-    dtype = semantic_dtype(labels)
-    label_of = labels.id_array.astype(dtype)
+    maps = semantic_lowres(frame.class_logits, frame.mask_logits)
+    resampler, meta = frame.resampler(), frame.meta
+    dtype = semantic_dtype(frame.labels)
+    label_of = frame.labels.id_array.astype(dtype)
     raster = np.zeros((meta.src_h, meta.src_w), dtype)
     step = rows_per_chunk(len(maps), meta.src_w, chunk_bytes)
     for y in range(0, meta.src_h, step):

@@ -8,6 +8,9 @@ may change a result. Also the per-tile bounds on their own: no sample may leave 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import cv2
 import numpy as np
 import pytest
@@ -24,6 +27,9 @@ from postprocess_scenes import (
     rect_masks,
 )
 from test_postprocess_dense import CASES, OPTIONS, random_frame
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "backends"))
+from ort_stages import raw_outputs
 
 from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.errors import BundleError
@@ -80,17 +86,18 @@ def check(
 @pytest.fixture(scope="module")
 def demo_outputs() -> dict[tuple[int, int], tuple[RawOutputs, FrameMeta, LabelSet]]:
     """The default model's decoder outputs for a demo scene at each camera size."""
+    from compactinst_ros.backends import BackendOptions
     from compactinst_ros.backends.ort import OrtBackend
     from compactinst_ros.train.synthetic import render_scene
 
     bundle = ModelBundle.load(default_bundle_path())
-    backend = OrtBackend(bundle, threads=2)
+    backend = OrtBackend(bundle, BackendOptions(threads=2))
     scene = render_scene(1000, 0, bundle.input_h, bundle.input_w).image
     out = {}
     for h, w in CAMERA_SIZES:
         meta = FrameMeta.letterbox(h, w, bundle.input_h, bundle.input_w)
         image = cv2.resize(scene, (w, h), interpolation=cv2.INTER_LINEAR)
-        out[h, w] = (backend.raw_outputs(image, "rgb8", meta), meta, bundle.labels)
+        out[h, w] = (raw_outputs(backend, image, "rgb8", meta), meta, bundle.labels)
     backend.close()
     return out
 

@@ -18,7 +18,7 @@ from postprocess_scenes import (
     region,
 )
 
-from compactinst_ros.postprocess import postprocess, select_instances
+from compactinst_ros.postprocess import RuleInputs, postprocess, select_instances
 from compactinst_ros.structures import OutputSet, PostprocessOptions
 
 GRID = (8, 16)
@@ -116,9 +116,10 @@ def test_query_counted_once_with_its_best_class() -> None:
 def test_fully_occluded_instance_is_removed_and_ids_renumbered() -> None:
     rects = [(0, 6, 0, 8), (1, 3, 1, 3), (6, 8, 10, 14)]
     cls = class_logits([CAR, PERSON, PERSON], [14.0, 12.0, 10.0])
-    selection = select_instances(
-        cls, rect_masks(*GRID, rects), identity_meta(*GRID), LABELS, PostprocessOptions(), 8
+    frame = RuleInputs.of(
+        raw(cls, rect_masks(*GRID, rects)), identity_meta(*GRID), LABELS, PostprocessOptions()
     )
+    selection = select_instances(frame)
     np.testing.assert_array_equal(selection.query, [0, 1, 2])
     result = run(cls, rect_masks(*GRID, rects))
     np.testing.assert_array_equal(result.instances.ids, [1, 2])
