@@ -19,7 +19,7 @@ from .backends import Backend, BackendOptions, create_backend
 from .bundle import ModelBundle
 from .image_formats import validate_image
 from .overlay import overlay_bgr
-from .structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions
+from .structures import INFERENCE, FrameMeta, FrameResult, OutputSet, PostprocessOptions
 
 
 class Pipeline:
@@ -67,7 +67,7 @@ class Pipeline:
                 image, encoding, result, self.bundle.labels, self.options.overlay_alpha
             )
             result.timings_ms["postprocess"] += (time.perf_counter() - drawn) * 1e3
-        result.timings_ms["total"] = (time.perf_counter() - start) * 1e3
+        result.timings_ms[INFERENCE] = (time.perf_counter() - start) * 1e3
         return result
 
     def describe(self) -> dict:

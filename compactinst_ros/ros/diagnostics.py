@@ -1,12 +1,19 @@
-"""Frame counters shared by the callbacks and the worker, and their /diagnostics report."""
+"""Frame counters shared by the callbacks and the worker, and their /diagnostics report (the
+health checks it includes live in ``health``)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.qos import ReliabilityPolicy
+
+from .health import Problem
+from .qos import reliability_name
 
 
 @dataclass
@@ -109,17 +116,32 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def input_facts(subs: Mapping[str, Any], reliability: Mapping[str, ReliabilityPolicy]) -> dict:
+    """The subscribed input topics and their reliability, for the status values."""
+    return {
+        "input_topic": ", ".join(s.topic_name for s in subs.values()) or "(not subscribed)",
+        "input_reliability": ", ".join(
+            f"{k}={reliability_name(v)}" for k, v in reliability.items() if k in subs
+        ),
+    }
+
+
 def health_status(
     name: str,
-    hardware_id: str,
     report: dict,
     facts: dict,
     publishers: int,
     input_timeout_s: float,
     loaded: bool,
+    checks: Sequence[tuple[list[Problem], dict]] = (),
 ) -> DiagnosticStatus:
-    """One DiagnosticStatus: level and message from the worst problem, all facts as values."""
-    problems: list[tuple[bytes, str]] = []
+    """One DiagnosticStatus: level and message from the worst problem, all facts as values.
+
+    ``facts["state"]`` is ``active``, ``idle`` (no subscriber on any output: the input is
+    unsubscribed, nothing is expected) or ``inactive``; ``checks`` are the (problems, values) of
+    the health checks (``HealthMonitor.check``, ``CameraInfoRelay.check``).
+    """
+    problems: list[Problem] = []
     if not loaded:
         problems.append((DiagnosticStatus.ERROR, "model not loaded"))
     if report["new_errors"]:
@@ -129,10 +151,18 @@ def health_status(
     if report["new_qos_incompatible"]:
         problems.append((DiagnosticStatus.WARN, "incompatible QoS with an image publisher"))
     age = report["input_age_s"]
-    if loaded and publishers == 0:
+    if facts.get("state") == "idle":
+        problems.append(
+            (DiagnosticStatus.OK, "idle: no subscriber on any output, input unsubscribed")
+        )
+    elif loaded and publishers == 0:
         problems.append((DiagnosticStatus.WARN, "no publisher on the input topic"))
     elif loaded and (age is None or age > input_timeout_s):
         problems.append((DiagnosticStatus.WARN, "input silent: publishers exist but no frames"))
+    checked: dict = {}
+    for found, values in checks:
+        problems += found
+        checked.update(values)
     level = max((p[0] for p in problems), default=DiagnosticStatus.OK)
     message = "; ".join(p[1] for p in problems) or "ok"
     values = {
@@ -149,8 +179,10 @@ def health_status(
         "input_rate_hz": report["input_rate_hz"],
         "output_rate_hz": report["output_rate_hz"],
         "input_age_s": "never" if age is None else age,
+        **checked,
         **{f"latency_{k}_ms": v for k, v in report["timings_ms"].items()},
     }
+    hardware_id = str(facts.get("device", facts.get("backend", "")))
     status = DiagnosticStatus(level=level, name=name, message=message, hardware_id=hardware_id)
     status.values = [KeyValue(key=str(k), value=_fmt(v)) for k, v in values.items()]
     return status

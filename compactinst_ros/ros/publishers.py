@@ -8,7 +8,7 @@ from typing import Any
 
 from rclpy.node import Node
 from rclpy.qos import ReliabilityPolicy
-from sensor_msgs.msg import Image, JointState, PointCloud2
+from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2
 from std_msgs.msg import Float64, Header, String
 
 from ..labels import LabelSet
@@ -36,7 +36,7 @@ def output_set(wanted: Mapping[str, bool]) -> OutputSet:
         instance=any(wanted.get(k, False) for k in INSTANCE_OUTPUTS),
         panoptic=wanted.get("panoptic", False) or wanted.get("panoptic_segments", False),
         semantic=wanted.get("semantic", False),
-        overlay=wanted.get("overlay", False),
+        overlay=wanted.get("overlay", False) or wanted.get("overlay_compressed", False),
     )
 
 
@@ -50,14 +50,20 @@ class Publishers:
         reliability: ReliabilityPolicy,
         labels: LabelSet,
         score_threshold: float,
+        jpeg_quality: int = 80,
     ) -> None:
         self.node = node
+        self.jpeg_quality = jpeg_quality
         out_qos = frame_qos(reliability)
         self.pubs: dict[str, Any] = {}
         self.latency: dict[str, Any] = {}
         for name in IMAGE_OUTPUTS:
             if name in outputs:
                 self.pubs[name] = node.create_publisher(Image, f"~/{name}", out_qos)
+        if "overlay" in outputs:
+            self.pubs["overlay_compressed"] = node.create_publisher(
+                CompressedImage, "~/overlay/compressed", out_qos
+            )
         for name in TABLE_OUTPUTS:
             if name in outputs:
                 self.pubs[name] = node.create_publisher(PointCloud2, f"~/{name}", out_qos)
@@ -102,11 +108,19 @@ class Publishers:
         )
         return wanted
 
+    def listened(self) -> bool:
+        """True while some output (not /diagnostics, not the latched tables) has a subscriber."""
+        return any(self.wanted().values())
+
     def publish(self, header: Header, result: FrameResult, wanted: Mapping[str, bool]) -> None:
         """Publish the wanted outputs of one frame, all with the input image's header."""
         for name, image in convert.result_images(result).items():
             if wanted.get(name) and image is not None:
                 self.pubs[name].publish(convert.image_msg(image, header))
+        if wanted.get("overlay_compressed") and result.overlay is not None:
+            self.pubs["overlay_compressed"].publish(
+                convert.jpeg_msg(result.overlay, header, self.jpeg_quality)
+            )
         if wanted.get("instance_table"):
             self.pubs["instance_table"].publish(
                 convert.instance_table_msg(header, result.instances)
