@@ -38,8 +38,10 @@ ROSIDL_BUILD = [
     "ros-kilted-geometry-msgs",
 ]
 # fvcore: the MAC counts of model/flops.py are cross-checked against it (test/model/test_fvcore.py).
+# Foxglove's own MCAP readers: tests read the replay's output bag back as Foxglove would.
+FOXGLOVE_READERS = ["mcap>=1.2", "mcap-ros2-support>=0.5"]
 DEV = ["pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", "fvcore>=0.1.5",
-       *COLCON, *ROSIDL_BUILD]
+       *COLCON, *ROSIDL_BUILD, *FOXGLOVE_READERS]
 
 setup(
     name=PACKAGE,

@@ -37,8 +37,9 @@ class TrackingCounts:
         return 1.0 - errors / self.gt_objects if self.gt_objects else float("nan")
 
 
-def match_masks(gt: np.ndarray, pred: np.ndarray,
-                iou_threshold: float = 0.5) -> list[tuple[int, int]]:
+def match_masks(
+    gt: np.ndarray, pred: np.ndarray, iou_threshold: float = 0.5
+) -> list[tuple[int, int]]:
     """(gt value, predicted value) pairs of two id rasters with mask IoU > ``iou_threshold``.
 
     0 is background in both; ``iou_threshold`` must be >= 0.5, which makes pairs unique.
@@ -53,8 +54,9 @@ def match_masks(gt: np.ndarray, pred: np.ndarray,
     gt_values, gt_index = np.unique(gt.ravel(), return_inverse=True)
     pred_values, pred_index = np.unique(pred.ravel(), return_inverse=True)
     n_pred = pred_values.size
-    joint = np.bincount(gt_index.ravel() * n_pred + pred_index.ravel(),
-                        minlength=gt_values.size * n_pred).reshape(gt_values.size, n_pred)
+    joint = np.bincount(
+        gt_index.ravel() * n_pred + pred_index.ravel(), minlength=gt_values.size * n_pred
+    ).reshape(gt_values.size, n_pred)
     area_gt, area_pred = joint.sum(axis=1), joint.sum(axis=0)
     iou = joint / (area_gt[:, None] + area_pred[None, :] - joint)
     iou[gt_values == 0, :] = 0.0
@@ -63,9 +65,12 @@ def match_masks(gt: np.ndarray, pred: np.ndarray,
     return list(zip(gt_values[g].tolist(), pred_values[p].tolist(), strict=True))
 
 
-def tracking_counts(gt_rasters: Sequence[np.ndarray], gt_track_ids: Sequence[Mapping[int, int]],
-                    pred_rasters: Sequence[np.ndarray], iou_threshold: float = 0.5
-                    ) -> TrackingCounts:
+def tracking_counts(
+    gt_rasters: Sequence[np.ndarray],
+    gt_track_ids: Sequence[Mapping[int, int]],
+    pred_rasters: Sequence[np.ndarray],
+    iou_threshold: float = 0.5,
+) -> TrackingCounts:
     """CLEAR-MOT counts of predicted id rasters against ground-truth tracks, frame by frame.
 
     ``gt_rasters[f]`` is frame f's ground-truth id raster (e.g. a panoptic raster) and
@@ -80,14 +85,17 @@ def tracking_counts(gt_rasters: Sequence[np.ndarray], gt_track_ids: Sequence[Map
     last_pred: dict[int, int] = {}
     gt_objects = matches = false_positives = id_switches = 0
     for frame, (gt, tracks, pred) in enumerate(
-            zip(gt_rasters, gt_track_ids, pred_rasters, strict=True)):
+        zip(gt_rasters, gt_track_ids, pred_rasters, strict=True)
+    ):
         values = np.fromiter(tracks.keys(), np.int64, len(tracks))
         objects = np.where(np.isin(gt, values), gt, 0)
         present = set(np.unique(objects).tolist()) - {0}
         missing = set(tracks) - present - {0}
         if missing:
-            raise DataError(f"frame {frame}: track ids given for values {sorted(missing)} that "
-                            "are not in its ground-truth raster")
+            raise DataError(
+                f"frame {frame}: track ids given for values {sorted(missing)} that "
+                "are not in its ground-truth raster"
+            )
         pairs = match_masks(objects, pred, iou_threshold)
         gt_objects += len(present)
         matches += len(pairs)
@@ -97,5 +105,10 @@ def tracking_counts(gt_rasters: Sequence[np.ndarray], gt_track_ids: Sequence[Map
             if last_pred.get(track, pred_id) != pred_id:
                 id_switches += 1
             last_pred[track] = pred_id
-    return TrackingCounts(gt_objects=gt_objects, matches=matches, misses=gt_objects - matches,
-                          false_positives=false_positives, id_switches=id_switches)
+    return TrackingCounts(
+        gt_objects=gt_objects,
+        matches=matches,
+        misses=gt_objects - matches,
+        false_positives=false_positives,
+        id_switches=id_switches,
+    )
