@@ -126,9 +126,11 @@ def test_frames_without_camera_info_are_counted_and_warned(ros):
     images.publish(lonely)
     _by_stamp(client, f"{NS}/instance_mask", _stamp(lonely))
     diag = client.wait_for(
-        lambda: (d := client.latest_diagnostics())
-        and int(d["camera_info_unmatched"]) == before + 1
-        and d,
+        lambda: (
+            (d := client.latest_diagnostics())
+            and int(d["camera_info_unmatched"]) == before + 1
+            and d
+        ),
         10,
         "unmatched camera_info counted",
     )

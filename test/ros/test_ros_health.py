@@ -64,9 +64,11 @@ def test_slow_and_stalled_backends_warn_then_recover(
 
         threading.Thread(target=stream, daemon=True).start()
         client.wait_for(
-            lambda: (d := client.latest_diagnostics())
-            and d["_level"] == OK
-            and float(d["expected_rate_hz"]) == pytest.approx(4.0, rel=0.3),
+            lambda: (
+                (d := client.latest_diagnostics())
+                and d["_level"] == OK
+                and float(d["expected_rate_hz"]) == pytest.approx(4.0, rel=0.3)
+            ),
             30,
             "OK at the measured input rate while the backend keeps up",
         )

@@ -38,8 +38,9 @@ def test_input_is_subscribed_only_while_an_output_is(random_bundle, make_client)
         images = client.publisher(Image, TOPIC)
         infos = client.publisher(CameraInfo, INFO_TOPIC)
         diag = client.wait_for(
-            lambda: client.latest_diagnostics().get("state") == "idle"
-            and client.latest_diagnostics(),
+            lambda: (
+                client.latest_diagnostics().get("state") == "idle" and client.latest_diagnostics()
+            ),
             60,
             f"node up and idle:\n{node.tail()}",
         )
