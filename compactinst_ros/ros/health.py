@@ -112,22 +112,25 @@ class TimeStampStatus:
 class HealthMonitor:
     """The checks of one node: input and output rate, stamp age and pipeline latency."""
 
-    def __init__(self, limits: HealthLimits) -> None:
+    def __init__(self, limits: HealthLimits, now: float | None = None) -> None:
         self.limits = limits
-        self.input_rate = FrequencyStatus(limits.rate_window)
-        self.output_rate = FrequencyStatus(limits.rate_window)
+        self.input_rate = FrequencyStatus(limits.rate_window, now)
+        self.output_rate = FrequencyStatus(limits.rate_window, now)
         self.stamp_age = TimeStampStatus()
         self.pipeline = TimeStampStatus()
 
-    def check(self, received: int, processed: int, watching: bool) -> tuple[list[Problem], dict]:
-        """Problems and values of one report from the cumulative frame counters.
+    def check(
+        self, received: int, processed: int, watching: bool, now: float | None = None
+    ) -> tuple[list[Problem], dict]:
+        """Problems and values of one report from the cumulative frame counters at ``now``
+        (monotonic seconds; default the current time).
 
         ``watching``: the node is active and some output has a subscriber; otherwise (inactive,
         idle) no rate or latency is expected and none is checked.
         """
         lim = self.limits
-        inputs = self.input_rate.update(received)
-        outputs = self.output_rate.update(processed)
+        inputs = self.input_rate.update(received, now)
+        outputs = self.output_rate.update(processed, now)
         age, latency = self.stamp_age.take(), self.pipeline.take()
         expected = lim.expected_rate or inputs.hz
         values: dict[str, object] = {
