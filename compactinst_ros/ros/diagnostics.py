@@ -88,6 +88,8 @@ class FrameStats:
             dt = max(now - self._last.at, 1e-6)
             report = {
                 "received": self.received,
+                # frames the node should have output: bad input and skipped frames excluded
+                "to_output": self.received - self.input_errors - self.idle,
                 "processed": self.processed,
                 "dropped": self.dropped,
                 "idle": self.idle,

@@ -123,7 +123,8 @@ class HealthMonitor:
         self, received: int, processed: int, watching: bool, now: float | None = None
     ) -> tuple[list[Problem], dict]:
         """Problems and values of one report from the cumulative frame counters at ``now``
-        (monotonic seconds; default the current time).
+        (monotonic seconds; default the current time). ``received`` counts the frames the node
+        should output: bad input frames and frames skipped without subscribers excluded.
 
         ``watching``: the node is active and some output has a subscriber; otherwise (inactive,
         idle) no rate or latency is expected and none is checked.

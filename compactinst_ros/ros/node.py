@@ -291,7 +291,7 @@ class CompactInstCore:
         kinds = INPUT_KINDS[cfg.input_transport]
         publishers = sum(len(self._publisher_infos(k)) for k in kinds) if self.active else 1
         report = self.stats.tick()
-        checks = [self.health.check(report["received"], report["processed"], state == "active")]
+        checks = [self.health.check(report["to_output"], report["processed"], state == "active")]
         if self.camera_info is not None:
             checks.append(self.camera_info.check())
         status = health_status(

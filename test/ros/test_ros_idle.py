@@ -60,7 +60,7 @@ def test_input_is_subscribed_only_while_an_output_is(random_bundle, make_client)
         client.wait_for(images.get_subscription_count, 10, "input subscribed on connect")
         client.wait_for(infos.get_subscription_count, 10, "camera_info subscribed on connect")
         client.wait_for(lambda: client.received(f"{NS}/semantic"), 30, "outputs flow")
-        assert client.latest_diagnostics()["state"] == "active"
+        client.wait_for(lambda: client.latest_diagnostics()["state"] == "active", 10, "active")
 
         client.node.destroy_subscription(client.subs.pop(f"{NS}/semantic"))
         client.wait_for(lambda: not images.get_subscription_count(), 10, "input dropped again")
