@@ -51,9 +51,11 @@ ROSIDL_BUILD = [
 # NVRTC of CUDA 12.6 (JetPack 6): `make kernels` builds the shipped kernel images with it and the
 # tests rebuild them byte for byte; pinned exactly, as another NVRTC writes other bytes.
 NVRTC = ["nvidia-cuda-nvrtc-cu12==12.6.85"]
+# Foxglove's own MCAP readers: tests read the replay's output bag back as Foxglove would.
+FOXGLOVE_READERS = ["mcap>=1.2", "mcap-ros2-support>=0.5"]
 DEV = [
     "pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", "fvcore>=0.1.5", *NVRTC,
-    *COLCON, *ROSIDL_BUILD,
+    *COLCON, *ROSIDL_BUILD, *FOXGLOVE_READERS,
 ]  # fmt: skip
 
 setup(

@@ -94,6 +94,6 @@ def run(args: argparse.Namespace) -> int:
             (out / f"{stem}.json").write_text(json.dumps(record, indent=2) + "\n")
             print(
                 f"[{n}/{len(args.images)}] {path}: {len(result.instances)} instances, "
-                f"{len(result.segments)} segments, {result.timings_ms.get('total', 0.0):.1f} ms"
+                f"{len(result.segments)} segments, {result.timings_ms.get('inference', 0.0):.1f} ms"
             )
     return 0

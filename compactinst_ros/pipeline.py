@@ -21,7 +21,7 @@ from .bundle import ModelBundle
 from .image_formats import validate_image
 from .overlay import overlay_bgr
 from .palette import id_colours
-from .structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions
+from .structures import INFERENCE, FrameMeta, FrameResult, OutputSet, PostprocessOptions
 from .tracking import InstanceTracker, TrackerOptions, remap_ids
 
 
@@ -77,7 +77,7 @@ class Pipeline:
         if asked.instance:
             self._track(image, encoding, result, outputs)
         result.timings_ms["postprocess"] += (time.perf_counter() - post) * 1e3
-        result.timings_ms["total"] = (time.perf_counter() - start) * 1e3
+        result.timings_ms[INFERENCE] = (time.perf_counter() - start) * 1e3
         return result
 
     def _track(

@@ -16,8 +16,23 @@ RASTER_ENCODINGS = {
     np.dtype(np.int32): "32SC1",
 }
 
-#: Stage names in frame order; every backend reports the ones it runs, in milliseconds.
-STAGES = ("decode", "preprocess", "encoder", "decoder", "postprocess", "publish", "queue", "total")
+#: Latency names in frame order, in milliseconds; one meaning each, wherever they appear (Pipeline
+#: results, node topics, replay reports), defined in docs/ros.md. The first six are parts of a
+#: frame's path; ``inference``, ``node`` and ``pipeline`` are spans that contain some of them.
+STAGES = (
+    "queue",
+    "decode",
+    "preprocess",
+    "encoder",
+    "decoder",
+    "postprocess",
+    "inference",  # Pipeline.__call__: validation, the backend's four stages and the overlay
+    "publish",
+    "node",  # callback receipt -> last output published, inside the node
+    "pipeline",  # header.stamp -> last output published: camera-to-output, DDS transport included
+)
+#: the span the Pipeline itself measures (``FrameResult.timings_ms``)
+INFERENCE = "inference"
 
 
 @dataclass(frozen=True)

@@ -235,7 +235,7 @@ def measure(args: argparse.Namespace, sizes: list[tuple[int, int]]) -> int:
             rec_msg = rec.seen["latency"][sec]
             t = dict(zip(rec_msg.name, rec_msg.position, strict=True))
             inside = sum(t[s] for s in BACKEND_STAGES)
-            overhead.append(t["total"] - t["queue"] - inside)
+            overhead.append(t["node"] - t["queue"] - inside)
             decode.append(t["decode"])
             publish.append(t["publish"])
             backend.append(inside)

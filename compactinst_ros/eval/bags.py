@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
 IMAGE_TYPES = (IMAGE, COMPRESSED)
+CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
+POINTCLOUD2 = "sensor_msgs/msg/PointCloud2"
+JOINT_STATE = "sensor_msgs/msg/JointState"
 #: Namespace of the node's output topics, as recorded in output bags (the node's default).
 OUTPUT_NS = "/compactinst"
 _Closable = TypeVar("_Closable", bound="ClosedOnExit")
@@ -63,6 +66,7 @@ class BagFrame:
     bag_time_ns: int  # recorder log time: paces realtime playback
     stamp_ns: int  # header.stamp: matches ground truth and returned outputs
     raw: bytes
+    frame_id: str = ""
 
     def decode(self) -> tuple[np.ndarray, str]:
         """HxWxC uint8 array and its ROS encoding (CompressedImage decodes to bgr8 / mono8)."""
@@ -137,6 +141,18 @@ class ImageBag(ClosedOnExit):
         self.image_topics = sorted(images)
         self._connections = [c for c in self._reader.connections if c.topic == topic]
         self.count = sum(c.msgcount for c in self._connections)
+        infos = sorted({c.topic for c in self._reader.connections if c.msgtype == CAMERA_INFO})
+        self.camera_info_topic = camera_info_for(topic, infos)
+
+    def camera_infos(self) -> list[tuple[int, bytes]]:
+        """(header stamp ns, CDR bytes) of every message on ``camera_info_topic`` (none: [])."""
+        if self.camera_info_topic is None:
+            return []
+        conns = [c for c in self._reader.connections if c.topic == self.camera_info_topic]
+        return [
+            (stamp_to_ns(self._reader.deserialize(raw, conn.msgtype).header.stamp), bytes(raw))
+            for conn, _, raw in self._reader.messages(connections=conns)
+        ]
 
     @property
     def duration_s(self) -> float:
@@ -153,7 +169,13 @@ class ImageBag(ClosedOnExit):
             ):
                 msg = self._reader.deserialize(raw, conn.msgtype)
                 yield BagFrame(
-                    index, self.topic, conn.msgtype, t_ns, stamp_to_ns(msg.header.stamp), bytes(raw)
+                    index,
+                    self.topic,
+                    conn.msgtype,
+                    t_ns,
+                    stamp_to_ns(msg.header.stamp),
+                    bytes(raw),
+                    msg.header.frame_id,
                 )
         except (AnyReaderError, OSError) as exc:
             raise DataError(f"bag '{self.path}' is corrupt while reading ({exc})") from None
@@ -161,6 +183,16 @@ class ImageBag(ClosedOnExit):
     def close(self) -> None:
         """Close the underlying reader."""
         self._reader.close()
+
+
+def camera_info_for(image_topic: str, info_topics: list[str]) -> str | None:
+    """The camera_info topic of ``image_topic``: the one in the same namespace (image_transport's
+    layout, ``/cam/image_raw`` -> ``/cam/camera_info``), else the only one, else None."""
+    base = image_topic.removesuffix("/compressed").rsplit("/", 1)[0]
+    same = [t for t in info_topics if t.rsplit("/", 1)[0] == base]
+    if same:
+        return same[0]
+    return info_topics[0] if len(info_topics) == 1 else None
 
 
 def bag_hash(path: str | Path) -> str:

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-#: stages drawn in the breakdown (``total`` and ``end_to_end`` are sums, drawn in the CDF)
+#: stages drawn in the breakdown; the spans that contain them are drawn in the CDF
 BREAKDOWN = ("queue", "decode", "preprocess", "encoder", "decoder", "postprocess", "publish")
+#: spans drawn in the CDF: the Pipeline call, camera-to-output, and the player's round trip
+CDF_SPANS = ("inference", "pipeline", "end_to_end")
 
 
 def _pyplot():
@@ -69,12 +71,12 @@ def latency_breakdown(modes: dict, path: Path) -> str:
 
 
 def latency_cdf(modes: dict, path: Path) -> str:
-    """Empirical CDF of the per-frame total (and end-to-end) latency."""
+    """Empirical CDF of the per-frame spans ``CDF_SPANS`` that the mode measured."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for mode, block in modes.items():
         warm = block.get("warmup_frames", 0)
-        for stage in ("total", "end_to_end"):
+        for stage in CDF_SPANS:
             values = np.sort(np.asarray(block.get("samples", {}).get(stage, [])[warm:], float))
             if values.size:
                 ax.step(

@@ -2,10 +2,14 @@
 
 The node runs as a subprocess (``python -m compactinst_ros.ros.node``) with DDS on loopback and
 the FastDDS shared-memory profile. Frames are preloaded and published as the recorded CDR bytes
-(no re-serialisation), paced on the monotonic clock by the bag's log times / ``rate``. What comes
-back is matched to the sent frames by header stamp: the per-frame latency record
-(``~/latency/frame``: stage timings measured in the node), the mask rasters and /diagnostics.
-End-to-end latency = receipt of the latency record - send time, on this process's clock.
+(no re-serialisation), paced on the monotonic clock by the bag's log times / ``rate``. Each frame
+is re-stamped with its send time, as a live camera stamps its frames (only the stamp bytes are
+patched), so the node's ``pipeline`` latency (publish time - header.stamp) is camera-to-output; the
+bag's camera_info, if any, is sent with the same stamp just before its frame. What comes back is
+matched to the sent frames by header stamp: the per-frame latency record (``~/latency/frame``:
+stage timings measured in the node), the mask rasters and /diagnostics. End-to-end latency =
+receipt of the latency record - send time, on this process's clock. The output bag gets every
+recorded output with the frame's recorded stamp back, so outputs join the input image there.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +31,36 @@ import numpy as np
 
 from ..errors import BackendError, ConfigError
 from ..resources import fastdds_profile
+from ..ros.camera_info import StampMatcher
 from ..ros.params import ros_param_text
-from .bags import COMPRESSED, IMAGE, OUTPUT_NS, BagFrame, BagWriter, ImageBag, open_output_bag
+from .bags import (
+    CAMERA_INFO,
+    COMPRESSED,
+    IMAGE,
+    JOINT_STATE,
+    OUTPUT_NS,
+    POINTCLOUD2,
+    BagFrame,
+    BagWriter,
+    ImageBag,
+    open_output_bag,
+)
 from .report import Progress, latency_stats
 
 #: input topic the player publishes on (the node is pointed at it by parameter)
 INPUT_TOPIC = "/compactinst_replay/image"
+INPUT_CAMERA_INFO = "/compactinst_replay/camera_info"
 RASTERS = ("instance_mask", "panoptic", "semantic")
+#: outputs recorded into the output bag besides the rasters (topic suffix -> type): what rviz and
+#: Foxglove users scrub through; the colour images exist where the node publishes them
+BAG_OUTPUTS = {
+    "overlay/compressed": COMPRESSED,
+    "panoptic/color": IMAGE,
+    "semantic/color": IMAGE,
+    "instance_table": POINTCLOUD2,
+}
+#: a bag's camera_info matches a frame whose stamp is this close (ns)
+CAMERA_INFO_TOLERANCE_NS = 1_000_000
 
 
 def ros_environment(domain_id: int | None = None) -> dict[str, str]:
@@ -57,6 +85,15 @@ def cdr_stamp_ns(raw: bytes) -> int:
     order = "<" if raw[1] & 1 else ">"
     sec, nanosec = struct.unpack_from(order + "iI", raw, 4)
     return sec * 1_000_000_000 + nanosec
+
+
+def cdr_with_stamp(raw: bytes, stamp_ns: int) -> bytes:
+    """A copy of a serialised message whose first field is a std_msgs/Header, with header.stamp
+    set to ``stamp_ns`` (the stamp's 8 bytes patched; nothing re-serialised)."""
+    order = "<" if raw[1] & 1 else ">"
+    out = bytearray(raw)
+    struct.pack_into(order + "iI", out, 4, *divmod(stamp_ns, 1_000_000_000))
+    return bytes(out)
 
 
 def node_command(params: dict[str, Any], lifecycle: bool = False) -> list[str]:
@@ -122,14 +159,19 @@ class Recorder:
     """Player-side rclpy node: publishes frames, records the node's outputs by stamp."""
 
     def __init__(
-        self, domain_id: int, msgtype: str, writer: BagWriter | None, outputs: tuple[str, ...]
+        self,
+        domain_id: int,
+        msgtype: str,
+        writer: BagWriter | None,
+        outputs: tuple[str, ...],
+        camera_infos: Sequence[tuple[int, bytes]] = (),
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from sensor_msgs.msg import CompressedImage, Image, JointState
+        from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
         self.rclpy = rclpy
         self.context = Context()  # rclpy.context.Context: the module path every distro has
@@ -140,6 +182,12 @@ class Recorder:
         self.pub = self.node.create_publisher(
             CompressedImage if msgtype == COMPRESSED else Image, self.input_topic, reliable
         )
+        self.infos: StampMatcher[bytes] = StampMatcher(
+            CAMERA_INFO_TOLERANCE_NS, max(1, len(camera_infos))
+        )
+        for stamp, raw in camera_infos:
+            self.infos.add(stamp, raw)
+        self.info_pub = self.node.create_publisher(CameraInfo, INPUT_CAMERA_INFO, reliable)
         self.lock = threading.Lock()
         self.writer = writer
         self.records: dict[int, tuple[float, dict[str, float]]] = {}
@@ -147,12 +195,21 @@ class Recorder:
         self.diagnostics: deque[dict[str, str]] = deque(maxlen=5)
         self.bag_time: dict[int, int] = {}
         self.send_time: dict[int, float] = {}
+        self.recorded_stamp: dict[int, int] = {}
         self.latency_topic = f"{OUTPUT_NS}/latency/frame"
         deep = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        self.node.create_subscription(JointState, self.latency_topic, self._on_latency, deep)
-        for name in outputs:
+        self.node.create_subscription(
+            _msg_class(JOINT_STATE), self.latency_topic, self._on_latency, deep, raw=True
+        )
+        recorded = dict.fromkeys(outputs, IMAGE)
+        if writer is not None:
+            recorded.update(BAG_OUTPUTS)
+            if camera_infos:
+                recorded["camera_info"] = CAMERA_INFO
+        for name, name_type in recorded.items():
+            topic = f"{OUTPUT_NS}/{name}"
             self.node.create_subscription(
-                Image, f"{OUTPUT_NS}/{name}", self._raster_cb(name), deep, raw=True
+                _msg_class(name_type), topic, self._output_cb(topic, name_type), deep, raw=True
             )
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
         self.executor = SingleThreadedExecutor(context=self.context)
@@ -166,23 +223,34 @@ class Recorder:
         with contextlib.suppress(ExternalShutdownException):
             self.executor.spin()
 
-    def _on_latency(self, msg: Any) -> None:
+    def _on_latency(self, raw: bytes) -> None:
+        from rclpy.serialization import deserialize_message
+
         now = time.monotonic()
+        msg = deserialize_message(raw, _msg_class(JOINT_STATE))
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         with self.lock:
             self.records.setdefault(stamp, (now, dict(zip(msg.name, msg.position, strict=False))))
+            self._write(self.latency_topic, JOINT_STATE, stamp, now, raw)
 
-    def _raster_cb(self, name: str) -> Any:
+    def _write(self, topic: str, msgtype: str, stamp: int, now: float, raw: bytes) -> None:
+        """Copy one output to the bag at the frame's log time + its lag, with the recorded
+        stamp back (call with the lock held)."""
+        if self.writer is not None and stamp in self.send_time:
+            t_ns = self.bag_time[stamp] + int((now - self.send_time[stamp]) * 1e9)
+            self.writer.write(topic, msgtype, t_ns, cdr_with_stamp(raw, self.recorded_stamp[stamp]))
+
+    def _output_cb(self, topic: str, msgtype: str) -> Any:
+        name = topic.removeprefix(f"{OUTPUT_NS}/")
+
         def record(raw: bytes) -> None:
-            """Count one serialised raster and copy it to the output bag at its lag."""
+            """Count one serialised output and copy it to the output bag."""
             now = time.monotonic()
             stamp = cdr_stamp_ns(raw)
             with self.lock:
-                self.outputs[name] += 1
-                if self.writer is not None and stamp in self.send_time:
-                    lag_ns = int((now - self.send_time[stamp]) * 1e9)
-                    t_ns = self.bag_time[stamp] + lag_ns
-                    self.writer.write(f"{OUTPUT_NS}/{name}", IMAGE, t_ns, raw)
+                if name in self.outputs:
+                    self.outputs[name] += 1
+                self._write(topic, msgtype, stamp, now, raw)
 
         return record
 
@@ -201,13 +269,20 @@ class Recorder:
         )
 
     def publish(self, frame: BagFrame) -> None:
-        """Send one frame's recorded CDR bytes; remember when."""
+        """Send one frame (and its camera_info) stamped now; remember when and its bag stamp."""
+        stamp = time.time_ns()  # the node's clock: ROS time is the system time here
+        info = self.infos.match(frame.stamp_ns)
         with self.lock:
-            self.bag_time[frame.stamp_ns] = frame.bag_time_ns
-            self.send_time[frame.stamp_ns] = time.monotonic()
+            self.bag_time[stamp] = frame.bag_time_ns
+            self.send_time[stamp] = time.monotonic()
+            self.recorded_stamp[stamp] = frame.stamp_ns
             if self.writer is not None:
                 self.writer.write(INPUT_TOPIC, frame.msgtype, frame.bag_time_ns, frame.raw)
-        self.pub.publish(frame.raw)
+                if info is not None:
+                    self.writer.write(INPUT_CAMERA_INFO, CAMERA_INFO, frame.bag_time_ns, info)
+        if info is not None:
+            self.info_pub.publish(cdr_with_stamp(info, stamp))
+        self.pub.publish(cdr_with_stamp(frame.raw, stamp))
 
     def processed(self) -> int:
         """Sent frames whose latency record came back."""
@@ -220,6 +295,14 @@ class Recorder:
         self.node.destroy_node()
         self.rclpy.try_shutdown(context=self.context)
         self._thread.join(timeout=5.0)
+
+
+def _msg_class(msgtype: str) -> type:
+    """The rclpy message class of a rosbags type name such as ``sensor_msgs/msg/Image``."""
+    import importlib
+
+    package, _, name = msgtype.split("/")
+    return getattr(importlib.import_module(f"{package}.msg"), name)
 
 
 def _wait(predicate: Any, timeout: float, node: NodeProcess | None, what: str) -> None:
@@ -264,6 +347,7 @@ def run_realtime(
     if domain_id is None:
         domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0)
     frames = [f for f, _ in zip(bag.frames(), range(max_frames or bag.count), strict=False)]
+    camera_infos = bag.camera_infos()
     env = ros_environment(domain_id)
     # This process's own DDS participant needs the same loopback/SHM settings (domain: init arg).
     for key in (
@@ -280,6 +364,7 @@ def run_realtime(
         "image_topic": INPUT_TOPIC,
         "input_transport": "compressed" if bag.msgtype == COMPRESSED else "raw",
         "input_reliability": "reliable",
+        **({"camera_info_topic": INPUT_CAMERA_INFO} if camera_infos else {}),
         **(node_params or {}),
     }
     log_path = (
@@ -290,7 +375,7 @@ def run_realtime(
     node = NodeProcess(node_command(params), env, log_path)
     recorder = None
     try:
-        recorder = Recorder(domain_id, bag.msgtype, writer, outputs)
+        recorder = Recorder(domain_id, bag.msgtype, writer, outputs, camera_infos)
         _wait(recorder.node_ready, ready_timeout, node, "the node to load the model and subscribe")
         time.sleep(0.5)  # let the node see our output subscriptions too
         bar = Progress(len(frames), f"realtime x{rate:g}", progress)

@@ -22,19 +22,24 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..resources import default_model
-from ..structures import RASTER_ENCODINGS, OutputSet, PostprocessOptions
+from ..ros.camera_info import StampMatcher
+from ..structures import STAGES, OutputSet, PostprocessOptions
 from .bags import (
+    CAMERA_INFO,
+    COMPRESSED,
     IMAGE,
+    JOINT_STATE,
     OUTPUT_NS,
+    POINTCLOUD2,
+    BagFrame,
     BagWriter,
     ImageBag,
     bag_hash,
     default_output_bag,
-    image_message,
     open_output_bag,
 )
 from .groundtruth import MATCH_MODES, GroundTruth
-from .realtime import run_realtime
+from .realtime import CAMERA_INFO_TOLERANCE_NS, run_realtime
 from .report import Progress, host_info, latency_stats, now_iso, summary_text, write_report
 
 if TYPE_CHECKING:
@@ -86,17 +91,43 @@ class ReplayOptions:
         return GroundTruth(self.gt_instances, self.gt_panoptic, self.gt_panoptic_dir)
 
 
-def write_outputs(writer: BagWriter, stamp_ns: int, result: FrameResult) -> None:
-    """Instance, panoptic and semantic rasters of one frame as Image messages (input stamp)."""
-    rasters = {
-        "instance_mask": result.instance_raster,
-        "panoptic": result.panoptic_raster,
-        "semantic": result.semantic_raster,
+#: JPEG quality of the overlay in output bags (the node's overlay_jpeg_quality default)
+OVERLAY_JPEG_QUALITY = 80
+
+
+def write_outputs(
+    writer: BagWriter, frame: BagFrame, result: FrameResult, camera_info: bytes | None
+) -> None:
+    """One frame's outputs as the node publishes them, with the input's stamp and frame_id: the
+    rasters, the overlay as JPEG, the instance table, the latency record and, where the bag has
+    one, the frame's camera_info re-stamped (messages built by the node's own ``ros.convert``)."""
+    from builtin_interfaces.msg import Time
+    from rclpy.serialization import deserialize_message, serialize_message
+    from sensor_msgs.msg import CameraInfo
+    from std_msgs.msg import Header
+
+    from ..ros import convert
+
+    sec, nanosec = divmod(frame.stamp_ns, 1_000_000_000)
+    header = Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame.frame_id)
+    messages: dict[str, tuple[str, object]] = {
+        name: (IMAGE, convert.image_msg(raster, header))
+        for name, raster in convert.result_images(result).items()
+        if raster is not None and name != "overlay"
     }
-    for name, raster in rasters.items():
-        if raster is not None:
-            msg = image_message(raster, RASTER_ENCODINGS[raster.dtype], stamp_ns)
-            writer.write(f"{OUTPUT_NS}/{name}", IMAGE, stamp_ns, msg)
+    if result.overlay is not None:
+        jpeg = convert.jpeg_msg(result.overlay, header, OVERLAY_JPEG_QUALITY)
+        messages["overlay/compressed"] = (COMPRESSED, jpeg)
+    messages["instance_table"] = (POINTCLOUD2, convert.instance_table_msg(header, result.instances))
+    measured = [s for s in STAGES if s in result.timings_ms]  # lockstep has no queue, publish...
+    record = convert.latency_record_msg(header, measured, result.timings_ms)
+    messages["latency/frame"] = (JOINT_STATE, record)
+    if camera_info is not None:
+        info = deserialize_message(camera_info, CameraInfo)
+        info.header = header
+        messages["camera_info"] = (CAMERA_INFO, info)
+    for name, (msgtype, msg) in messages.items():
+        writer.write(f"{OUTPUT_NS}/{name}", msgtype, frame.bag_time_ns, serialize_message(msg))
 
 
 def pick_overlay_frames(count: int, n: int) -> set[int]:
@@ -127,6 +158,9 @@ def run_lockstep(
         gt.match(stamps, match)
     evaluator = Evaluator(gt) if gt is not None else None
     writer = open_output_bag(output_bag) if output_bag else None
+    infos: StampMatcher[bytes] = StampMatcher(CAMERA_INFO_TOLERANCE_NS, max(1, bag.count))
+    for stamp, raw in bag.camera_infos() if writer is not None else ():
+        infos.add(stamp, raw)
     show = pick_overlay_frames(total, overlays) if overlay_dir else set()
     labels = getattr(getattr(pipeline, "bundle", None), "labels", None)
     samples: dict[str, list[float]] = defaultdict(list)
@@ -140,9 +174,8 @@ def run_lockstep(
             t0 = time.perf_counter()
             image, encoding = frame.decode()
             decode_ms = (time.perf_counter() - t0) * 1e3
-            result = pipeline(image, encoding, OutputSet())
+            result = pipeline(image, encoding, OutputSet(overlay=writer is not None))
             result.timings_ms["decode"] = decode_ms
-            result.timings_ms["total"] = result.timings_ms.get("total", 0.0) + decode_ms
             for stage, ms in result.timings_ms.items():
                 samples[stage].append(float(ms))
             processed += 1
@@ -150,11 +183,14 @@ def run_lockstep(
                 evaluated += 1
             if writer is not None:
                 writer.write(bag.topic, bag.msgtype, frame.bag_time_ns, frame.raw)
-                write_outputs(writer, frame.stamp_ns, result)
+                info = infos.match(frame.stamp_ns)
+                if info is not None:
+                    writer.write(bag.camera_info_topic, CAMERA_INFO, frame.bag_time_ns, info)
+                write_outputs(writer, frame, result, info)
             if frame.index in show and labels is not None and overlay_dir is not None:
                 name = overlay_dir / f"{frame.index:06d}.png"
                 save_overlay(image, encoding, result, labels, name)
-            bar.update(processed, f"{result.timings_ms['total']:.0f} ms/frame")
+            bar.update(processed, f"{result.timings_ms['inference']:.0f} ms/frame")
     finally:
         bar.close()
         if writer is not None:

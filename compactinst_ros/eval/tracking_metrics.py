@@ -37,8 +37,9 @@ class TrackingCounts:
         return 1.0 - errors / self.gt_objects if self.gt_objects else float("nan")
 
 
-def match_masks(gt: np.ndarray, pred: np.ndarray,
-                iou_threshold: float = 0.5) -> list[tuple[int, int]]:
+def match_masks(
+    gt: np.ndarray, pred: np.ndarray, iou_threshold: float = 0.5
+) -> list[tuple[int, int]]:
     """(gt value, predicted value) pairs of two id rasters with mask IoU > ``iou_threshold``.
 
     0 is background in both; ``iou_threshold`` must be >= 0.5, which makes pairs unique.
@@ -53,8 +54,9 @@ def match_masks(gt: np.ndarray, pred: np.ndarray,
     gt_values, gt_index = np.unique(gt.ravel(), return_inverse=True)
     pred_values, pred_index = np.unique(pred.ravel(), return_inverse=True)
     n_pred = pred_values.size
-    joint = np.bincount(gt_index.ravel() * n_pred + pred_index.ravel(),
-                        minlength=gt_values.size * n_pred).reshape(gt_values.size, n_pred)
+    joint = np.bincount(
+        gt_index.ravel() * n_pred + pred_index.ravel(), minlength=gt_values.size * n_pred
+    ).reshape(gt_values.size, n_pred)
     area_gt, area_pred = joint.sum(axis=1), joint.sum(axis=0)
     iou = joint / (area_gt[:, None] + area_pred[None, :] - joint)
     iou[gt_values == 0, :] = 0.0

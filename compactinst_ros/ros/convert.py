@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+import cv2
 import numpy as np
 from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2, PointField
 from std_msgs.msg import Header
@@ -55,6 +56,19 @@ def image_msg(raster: np.ndarray, header: Header, encoding: str | None = None) -
     msg.is_bigendian = 0 if _LITTLE_ENDIAN or raster.itemsize == 1 else 1
     msg.step = int(raster.shape[1] * raster.itemsize * (raster.shape[2] if raster.ndim == 3 else 1))
     msg.data = _payload(raster)
+    return msg
+
+
+def jpeg_msg(bgr: np.ndarray, header: Header, quality: int) -> CompressedImage:
+    """sensor_msgs/CompressedImage (``bgr8; jpeg compressed bgr8``, image_transport's format) of
+    an HxWx3 bgr8 image at JPEG ``quality`` (1..100)."""
+    ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:
+        raise ValueError(f"OpenCV could not JPEG-encode a {bgr.shape} {bgr.dtype} image")
+    msg = CompressedImage()
+    msg.header = header
+    msg.format = "bgr8; jpeg compressed bgr8"
+    msg.data = _payload(data)
     return msg
 
 

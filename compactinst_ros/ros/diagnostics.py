@@ -1,13 +1,19 @@
-"""Frame counters shared by the callbacks and the worker, and their /diagnostics report."""
+"""Frame counters shared by the callbacks and the worker, and their /diagnostics report (the
+health checks it includes live in ``health``)."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.qos import ReliabilityPolicy
+
+from .health import Problem
+from .qos import reliability_name
 
 
 @dataclass
@@ -82,6 +88,8 @@ class FrameStats:
             dt = max(now - self._last.at, 1e-6)
             report = {
                 "received": self.received,
+                # frames the node should have output: bad input and skipped frames excluded
+                "to_output": self.received - self.input_errors - self.idle,
                 "processed": self.processed,
                 "dropped": self.dropped,
                 "idle": self.idle,
@@ -110,22 +118,34 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
+def input_facts(subs: Mapping[str, Any], reliability: Mapping[str, ReliabilityPolicy]) -> dict:
+    """The subscribed input topics and their reliability, for the status values."""
+    return {
+        "input_topic": ", ".join(s.topic_name for s in subs.values()) or "(not subscribed)",
+        "input_reliability": ", ".join(
+            f"{k}={reliability_name(v)}" for k, v in reliability.items() if k in subs
+        ),
+    }
+
+
 def health_status(
     name: str,
-    hardware_id: str,
     report: dict,
     facts: dict,
     publishers: int,
     input_timeout_s: float,
     loaded: bool,
     warnings: Sequence[str] = (),
+    checks: Sequence[tuple[list[Problem], dict]] = (),
 ) -> DiagnosticStatus:
     """One DiagnosticStatus: level and message from the worst problem, all facts as values.
 
-    ``warnings``: standing conditions reported as WARN every time (e.g. a GPU machine running on
-    the CPU), after the per-frame problems.
+    ``facts["state"]`` is ``active``, ``idle`` (no subscriber on any output: the input is
+    unsubscribed, nothing is expected) or ``inactive``; ``checks`` are the (problems, values) of
+    the health checks (``HealthMonitor.check``, ``CameraInfoRelay.check``); ``warnings`` are
+    standing conditions reported as WARN every time (e.g. a GPU machine running on the CPU).
     """
-    problems: list[tuple[bytes, str]] = []
+    problems: list[Problem] = []
     if not loaded:
         problems.append((DiagnosticStatus.ERROR, "model not loaded"))
     if report["new_errors"]:
@@ -135,11 +155,19 @@ def health_status(
     if report["new_qos_incompatible"]:
         problems.append((DiagnosticStatus.WARN, "incompatible QoS with an image publisher"))
     age = report["input_age_s"]
-    if loaded and publishers == 0:
+    if facts.get("state") == "idle":
+        problems.append(
+            (DiagnosticStatus.OK, "idle: no subscriber on any output, input unsubscribed")
+        )
+    elif loaded and publishers == 0:
         problems.append((DiagnosticStatus.WARN, "no publisher on the input topic"))
     elif loaded and (age is None or age > input_timeout_s):
         problems.append((DiagnosticStatus.WARN, "input silent: publishers exist but no frames"))
     problems += [(DiagnosticStatus.WARN, warning) for warning in warnings]
+    checked: dict = {}
+    for found, values in checks:
+        problems += found
+        checked.update(values)
     level = max((p[0] for p in problems), default=DiagnosticStatus.OK)
     message = "; ".join(p[1] for p in problems) or "ok"
     values = {
@@ -156,8 +184,10 @@ def health_status(
         "input_rate_hz": report["input_rate_hz"],
         "output_rate_hz": report["output_rate_hz"],
         "input_age_s": "never" if age is None else age,
+        **checked,
         **{f"latency_{k}_ms": v for k, v in report["timings_ms"].items()},
     }
+    hardware_id = str(facts.get("device", facts.get("backend", "")))
     status = DiagnosticStatus(level=level, name=name, message=message, hardware_id=hardware_id)
     status.values = [KeyValue(key=str(k), value=_fmt(v)) for k, v in values.items()]
     return status

@@ -7,7 +7,6 @@ publishes. See docs/ros.md for topics, parameters and QoS."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -15,9 +14,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import ReliabilityPolicy, qos_policy_name_from_kind
 from sensor_msgs.msg import CompressedImage, Image
@@ -25,9 +22,20 @@ from sensor_msgs.msg import CompressedImage, Image
 from ..errors import CompactInstError, InputError
 from ..pipeline import Pipeline
 from . import convert
-from .diagnostics import FrameStats, diagnostic_array, health_status
+from .camera_info import CameraInfoRelay, stamp_ns
+from .diagnostics import FrameStats, diagnostic_array, health_status, input_facts
+from .entry import spin
 from .fallback import cpu_fallback_warning
-from .params import PARAMETERS, NodeConfig, check_topic, declare_parameters, read_config
+from .health import HealthLimits, HealthMonitor
+from .idle import IdleGate
+from .params import (
+    INPUT_KINDS,
+    PARAMETERS,
+    NodeConfig,
+    check_topic,
+    declare_parameters,
+    read_config,
+)
 from .publishers import Publishers, output_set
 from .qos import frame_qos, matched_reliability, reliability_name
 from .worker import Frame, Worker
@@ -58,8 +66,9 @@ class CompactInstCore:
         self.diag_pub: Any = None
         self._match_timer: Any = None
         self._diag_timer: Any = None
-
-    # -- transitions ---------------------------------------------------------------------------
+        self.health = HealthMonitor(HealthLimits())
+        self.camera_info: CameraInfoRelay | None = None
+        self.gate: IdleGate | None = None
 
     def configure(self) -> None:
         """Validate parameters, load the model on the worker thread, create publishers."""
@@ -67,8 +76,11 @@ class CompactInstCore:
         cfg = read_config(values)
         for kind in ("raw", "compressed"):
             check_topic(self.node, self._topic(kind, cfg))
+        if cfg.camera_info_topic:
+            check_topic(self.node, cfg.camera_info_topic, "camera_info_topic")
         self.config = cfg
         self.stats = FrameStats()
+        self.health = HealthMonitor(cfg.health)
         self.worker = Worker(self._make_pipeline, self._process)
         self.facts = {"status": "loading"}
         pipeline = self.worker.start()
@@ -76,13 +88,12 @@ class CompactInstCore:
         self.fallback = cpu_fallback_warning(cfg.backend, pipeline.backend_name)
         if self.fallback:
             self.log.warning(self.fallback)
-        self.pubs = Publishers(
-            self.node,
-            cfg.outputs,
-            cfg.output_reliability,
-            pipeline.bundle.labels,
-            cfg.options.score_threshold,
-        )
+        labels = pipeline.bundle.labels
+        self.pubs = Publishers(self.node, cfg.outputs, cfg.output_reliability, labels,
+                               cfg.options.score_threshold, cfg.overlay_jpeg_quality)
+        if cfg.camera_info_topic:
+            self.camera_info = CameraInfoRelay(self.node, cfg.camera_info_topic,
+                                               cfg.camera_info_tolerance_ms, cfg.output_reliability)
         self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.node.create_timer(cfg.diagnostics_period, self._publish_diagnostics)
         self.timers.append(self._diag_timer)
@@ -92,11 +103,10 @@ class CompactInstCore:
         )
 
     def activate(self) -> None:
-        """Subscribe to the input topic(s); in auto mode keep the QoS matched to publishers."""
-        assert self.config is not None
-        transports = {"raw": ("raw",), "compressed": ("compressed",), "both": ("raw", "compressed")}
-        for kind in transports[self.config.input_transport]:
-            self._subscribe(kind, self.config.input_reliability or ReliabilityPolicy.BEST_EFFORT)
+        """Subscribe to the input topic(s) while an output has a subscriber (``IdleGate``); in
+        auto mode keep the QoS matched to publishers."""
+        assert self.config is not None and self.pubs is not None
+        self.gate = IdleGate(self.node, self.pubs.listened, self._start_input, self._stop_input)
         if self.config.input_reliability is None:
             self._match_timer = self.node.create_timer(0.5, self._match_qos)
             self.timers.append(self._match_timer)
@@ -106,9 +116,10 @@ class CompactInstCore:
     def deactivate(self) -> None:
         """Unsubscribe and discard a waiting frame; the model stays loaded."""
         self.active = False
-        for sub in self.subs.values():
-            self.node.destroy_subscription(sub)
-        self.subs.clear()
+        if self.gate is not None:
+            self.gate.close()
+            self.gate = None
+        self._stop_input()
         if self._match_timer is not None:
             self.node.destroy_timer(self._match_timer)
             self.timers.remove(self._match_timer)
@@ -133,6 +144,9 @@ class CompactInstCore:
         if self.diag_pub is not None:
             self.node.destroy_publisher(self.diag_pub)
             self.diag_pub = None
+        if self.camera_info is not None:
+            self.camera_info.destroy()
+            self.camera_info = None
 
     def _apply_config(self, cfg: NodeConfig) -> None:
         """A run-time parameter change (only while configured): the worker's next frame uses it."""
@@ -141,14 +155,29 @@ class CompactInstCore:
         self.worker.update_options(cfg.options)
         self._diag_timer.timer_period_ns = int(cfg.diagnostics_period * 1e9)
 
-    # -- input ---------------------------------------------------------------------------------
-
     def _topic(self, kind: str, config: NodeConfig | None = None) -> str:
         cfg = config or self.config
         if cfg is None:
             raise RuntimeError("the node is not configured; configure it before subscribing")
         base = cfg.image_topic
         return base if kind == "raw" else f"{base.rstrip('/')}/compressed"
+
+    def _start_input(self) -> None:
+        """Subscribe to the input transport(s) (and the camera_info), at the last known QoS."""
+        assert self.config is not None
+        default = self.config.input_reliability or ReliabilityPolicy.BEST_EFFORT
+        for kind in INPUT_KINDS[self.config.input_transport]:
+            self._subscribe(kind, self.reliability.get(kind, default))
+        if self.camera_info is not None:
+            self.camera_info.start()
+
+    def _stop_input(self) -> None:
+        """Unsubscribe the input (idle or inactive): DDS delivers no frame to this node."""
+        for sub in self.subs.values():
+            self.node.destroy_subscription(sub)
+        self.subs.clear()
+        if self.camera_info is not None:
+            self.camera_info.stop()
 
     def _subscribe(self, kind: str, reliability: ReliabilityPolicy) -> None:
         """(Re-)subscribe ``kind``; the new reader exists before the old one goes (fewer gaps)."""
@@ -184,27 +213,24 @@ class CompactInstCore:
                 self._subscribe(kind, wanted)
 
     def _on_incompatible_qos(self, event: Any) -> None:
-        message = (
-            "incompatible QoS on the input topic (policy "
-            f"{qos_policy_name_from_kind(event.last_policy_kind)}); set "
-            "input_reliability:=auto or match the camera's reliability"
-        )
+        policy = qos_policy_name_from_kind(event.last_policy_kind)
+        message = (f"incompatible QoS on the input topic (policy {policy}); set "
+                   "input_reliability:=auto or match the camera's reliability")
         self.stats.on_qos_incompatible(message)
         self.log.warning(message, throttle_duration_sec=5.0)
 
     def _on_image(self, msg: Any, compressed: bool) -> None:
         if self.worker is None or not self.active:
             return
+        now_ns = self.node.get_clock().now().nanoseconds
+        self.health.stamp_age.tick(stamp_ns(msg.header.stamp), now_ns)
         self.stats.on_received(self.worker.mailbox.put(Frame(msg, compressed)))
-
-    # -- worker thread -------------------------------------------------------------------------
 
     def _make_pipeline(self) -> Pipeline:
         cfg = self.config
         assert cfg is not None
-        return Pipeline(
-            cfg.model, cfg.backend, cfg.options, cfg.backend_options, tracking=cfg.tracking
-        )
+        return Pipeline(cfg.model, cfg.backend, cfg.options, cfg.backend_options,
+                        tracking=cfg.tracking)
 
     def _process(self, pipeline: Pipeline, frame: Frame) -> None:
         """Convert, infer and publish one frame; errors are counted, logged and reported."""
@@ -225,13 +251,18 @@ class CompactInstCore:
             decoded = time.perf_counter()
             result = pipeline(image, encoding, output_set(wanted))
             inferred = time.perf_counter()
-            pubs.publish(frame.msg.header, result, wanted)
+            header = frame.msg.header
+            pubs.publish(header, result, wanted)
+            if self.camera_info is not None:
+                self.camera_info.publish(header, result.meta.src_h, result.meta.src_w)
             done = time.perf_counter()
             timings = dict(result.timings_ms)
             timings["decode"] = (decoded - start) * 1e3
             timings["queue"] = queue_ms
             timings["publish"] = (done - inferred) * 1e3
-            timings["total"] = (done - frame.received) * 1e3
+            timings["node"] = (done - frame.received) * 1e3
+            now_ns = self.node.get_clock().now().nanoseconds
+            timings["pipeline"] = self.health.pipeline.tick(stamp_ns(header.stamp), now_ns)
             self.stats.on_processed(timings)
             if wanted["latency"]:
                 pubs.publish_latency(frame.msg.header, timings)
@@ -247,33 +278,26 @@ class CompactInstCore:
                 throttle_duration_sec=2.0,
             )
 
-    # -- diagnostics ---------------------------------------------------------------------------
-
     def _publish_diagnostics(self) -> None:
         cfg = self.config
         assert cfg is not None
-        publishers = 0
-        if self.active:
-            publishers = sum(len(self._publisher_infos(kind)) for kind in self.subs)
-        loaded = self.worker is not None and self.worker.alive
-        facts = {
-            **self.facts,
-            "state": "active" if self.active else "inactive",
-            "input_topic": ", ".join(s.topic_name for s in self.subs.values())
-            or "(not subscribed)",
-            "input_reliability": ", ".join(
-                f"{k}={reliability_name(v)}" for k, v in self.reliability.items() if k in self.subs
-            ),
-        }
+        idle = self.gate is not None and self.gate.idle
+        state = ("idle" if idle else "active") if self.active else "inactive"
+        kinds = INPUT_KINDS[cfg.input_transport]
+        publishers = sum(len(self._publisher_infos(k)) for k in kinds) if self.active else 1
+        report = self.stats.tick()
+        checks = [self.health.check(report["to_output"], report["processed"], state == "active")]
+        if self.camera_info is not None:
+            checks.append(self.camera_info.check())
         status = health_status(
-            name=f"{self.node.get_name()}: segmentation",
-            hardware_id=str(self.facts.get("device", self.facts.get("backend", ""))),
-            report=self.stats.tick(),
-            facts=facts,
-            publishers=publishers if self.active else 1,
+            name=f"{self.node.get_fully_qualified_name()}: segmentation",
+            report=report,
+            facts={**self.facts, **input_facts(self.subs, self.reliability), "state": state},
+            publishers=publishers,
             input_timeout_s=cfg.input_timeout,
-            loaded=loaded,
+            loaded=self.worker is not None and self.worker.alive,
             warnings=[self.fallback] if self.fallback else (),
+            checks=checks,
         )
         self.diag_pub.publish(diagnostic_array(self.node.get_clock().now().to_msg(), [status]))
 
@@ -356,50 +380,14 @@ def _lifecycle_class() -> type:
     return CompactInstLifecycleNode
 
 
-def _parse_cli(argv: list[str], lifecycle: bool) -> None:
-    from rclpy.utilities import remove_ros_args
-
-    prog = "compactinst_lifecycle_node" if lifecycle else "compactinst_node"
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(__doc__ or "").splitlines()[0],
-        epilog="Parameters (--ros-args -p name:=value): "
-        + ", ".join(f"{n} [{s.default}]" for n, s in PARAMETERS.items()),
-    )
-    parser.parse_args(remove_ros_args(argv)[1:])
-
-
-def _spin(node_factory: Any, argv: list[str] | None, lifecycle: bool) -> int:
-    argv = list(sys.argv if argv is None else argv)
-    _parse_cli(argv, lifecycle)
-    rclpy.init(args=argv)
-    node = None
-    code = 0
-    try:
-        node = node_factory()
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except CompactInstError as exc:
-        rclpy.logging.get_logger("compactinst").error(str(exc))
-        code = 1
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return code
-
-
 def main(args: list[str] | None = None) -> int:
     """Entry point of ``compactinst_node``."""
-    return _spin(CompactInstNode, args, lifecycle=False)
+    return spin(CompactInstNode, args, "compactinst_node", __doc__)
 
 
 def lifecycle_main(args: list[str] | None = None) -> int:
     """Entry point of ``compactinst_lifecycle_node`` (starts unconfigured)."""
-    return _spin(_lifecycle_class(), args, lifecycle=True)
+    return spin(_lifecycle_class(), args, "compactinst_lifecycle_node", __doc__)
 
 
 if __name__ == "__main__":

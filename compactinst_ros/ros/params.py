@@ -35,6 +35,7 @@ from ..backends import BackendOptions
 from ..bundle import default_bundle_path
 from ..errors import ConfigError
 from ..structures import PostprocessOptions
+from .health import HealthLimits
 from .qos import RELIABILITY_CHOICES, parse_reliability
 
 #: every output name accepted by the ``outputs`` parameter
@@ -52,6 +53,8 @@ OUTPUTS = (
 )
 BACKEND_CHOICES = ("auto", "tensorrt", "onnxruntime")
 TRANSPORT_CHOICES = ("raw", "compressed", "both")
+#: ``input_transport`` value -> the input kinds subscribed
+INPUT_KINDS = {"raw": ("raw",), "compressed": ("compressed",), "both": ("raw", "compressed")}
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,25 @@ PARAMETERS: dict[str, ParamSpec] = {
     "diagnostics_period": ParamSpec(1.0, "seconds between /diagnostics reports", None, (0.1, 60.0)),
     "tracking": ParamSpec(
         True, "instance ids persist across frames (track ids); false: 1..N in score order"
+    ),
+    "camera_info_topic": ParamSpec(
+        "", "camera's CameraInfo topic, republished as ~/camera_info per frame; empty = off"
+    ),
+    "camera_info_tolerance_ms": ParamSpec(
+        1.0, "largest stamp difference of a matching camera_info, ms", None, (0.0, 1000.0)
+    ),
+    "overlay_jpeg_quality": ParamSpec(80, "JPEG quality of ~/overlay/compressed", None, (1, 100)),
+    "expected_rate": ParamSpec(
+        0.0, "expected output rate, Hz; 0 = the measured input rate", None, (0.0, 1000.0)
+    ),
+    "rate_tolerance": ParamSpec(
+        0.1, "/diagnostics warns outside expected_rate x (1 -+ this)", None, (0.0, 1.0)
+    ),
+    "rate_window": ParamSpec(
+        5, "diagnostics reports per rate window (no output in one = ERROR)", None, (1, 100)
+    ),
+    "latency_budget_ms": ParamSpec(
+        500.0, "/diagnostics warns when stamp age or pipeline latency exceed it", None, (1.0, 1e6)
     ),
 }
 
@@ -185,6 +207,10 @@ class NodeConfig:
     input_timeout: float
     diagnostics_period: float
     tracking: bool = True
+    camera_info_topic: str
+    camera_info_tolerance_ms: float
+    overlay_jpeg_quality: int
+    health: HealthLimits
 
 
 def _model_path(value: str) -> Path:
@@ -238,7 +264,20 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         input_timeout=float(values["input_timeout"]),
         diagnostics_period=float(values["diagnostics_period"]),
         tracking=bool(values["tracking"]),
+        camera_info_topic=values["camera_info_topic"],
+        camera_info_tolerance_ms=float(values["camera_info_tolerance_ms"]),
+        overlay_jpeg_quality=int(values["overlay_jpeg_quality"]),
+        health=HealthLimits(
+            expected_rate=float(values["expected_rate"]),
+            rate_tolerance=float(values["rate_tolerance"]),
+            rate_window=int(values["rate_window"]),
+            latency_budget_ms=float(values["latency_budget_ms"]),
+        ),
     )
+
+
+#: example values named by a topic parameter's error
+TOPIC_EXAMPLES = {"image_topic": "/camera/image_raw", "camera_info_topic": "/camera/camera_info"}
 
 
 def check_topic(node: Node, name: str, parameter: str = "image_topic") -> str:
@@ -250,7 +289,7 @@ def check_topic(node: Node, name: str, parameter: str = "image_topic") -> str:
         reason = str(exc).splitlines()[0]
         raise ConfigError(
             f"parameter {parameter}='{name}' is not a valid ROS topic name ({reason}); "
-            "pass e.g. image_topic:=/camera/image_raw"
+            f"pass e.g. {parameter}:={TOPIC_EXAMPLES.get(parameter, '/camera/image_raw')}"
         ) from None
     return full
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from rclpy.node import Node
 from rclpy.qos import ReliabilityPolicy
-from sensor_msgs.msg import Image, JointState, PointCloud2
+from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2
 from std_msgs.msg import Float64, Header, String
 
 from ..labels import LabelSet
@@ -45,7 +45,7 @@ def output_set(wanted: Mapping[str, bool]) -> OutputSet:
             wanted.get(k, False) for k in ("panoptic", "panoptic_segments", "panoptic_color")
         ),
         semantic=wanted.get("semantic", False) or wanted.get("semantic_color", False),
-        overlay=wanted.get("overlay", False),
+        overlay=wanted.get("overlay", False) or wanted.get("overlay_compressed", False),
     )
 
 
@@ -59,9 +59,11 @@ class Publishers:
         reliability: ReliabilityPolicy,
         labels: LabelSet,
         score_threshold: float,
+        jpeg_quality: int = 80,
     ) -> None:
         self.node = node
         self.labels = labels
+        self.jpeg_quality = jpeg_quality
         out_qos = frame_qos(reliability)
         self.pubs: dict[str, Any] = {}
         self.latency: dict[str, Any] = {}
@@ -71,6 +73,10 @@ class Publishers:
         for name, (topic, _) in COLOUR_OUTPUTS.items():
             if name in outputs:
                 self.pubs[name] = node.create_publisher(Image, f"~/{topic}", out_qos)
+        if "overlay" in outputs:
+            self.pubs["overlay_compressed"] = node.create_publisher(
+                CompressedImage, "~/overlay/compressed", out_qos
+            )
         for name in TABLE_OUTPUTS:
             if name in outputs:
                 self.pubs[name] = node.create_publisher(PointCloud2, f"~/{name}", out_qos)
@@ -115,6 +121,10 @@ class Publishers:
         )
         return wanted
 
+    def listened(self) -> bool:
+        """True while some output (not /diagnostics, not the latched tables) has a subscriber."""
+        return any(self.wanted().values())
+
     def publish(self, header: Header, result: FrameResult, wanted: Mapping[str, bool]) -> None:
         """Publish the wanted outputs of one frame, all with the input image's header."""
         for name, image in convert.result_images(result).items():
@@ -124,6 +134,10 @@ class Publishers:
             colour = render(result, self.labels) if wanted.get(name) else None
             if colour is not None:
                 self.pubs[name].publish(convert.image_msg(colour, header))
+        if wanted.get("overlay_compressed") and result.overlay is not None:
+            self.pubs["overlay_compressed"].publish(
+                convert.jpeg_msg(result.overlay, header, self.jpeg_quality)
+            )
         if wanted.get("instance_table"):
             self.pubs["instance_table"].publish(
                 convert.instance_table_msg(header, result.instances)

@@ -49,7 +49,7 @@ def test_lockstep_replay_writes_report(scenes, gt_files, random_bundle, tmp_path
     assert block["accuracy"]["frames_evaluated"] == 4
     assert set(block["accuracy"]["mask_ap"]) == {"AP", "AP50", "AP75", "APs", "APm", "APl"}
     assert block["accuracy"]["panoptic"]["all"]["n"] > 0
-    for stage in ("decode", "preprocess", "encoder", "decoder", "postprocess", "total"):
+    for stage in ("decode", "preprocess", "encoder", "decoder", "postprocess", "inference"):
         assert block["latency"][stage]["count"] == 3
         assert block["latency"][stage]["p50"] <= block["latency"][stage]["p99"]
     assert report["bag"]["hash"] and report["model"]["model_fingerprint"]

@@ -126,7 +126,7 @@ def test_tensorrt_backend_frame_path(gpu, encoding: str, levels: float) -> None:
         cpu_input = letterbox(frame, encoding, meta, bundle.pad_value)
         assert np.abs(tensor - cpu_input).max() <= levels
         assert got.overlay is None
-        stages = {"preprocess", "encoder", "decoder", "postprocess", "enqueue", "total"}
+        stages = {"preprocess", "encoder", "decoder", "postprocess", "enqueue", "inference"}
         assert stages <= set(got.timings_ms)
         shown = trt_pipe(frame, encoding, OutputSet(overlay=True))
         assert shown.overlay is not None and shown.overlay.shape == (120, 168, 3)
