@@ -206,11 +206,11 @@ class NodeConfig:
     output_reliability: ReliabilityPolicy
     input_timeout: float
     diagnostics_period: float
-    tracking: bool = True
     camera_info_topic: str
     camera_info_tolerance_ms: float
     overlay_jpeg_quality: int
     health: HealthLimits
+    tracking: bool = True
 
 
 def _model_path(value: str) -> Path:
