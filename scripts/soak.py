@@ -1,0 +1,398 @@
+#!/usr/bin/env python3
+"""Soak test: the node under a steady camera stream, its resources sampled over time.
+
+Starts ``compactinst_node`` in a subprocess (DDS on loopback, the shipped FastDDS shared-memory
+profile), publishes a best-effort bgr8 stream (default 30 Hz 1920x1080) to it, subscribes to
+``~/instance_mask`` so every frame is computed, and samples the node process every second: RSS,
+open file descriptors and threads (from /proc), plus input/output rate and frame counters from
+/diagnostics. A node slower than the camera drops frames and counts them; the soak checks
+resources, not throughput. Writes ``soak.csv``, ``soak.png`` and ``summary.json``.
+
+    . scripts/ros_env.sh
+    .venv/bin/python scripts/soak.py --duration 1800 --out out/soak
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import contextlib
+import csv
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from compactinst_ros.eval.realtime import NodeProcess, node_command, ros_environment
+from compactinst_ros.resources import default_model
+
+NS = "/compactinst"
+INPUT_TOPIC = "/soak/image"
+#: /diagnostics values copied into each sample
+DIAG_KEYS = (
+    "input_rate_hz",
+    "output_rate_hz",
+    "frames_received",
+    "frames_processed",
+    "frames_dropped",
+    "errors",
+    "input_errors",
+)
+COLUMNS = ("t_s", "rss_mb", "fds", "threads", "frames_sent", "masks_received", *DIAG_KEYS)
+
+
+@dataclass(frozen=True)
+class SoakSummary:
+    """What the soak is judged on: resource growth after warm-up, rates and drops."""
+
+    duration_s: float
+    warmup_s: float
+    samples: int
+    rss_start_mb: float  # first sample after warm-up
+    rss_end_mb: float  # last sample
+    rss_growth_mb: float  # least-squares trend of RSS after warm-up x that span
+    rss_max_mb: float
+    fds_start: int
+    fds_end: int
+    fds_max: int
+    threads_start: int
+    threads_end: int
+    threads_max: int
+    frames_sent: int
+    frames_received: int
+    frames_processed: int
+    frames_dropped: int
+    errors: int
+    output_rate_hz: float  # processed frames / time after warm-up
+    input_rate_hz: float  # frames the node received / time after warm-up
+
+
+def proc_resources(pid: int) -> tuple[float, int, int]:
+    """(RSS in MB, open file descriptors, threads) of process ``pid``, from /proc."""
+    rss_kb = threads = 0
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                rss_kb = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                threads = int(line.split()[1])
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    return rss_kb / 1024.0, fds, threads
+
+
+def trend_growth(t: np.ndarray, values: np.ndarray) -> float:
+    """Growth over the span of ``t`` along the least-squares line through ``values``: a leak
+    shows as a slope, while per-frame buffers coming and going only add noise."""
+    if len(t) < 2 or float(np.ptp(t)) == 0.0:
+        return 0.0
+    slope = np.polyfit(t, values, 1)[0]
+    return float(slope * np.ptp(t))
+
+
+def test_frame(height: int, width: int) -> np.ndarray:
+    """A bgr8 frame with some structure (the model sees shapes, not a flat colour)."""
+    rng = np.random.default_rng(0)
+    frame = np.full((height, width, 3), 90, np.uint8)
+    for _ in range(12):
+        y, x = int(rng.integers(0, height * 3 // 4)), int(rng.integers(0, width * 3 // 4))
+        frame[y : y + height // 5, x : x + width // 6] = rng.integers(0, 255, 3, dtype=np.uint8)
+    return frame
+
+
+class Camera:
+    """This process's rclpy side: a paced best-effort publisher, a mask consumer and a
+    /diagnostics listener."""
+
+    def __init__(self, domain: int, frame: np.ndarray, rate_hz: float) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import Image
+
+        self.rclpy = rclpy
+        self.context = Context()
+        rclpy.init(context=self.context, domain_id=domain)
+        self.node = rclpy.create_node("compactinst_soak", context=self.context)
+        best_effort = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.pub = self.node.create_publisher(Image, INPUT_TOPIC, best_effort)
+        self.msg = Image(height=frame.shape[0], width=frame.shape[1], encoding="bgr8")
+        self.msg.step = frame.shape[1] * 3
+        self.msg.header.frame_id = "soak_camera"
+        self.msg.data = array.array("B", frame.tobytes())
+        self.period = 1.0 / rate_hz
+        self.lock = threading.Lock()
+        self.sent = 0
+        self.masks = 0
+        self.diagnostics: dict[str, str] = {}
+        reliable = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+        mask_topic = f"{NS}/instance_mask"
+        self.node.create_subscription(Image, mask_topic, self._on_mask, reliable, raw=True)
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._spin, daemon=True),
+            threading.Thread(target=self._publish_loop, daemon=True),
+        ]
+        self._threads[0].start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        with contextlib.suppress(ExternalShutdownException):
+            self.executor.spin()
+
+    def _on_mask(self, _raw: bytes) -> None:
+        with self.lock:
+            self.masks += 1
+
+    def _on_diag(self, msg: object) -> None:
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if "frames_received" in values:
+                with self.lock:
+                    self.diagnostics = values
+
+    def node_ready(self) -> bool:
+        """The node subscribes to the stream and has reported on /diagnostics."""
+        with self.lock:
+            reported = bool(self.diagnostics)
+        return reported and self.pub.get_subscription_count() > 0
+
+    def start_stream(self) -> None:
+        """Start publishing at the configured rate (paced on the monotonic clock)."""
+        self._threads[1].start()
+
+    def _publish_loop(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            now_ns = time.time_ns()
+            self.msg.header.stamp.sec, self.msg.header.stamp.nanosec = divmod(now_ns, 10**9)
+            self.pub.publish(self.msg)
+            with self.lock:
+                self.sent += 1
+            next_at += self.period
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def counters(self) -> tuple[int, int, dict[str, str]]:
+        """(frames sent, masks received, newest /diagnostics values)."""
+        with self.lock:
+            return self.sent, self.masks, dict(self.diagnostics)
+
+    def close(self) -> None:
+        """Stop publishing and spinning; shut the context down."""
+        self._stop.set()
+        if self._threads[1].is_alive():
+            self._threads[1].join(timeout=5.0)
+        self.executor.shutdown(timeout_sec=2.0)
+        self.node.destroy_node()
+        self.rclpy.try_shutdown(context=self.context)
+        self._threads[0].join(timeout=5.0)
+
+
+def summarise(rows: list[dict[str, float]], warmup_s: float) -> SoakSummary:
+    """The summary of the sampled rows (the first ``warmup_s`` seconds excluded from trends)."""
+    if not rows:
+        raise RuntimeError("no samples were taken; is the duration shorter than one period?")
+    steady = [r for r in rows if r["t_s"] >= warmup_s] or rows[-1:]
+    t = np.array([r["t_s"] for r in steady])
+    rss = np.array([r["rss_mb"] for r in steady])
+    first, last = steady[0], rows[-1]
+    span = max(last["t_s"] - first["t_s"], 1e-9)
+    return SoakSummary(
+        duration_s=round(last["t_s"], 1),
+        warmup_s=warmup_s,
+        samples=len(rows),
+        rss_start_mb=round(first["rss_mb"], 1),
+        rss_end_mb=round(last["rss_mb"], 1),
+        rss_growth_mb=round(trend_growth(t, rss), 2),
+        rss_max_mb=round(max(r["rss_mb"] for r in rows), 1),
+        fds_start=int(first["fds"]),
+        fds_end=int(last["fds"]),
+        fds_max=int(max(r["fds"] for r in steady)),
+        threads_start=int(first["threads"]),
+        threads_end=int(last["threads"]),
+        threads_max=int(max(r["threads"] for r in steady)),
+        frames_sent=int(last["frames_sent"]),
+        frames_received=int(last["frames_received"]),
+        frames_processed=int(last["frames_processed"]),
+        frames_dropped=int(last["frames_dropped"]),
+        errors=int(last["errors"]),
+        output_rate_hz=round((last["frames_processed"] - first["frames_processed"]) / span, 2),
+        input_rate_hz=round((last["frames_received"] - first["frames_received"]) / span, 2),
+    )
+
+
+def write_csv(rows: list[dict[str, float]], path: Path) -> None:
+    """One row per sample, columns ``COLUMNS``."""
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_plot(rows: list[dict[str, float]], summary: SoakSummary, path: Path) -> None:
+    """RSS, fds and threads, rates, and cumulative drops against time (matplotlib, Agg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = [r["t_s"] for r in rows]
+    fig, axes = plt.subplots(4, 1, figsize=(9, 10), sharex=True)
+    axes[0].plot(t, [r["rss_mb"] for r in rows])
+    axes[0].set_ylabel("RSS (MB)")
+    axes[0].set_title(
+        f"soak: RSS {summary.rss_start_mb} -> {summary.rss_end_mb} MB "
+        f"(trend {summary.rss_growth_mb:+} MB after {summary.warmup_s:g} s warm-up)"
+    )
+    axes[1].plot(t, [r["fds"] for r in rows], label="open fds")
+    axes[1].plot(t, [r["threads"] for r in rows], label="threads")
+    axes[1].set_ylabel("count")
+    axes[1].legend()
+    axes[2].plot(t, [r["input_rate_hz"] for r in rows], label="node input")
+    axes[2].plot(t, [r["output_rate_hz"] for r in rows], label="node output")
+    axes[2].set_ylabel("rate (Hz)")
+    axes[2].legend()
+    axes[3].plot(t, [r["frames_dropped"] for r in rows], label="dropped (node)")
+    axes[3].plot(t, [r["frames_processed"] for r in rows], label="processed")
+    axes[3].set_ylabel("frames")
+    axes[3].set_xlabel("time (s)")
+    axes[3].legend()
+    for ax in axes[:1]:
+        ax.axvline(summary.warmup_s, color="grey", linestyle=":")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _diag_number(values: dict[str, str], key: str) -> float:
+    try:
+        return float(values.get(key, "nan"))
+    except ValueError:
+        return float("nan")
+
+
+def run_soak(
+    model: Path,
+    duration_s: float,
+    out: Path,
+    rate_hz: float = 30.0,
+    size: tuple[int, int] = (1080, 1920),
+    warmup_s: float = 20.0,
+    period_s: float = 1.0,
+    domain: int | None = None,
+    backend: str = "onnxruntime",
+    ort_threads: int = 0,
+    ready_timeout_s: float = 120.0,
+) -> SoakSummary:
+    """Run the soak; writes soak.csv, soak.png, summary.json and node.log under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    domain = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0) if domain is None else domain
+    env = ros_environment(domain)
+    for key in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_LOCALHOST_ONLY", "RMW_IMPLEMENTATION"):
+        os.environ.setdefault(key, env[key])
+    if "FASTDDS_DEFAULT_PROFILES_FILE" in env:
+        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    params = {
+        "model": str(model.resolve()),
+        "backend": backend,
+        "ort_threads": ort_threads,
+        "image_topic": INPUT_TOPIC,
+    }
+    node = NodeProcess(node_command(params), env, out / "node.log")
+    camera = None
+    rows: list[dict[str, float]] = []
+    try:
+        camera = Camera(domain, test_frame(*size), rate_hz)
+        deadline = time.monotonic() + ready_timeout_s
+        while not camera.node_ready():
+            if node.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the node did not come up; its log ends with:\n{node.tail()}")
+            time.sleep(0.1)
+        camera.start_stream()
+        start = time.monotonic()
+        next_sample = start
+        while True:
+            now = time.monotonic()
+            if node.proc.poll() is not None:
+                raise RuntimeError(
+                    f"the node exited with code {node.proc.returncode} during the soak; its log "
+                    f"ends with:\n{node.tail()}"
+                )
+            rss, fds, threads = proc_resources(node.proc.pid)
+            sent, masks, diag = camera.counters()
+            row = {"t_s": round(now - start, 2), "rss_mb": round(rss, 2), "fds": fds}
+            row |= {"threads": threads, "frames_sent": sent, "masks_received": masks}
+            row |= {key: _diag_number(diag, key) for key in DIAG_KEYS}
+            rows.append(row)
+            if now - start >= duration_s:
+                break
+            next_sample += period_s
+            time.sleep(max(0.0, next_sample - time.monotonic()))
+    finally:
+        if camera is not None:
+            camera.close()
+        code = node.stop()
+    if code != 0:
+        raise RuntimeError(f"the node exited with code {code} on Ctrl-C:\n{node.tail()}")
+    summary = summarise(rows, warmup_s)
+    write_csv(rows, out / "soak.csv")
+    write_plot(rows, summary, out / "soak.png")
+    (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: run the soak and print the summary."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--model", type=Path, help="bundle folder (default: models/default)")
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
+    parser.add_argument("--rate", type=float, default=30.0, help="camera rate in Hz (default 30)")
+    parser.add_argument("--size", default="1080x1920", help="HxW of the frames (default 1080p)")
+    parser.add_argument(
+        "--warmup", type=float, default=20.0, help="seconds excluded from the trends (default 20)"
+    )
+    parser.add_argument("--period", type=float, default=1.0, help="seconds between samples")
+    parser.add_argument("--backend", default="onnxruntime", help="node backend parameter")
+    parser.add_argument("--ort-threads", type=int, default=0, help="node ort_threads parameter")
+    parser.add_argument("--domain", type=int, help="ROS_DOMAIN_ID (default: the environment's)")
+    parser.add_argument("--out", type=Path, default=Path("out/soak"), help="output folder")
+    args = parser.parse_args(argv)
+    model = args.model or default_model()
+    if model is None:
+        parser.error("no default model is installed; pass --model BUNDLE")
+    try:
+        height, width = (int(v) for v in args.size.lower().split("x"))
+    except ValueError:
+        parser.error(f"--size {args.size} is not HxW, e.g. 1080x1920")
+    if args.duration <= 0 or args.rate <= 0 or args.period <= 0:
+        parser.error("--duration, --rate and --period must be positive")
+    summary = run_soak(
+        model,
+        args.duration,
+        args.out,
+        rate_hz=args.rate,
+        size=(height, width),
+        warmup_s=args.warmup,
+        period_s=args.period,
+        domain=args.domain,
+        backend=args.backend,
+        ort_threads=args.ort_threads,
+    )
+    for key, value in asdict(summary).items():
+        print(f"{key:>18}: {value}")
+    print(f"wrote {args.out / 'soak.csv'}, {args.out / 'soak.png'}, {args.out / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
