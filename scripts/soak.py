@@ -3,10 +3,15 @@
 
 Starts ``compactinst_node`` in a subprocess (DDS on loopback, the shipped FastDDS shared-memory
 profile), publishes a best-effort bgr8 stream (default 30 Hz 1920x1080) to it, subscribes to
-``~/instance_mask`` so every frame is computed, and samples the node process every second: RSS,
-open file descriptors and threads (from /proc), plus input/output rate and frame counters from
-/diagnostics. A node slower than the camera drops frames and counts them; the soak checks
-resources, not throughput. Writes ``soak.csv``, ``soak.png`` and ``summary.json``.
+``~/instance_mask`` so every frame is computed, and samples the node process five times a second:
+RSS, open file descriptors and threads (from /proc), plus input/output rate and frame counters
+from /diagnostics. A node slower than the camera drops frames and counts them; the soak checks
+resources, not throughput. Writes ``soak.csv`` (row by row, so a long soak can be watched),
+``soak.png`` and ``summary.json``.
+
+RSS swings by a few frame buffers from one sample to the next (a 1080p frame is 6 MB), so it
+is compared as the median over a window: the first ``--window`` seconds after the warm-up against
+the last ``--window`` seconds.
 
     . scripts/ros_env.sh
     .venv/bin/python scripts/soak.py --duration 1800 --out out/soak
@@ -53,9 +58,10 @@ class SoakSummary:
     duration_s: float
     warmup_s: float
     samples: int
-    rss_start_mb: float  # first sample after warm-up
-    rss_end_mb: float  # last sample
-    rss_growth_mb: float  # least-squares trend of RSS after warm-up x that span
+    window_s: float
+    rss_start_mb: float  # median over the first window after warm-up
+    rss_end_mb: float  # median over the last window
+    rss_growth_mb: float  # end - start
     rss_max_mb: float
     fds_start: int
     fds_end: int
@@ -83,15 +89,6 @@ def proc_resources(pid: int) -> tuple[float, int, int]:
                 threads = int(line.split()[1])
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     return rss_kb / 1024.0, fds, threads
-
-
-def trend_growth(t: np.ndarray, values: np.ndarray) -> float:
-    """Growth over the span of ``t`` along the least-squares line through ``values``: a leak
-    shows as a slope, while per-frame buffers coming and going only add noise."""
-    if len(t) < 2 or float(np.ptp(t)) == 0.0:
-        return 0.0
-    slope = np.polyfit(t, values, 1)[0]
-    return float(slope * np.ptp(t))
 
 
 def test_frame(height: int, width: int) -> np.ndarray:
@@ -198,22 +195,24 @@ class Camera:
         self._threads[0].join(timeout=5.0)
 
 
-def summarise(rows: list[dict[str, float]], warmup_s: float) -> SoakSummary:
-    """The summary of the sampled rows (the first ``warmup_s`` seconds excluded from trends)."""
+def summarise(rows: list[dict[str, float]], warmup_s: float, window_s: float) -> SoakSummary:
+    """The summary of the sampled rows; the first ``warmup_s`` seconds are left out."""
     if not rows:
         raise RuntimeError("no samples were taken; is the duration shorter than one period?")
     steady = [r for r in rows if r["t_s"] >= warmup_s] or rows[-1:]
-    t = np.array([r["t_s"] for r in steady])
-    rss = np.array([r["rss_mb"] for r in steady])
     first, last = steady[0], rows[-1]
+    start = [r["rss_mb"] for r in steady if r["t_s"] < first["t_s"] + window_s]
+    end = [r["rss_mb"] for r in steady if r["t_s"] > last["t_s"] - window_s]
+    rss_start, rss_end = float(np.median(start)), float(np.median(end))
     span = max(last["t_s"] - first["t_s"], 1e-9)
     return SoakSummary(
         duration_s=round(last["t_s"], 1),
         warmup_s=warmup_s,
         samples=len(rows),
-        rss_start_mb=round(first["rss_mb"], 1),
-        rss_end_mb=round(last["rss_mb"], 1),
-        rss_growth_mb=round(trend_growth(t, rss), 2),
+        window_s=window_s,
+        rss_start_mb=round(rss_start, 1),
+        rss_end_mb=round(rss_end, 1),
+        rss_growth_mb=round(rss_end - rss_start, 2),
         rss_max_mb=round(max(r["rss_mb"] for r in rows), 1),
         fds_start=int(first["fds"]),
         fds_end=int(last["fds"]),
@@ -231,14 +230,6 @@ def summarise(rows: list[dict[str, float]], warmup_s: float) -> SoakSummary:
     )
 
 
-def write_csv(rows: list[dict[str, float]], path: Path) -> None:
-    """One row per sample, columns ``COLUMNS``."""
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def write_plot(rows: list[dict[str, float]], summary: SoakSummary, path: Path) -> None:
     """RSS, fds and threads, rates, and cumulative drops against time (matplotlib, Agg)."""
     import matplotlib
@@ -251,8 +242,8 @@ def write_plot(rows: list[dict[str, float]], summary: SoakSummary, path: Path) -
     axes[0].plot(t, [r["rss_mb"] for r in rows])
     axes[0].set_ylabel("RSS (MB)")
     axes[0].set_title(
-        f"soak: RSS {summary.rss_start_mb} -> {summary.rss_end_mb} MB "
-        f"(trend {summary.rss_growth_mb:+} MB after {summary.warmup_s:g} s warm-up)"
+        f"soak: RSS median {summary.rss_start_mb} -> {summary.rss_end_mb} MB "
+        f"({summary.rss_growth_mb:+} MB after {summary.warmup_s:g} s warm-up)"
     )
     axes[1].plot(t, [r["fds"] for r in rows], label="open fds")
     axes[1].plot(t, [r["threads"] for r in rows], label="threads")
@@ -288,13 +279,19 @@ def run_soak(
     rate_hz: float = 30.0,
     size: tuple[int, int] = (1080, 1920),
     warmup_s: float = 20.0,
-    period_s: float = 1.0,
+    window_s: float = 10.0,
+    period_s: float = 0.2,
     domain: int | None = None,
     backend: str = "onnxruntime",
     ort_threads: int = 0,
     ready_timeout_s: float = 120.0,
 ) -> SoakSummary:
     """Run the soak; writes soak.csv, soak.png, summary.json and node.log under ``out``."""
+    if duration_s < warmup_s + window_s:
+        raise ValueError(
+            f"duration {duration_s} s leaves no {window_s} s window after the {warmup_s} s "
+            "warm-up; run longer or shorten --warmup / --window"
+        )
     out.mkdir(parents=True, exist_ok=True)
     domain = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0) if domain is None else domain
     env = ros_environment(domain)
@@ -311,6 +308,9 @@ def run_soak(
     node = NodeProcess(node_command(params), env, out / "node.log")
     camera = None
     rows: list[dict[str, float]] = []
+    csv_file = open(out / "soak.csv", "w", newline="")  # noqa: SIM115 - closed in finally
+    table = csv.DictWriter(csv_file, fieldnames=COLUMNS)
+    table.writeheader()
     try:
         camera = Camera(domain, test_frame(*size), rate_hz)
         deadline = time.monotonic() + ready_timeout_s
@@ -334,18 +334,20 @@ def run_soak(
             row |= {"threads": threads, "frames_sent": sent, "masks_received": masks}
             row |= {key: _diag_number(diag, key) for key in DIAG_KEYS}
             rows.append(row)
+            table.writerow(row)
+            csv_file.flush()
             if now - start >= duration_s:
                 break
             next_sample += period_s
             time.sleep(max(0.0, next_sample - time.monotonic()))
     finally:
+        csv_file.close()
         if camera is not None:
             camera.close()
         code = node.stop()
     if code != 0:
         raise RuntimeError(f"the node exited with code {code} on Ctrl-C:\n{node.tail()}")
-    summary = summarise(rows, warmup_s)
-    write_csv(rows, out / "soak.csv")
+    summary = summarise(rows, warmup_s, window_s)
     write_plot(rows, summary, out / "soak.png")
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
@@ -361,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup", type=float, default=20.0, help="seconds excluded from the trends (default 20)"
     )
-    parser.add_argument("--period", type=float, default=1.0, help="seconds between samples")
+    parser.add_argument(
+        "--window", type=float, default=10.0, help="seconds of each RSS median (default 10)"
+    )
+    parser.add_argument("--period", type=float, default=0.2, help="seconds between samples")
     parser.add_argument("--backend", default="onnxruntime", help="node backend parameter")
     parser.add_argument("--ort-threads", type=int, default=0, help="node ort_threads parameter")
     parser.add_argument("--domain", type=int, help="ROS_DOMAIN_ID (default: the environment's)")
@@ -376,18 +381,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--size {args.size} is not HxW, e.g. 1080x1920")
     if args.duration <= 0 or args.rate <= 0 or args.period <= 0:
         parser.error("--duration, --rate and --period must be positive")
-    summary = run_soak(
-        model,
-        args.duration,
-        args.out,
-        rate_hz=args.rate,
-        size=(height, width),
-        warmup_s=args.warmup,
-        period_s=args.period,
-        domain=args.domain,
-        backend=args.backend,
-        ort_threads=args.ort_threads,
-    )
+    try:
+        summary = run_soak(
+            model,
+            args.duration,
+            args.out,
+            rate_hz=args.rate,
+            size=(height, width),
+            warmup_s=args.warmup,
+            window_s=args.window,
+            period_s=args.period,
+            domain=args.domain,
+            backend=args.backend,
+            ort_threads=args.ort_threads,
+        )
+    except ValueError as exc:  # a duration too short for its warm-up and window
+        parser.error(str(exc))
     for key, value in asdict(summary).items():
         print(f"{key:>18}: {value}")
     print(f"wrote {args.out / 'soak.csv'}, {args.out / 'soak.png'}, {args.out / 'summary.json'}")

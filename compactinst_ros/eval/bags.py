@@ -202,7 +202,6 @@ class _McapRecords:
 def _mcap_chunk(body: bytes, whole: bool, at: int, path: Path) -> tuple[bytes, str | None]:
     """(a chunk record's uncompressed records, why reading must stop after them or None).
     A cut-off chunk keeps its complete records only when it is uncompressed."""
-    from rosbags.rosbag2.errors import ReaderError
     from rosbags.rosbag2.storage_mcap import decompress
 
     size, crc, name_length = struct.unpack_from("<QII", body, 16)
@@ -215,7 +214,7 @@ def _mcap_chunk(body: bytes, whole: bool, at: int, path: Path) -> tuple[bytes, s
     if whole:
         try:
             return decompress(records, compression, size, crc), None
-        except (ReaderError, ValueError, RuntimeError) as exc:
+        except Exception as exc:  # each codec raises its own error type (ZstdError, ...)
             return b"", f"the chunk of {path.name} at byte {at} is corrupt ({exc})"
     cut = f"{path.name} is cut off inside the {compression or 'uncompressed'} chunk at byte {at}"
     if compression:
@@ -386,10 +385,6 @@ class ImageBag(ClosedOnExit):
             messages = ((m.msgtype, m.t_ns, m.raw) for m in stored if m.topic == self.topic)
             yield from self._frames(messages)
             return
-        from apsw import Error as SqliteError
-        from rosbags.highlevel import AnyReaderError
-        from rosbags.rosbag2.errors import ReaderError
-
         reader = self._reader
         connections = [c for c in reader.connections if c.topic == self.topic]
         messages = (
@@ -400,7 +395,7 @@ class ImageBag(ClosedOnExit):
             for frame in self._frames(messages):
                 yield frame
                 read += 1
-        except (AnyReaderError, ReaderError, SqliteError, OSError, struct.error) as exc:
+        except Exception as exc:  # raised by the storage and codec libraries, each its own type
             self.damage = (
                 f"bag '{self.path}' broke while being read, after {read} of {self.count} frames "
                 f"of {self.topic} ({type(exc).__name__}: {exc})"

@@ -75,13 +75,11 @@ def test_intact_bag_has_no_damage(tmp_path) -> None:
         assert opened.damage is None
 
 
-def test_cut_compressed_mcap_keeps_its_complete_chunks(tmp_path) -> None:
-    """A zstd chunk cut in two cannot be read; the chunks before it are (rosbags closes a chunk
-    after 1 MiB, so 256x384 frames make several chunks)."""
+def zstd_bag(path: Path, frames: list[tuple[int, np.ndarray]]) -> Path:
+    """An mcap bag with zstd-compressed chunks (rosbags closes a chunk after 1 MiB, so 256x384
+    frames make several chunks)."""
     from rosbags.rosbag2 import CompressionFormat, CompressionMode, StoragePlugin, Writer
 
-    frames = noisy_frames(10, 256, 384)
-    path = tmp_path / "zstd"
     writer = Writer(path, version=8, storage_plugin=StoragePlugin.MCAP)
     writer.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
     writer.open()
@@ -90,6 +88,13 @@ def test_cut_compressed_mcap_keeps_its_complete_chunks(tmp_path) -> None:
         raw = typestore().serialize_cdr(image_message(pixels, "bgr8", stamp), conn.msgtype)
         writer.write(conn, stamp, raw)
     writer.close()
+    return path
+
+
+def test_cut_compressed_mcap_keeps_its_complete_chunks(tmp_path) -> None:
+    """A zstd chunk cut in two cannot be read; the chunks before it are."""
+    frames = noisy_frames(10, 256, 384)
+    path = zstd_bag(tmp_path / "zstd", frames)
     cut(path, 0.7)
     with ImageBag(path) as opened:
         read = list(opened.frames())
@@ -97,6 +102,34 @@ def test_cut_compressed_mcap_keeps_its_complete_chunks(tmp_path) -> None:
         assert "zstd chunk" in opened.damage and "messages are lost" in opened.damage
     image, _ = read[-1].decode()
     np.testing.assert_array_equal(image, frames[len(read) - 1][1])
+
+
+def test_bag_that_breaks_while_being_read_stops_at_the_break(tmp_path, capsys) -> None:
+    """An intact file whose second chunk is garbage: the index opens, reading stops at the
+    chunk, and the replay counts the frames after it as unread."""
+    frames = noisy_frames(10, 256, 384)
+    path = zstd_bag(tmp_path / "zstd", frames)
+    file = storage_file(path)
+    data = bytearray(file.read_bytes())
+    second = data.index(b"\x28\xb5\x2f\xfd", data.index(b"\x28\xb5\x2f\xfd") + 1)
+    data[second : second + 4] = b"XXXX"  # the zstd frame magic of the second chunk
+    file.write_bytes(bytes(data))
+    with ImageBag(path) as opened:
+        assert opened.damage is None and opened.count == 10
+        read = list(opened.frames())
+        assert 0 < len(read) < 10
+        assert f"broke while being read, after {len(read)} of 10 frames" in opened.damage
+    out = tmp_path / "out"
+    assert main(replay_args(path, out)) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    lockstep = json.loads((out / "report.json").read_text())["modes"]["lockstep"]
+    assert lockstep["frames"] == {
+        "total": 10,
+        "processed": len(read),
+        "dropped": 0,
+        "unread": 10 - len(read),
+    }
+    assert "broke while being read" in lockstep["notes"][0]
 
 
 @pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
