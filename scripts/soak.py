@@ -9,9 +9,13 @@ from /diagnostics. A node slower than the camera drops frames and counts them; t
 resources, not throughput. Writes ``soak.csv`` (row by row, so a long soak can be watched),
 ``soak.png`` and ``summary.json``.
 
-RSS swings by a few frame buffers from one sample to the next (a 1080p frame is 6 MB), so it
-is compared as the median over a window: the first ``--window`` seconds after the warm-up against
-the last ``--window`` seconds.
+While frames stream, RSS swings by a few frame buffers from one sample to the next (a 1080p frame
+is 6 MB), more than the growth to detect. Memory growth is therefore measured at idle probes: the
+stream pauses until /diagnostics shows every received frame handled, and the RSS with nothing in
+flight is taken (median of five samples). Probes run after the warm-up, every ``--probe-every``
+seconds and at the end. Idle RSS still depends on whether the allocator handed the last frame's
+buffers back to the system (two levels about 12 MB apart at 1080p), so growth is the median of
+the last third of the probes minus the median of the first third.
 
     . scripts/ros_env.sh
     .venv/bin/python scripts/soak.py --duration 1800 --out out/soak
@@ -28,6 +32,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -58,11 +63,11 @@ class SoakSummary:
     duration_s: float
     warmup_s: float
     samples: int
-    window_s: float
-    rss_start_mb: float  # median over the first window after warm-up
-    rss_end_mb: float  # median over the last window
+    rss_start_mb: float  # median idle RSS of the first third of the probes
+    rss_end_mb: float  # median idle RSS of the last third of the probes
     rss_growth_mb: float  # end - start
-    rss_max_mb: float
+    rss_max_mb: float  # while streaming
+    idle_rss_mb: tuple[tuple[float, float], ...]  # (t_s, idle RSS) of every probe
     fds_start: int
     fds_end: int
     fds_max: int
@@ -127,7 +132,9 @@ class Camera:
         self.lock = threading.Lock()
         self.sent = 0
         self.masks = 0
-        self.diagnostics: dict[str, str] = {}
+        self.reports: deque[dict[str, str]] = deque(maxlen=2)
+        self.report_count = 0
+        self._streaming = threading.Event()
         reliable = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
         mask_topic = f"{NS}/instance_mask"
         self.node.create_subscription(Image, mask_topic, self._on_mask, reliable, raw=True)
@@ -156,21 +163,49 @@ class Camera:
             values = {kv.key: kv.value for kv in status.values}
             if "frames_received" in values:
                 with self.lock:
-                    self.diagnostics = values
+                    self.reports.append(values)
+                    self.report_count += 1
 
     def node_ready(self) -> bool:
         """The node subscribes to the stream and has reported on /diagnostics."""
         with self.lock:
-            reported = bool(self.diagnostics)
+            reported = bool(self.reports)
         return reported and self.pub.get_subscription_count() > 0
 
     def start_stream(self) -> None:
         """Start publishing at the configured rate (paced on the monotonic clock)."""
+        self._streaming.set()
         self._threads[1].start()
+
+    def pause(self) -> int:
+        """Stop publishing; returns the number of /diagnostics reports seen so far."""
+        self._streaming.clear()
+        with self.lock:
+            return self.report_count
+
+    def resume(self) -> None:
+        """Publish again."""
+        self._streaming.set()
+
+    def settled_since(self, reports_before: int) -> bool:
+        """Two reports after ``reports_before`` agree and account for every received frame."""
+        with self.lock:
+            if self.report_count < reports_before + 2:
+                return False
+            a, b = self.reports
+        keys = ("frames_received", "frames_processed", "frames_dropped")
+        handled = ("frames_processed", "frames_dropped", "frames_skipped_no_subscribers")
+        handled += ("errors", "input_errors")
+        done = sum(int(b[k]) for k in handled)
+        return all(a[k] == b[k] for k in keys) and int(b["frames_received"]) == done
 
     def _publish_loop(self) -> None:
         next_at = time.monotonic()
         while not self._stop.is_set():
+            if not self._streaming.is_set():
+                self._stop.wait(0.05)
+                next_at = time.monotonic()
+                continue
             now_ns = time.time_ns()
             self.msg.header.stamp.sec, self.msg.header.stamp.nanosec = divmod(now_ns, 10**9)
             self.pub.publish(self.msg)
@@ -182,7 +217,7 @@ class Camera:
     def counters(self) -> tuple[int, int, dict[str, str]]:
         """(frames sent, masks received, newest /diagnostics values)."""
         with self.lock:
-            return self.sent, self.masks, dict(self.diagnostics)
+            return self.sent, self.masks, dict(self.reports[-1]) if self.reports else {}
 
     def close(self) -> None:
         """Stop publishing and spinning; shut the context down."""
@@ -195,25 +230,46 @@ class Camera:
         self._threads[0].join(timeout=5.0)
 
 
-def summarise(rows: list[dict[str, float]], warmup_s: float, window_s: float) -> SoakSummary:
-    """The summary of the sampled rows; the first ``warmup_s`` seconds are left out."""
-    if not rows:
-        raise RuntimeError("no samples were taken; is the duration shorter than one period?")
+def idle_rss(pid: int, camera: Camera, timeout_s: float = 120.0) -> float:
+    """RSS of the node with no frame in flight: the stream paused until /diagnostics shows every
+    received frame handled, then the median of five samples; the stream resumes after."""
+    reports = camera.pause()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not camera.settled_since(reports):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the node did not go idle within {timeout_s} s of pausing")
+            time.sleep(0.1)
+        samples = []
+        for _ in range(5):
+            samples.append(proc_resources(pid)[0])
+            time.sleep(0.2)
+        return float(np.median(samples))
+    finally:
+        camera.resume()
+
+
+def summarise(
+    rows: list[dict[str, float]], probes: list[tuple[float, float]], warmup_s: float
+) -> SoakSummary:
+    """The summary of the sampled rows and idle probes; the warm-up is left out."""
+    if not rows or not probes:
+        raise RuntimeError("no samples were taken; is the duration shorter than the warm-up?")
     steady = [r for r in rows if r["t_s"] >= warmup_s] or rows[-1:]
     first, last = steady[0], rows[-1]
-    start = [r["rss_mb"] for r in steady if r["t_s"] < first["t_s"] + window_s]
-    end = [r["rss_mb"] for r in steady if r["t_s"] > last["t_s"] - window_s]
-    rss_start, rss_end = float(np.median(start)), float(np.median(end))
     span = max(last["t_s"] - first["t_s"], 1e-9)
+    third = max(len(probes) // 3, 1)
+    rss_start = float(np.median([mb for _, mb in probes[:third]]))
+    rss_end = float(np.median([mb for _, mb in probes[-third:]]))
     return SoakSummary(
         duration_s=round(last["t_s"], 1),
         warmup_s=warmup_s,
         samples=len(rows),
-        window_s=window_s,
         rss_start_mb=round(rss_start, 1),
         rss_end_mb=round(rss_end, 1),
         rss_growth_mb=round(rss_end - rss_start, 2),
         rss_max_mb=round(max(r["rss_mb"] for r in rows), 1),
+        idle_rss_mb=tuple((round(t, 1), round(mb, 1)) for t, mb in probes),
         fds_start=int(first["fds"]),
         fds_end=int(last["fds"]),
         fds_max=int(max(r["fds"] for r in steady)),
@@ -239,10 +295,13 @@ def write_plot(rows: list[dict[str, float]], summary: SoakSummary, path: Path) -
 
     t = [r["t_s"] for r in rows]
     fig, axes = plt.subplots(4, 1, figsize=(9, 10), sharex=True)
-    axes[0].plot(t, [r["rss_mb"] for r in rows])
+    axes[0].plot(t, [r["rss_mb"] for r in rows], label="streaming")
+    idle_t, idle_mb = zip(*summary.idle_rss_mb, strict=True)
+    axes[0].plot(idle_t, idle_mb, "o-", label="idle probes")
     axes[0].set_ylabel("RSS (MB)")
+    axes[0].legend()
     axes[0].set_title(
-        f"soak: RSS median {summary.rss_start_mb} -> {summary.rss_end_mb} MB "
+        f"soak: idle RSS {summary.rss_start_mb} -> {summary.rss_end_mb} MB "
         f"({summary.rss_growth_mb:+} MB after {summary.warmup_s:g} s warm-up)"
     )
     axes[1].plot(t, [r["fds"] for r in rows], label="open fds")
@@ -279,7 +338,7 @@ def run_soak(
     rate_hz: float = 30.0,
     size: tuple[int, int] = (1080, 1920),
     warmup_s: float = 20.0,
-    window_s: float = 10.0,
+    probe_every_s: float = 60.0,
     period_s: float = 0.2,
     domain: int | None = None,
     backend: str = "onnxruntime",
@@ -287,10 +346,10 @@ def run_soak(
     ready_timeout_s: float = 120.0,
 ) -> SoakSummary:
     """Run the soak; writes soak.csv, soak.png, summary.json and node.log under ``out``."""
-    if duration_s < warmup_s + window_s:
+    if duration_s <= warmup_s:
         raise ValueError(
-            f"duration {duration_s} s leaves no {window_s} s window after the {warmup_s} s "
-            "warm-up; run longer or shorten --warmup / --window"
+            f"duration {duration_s} s ends within the {warmup_s} s warm-up; run longer or "
+            "shorten --warmup"
         )
     out.mkdir(parents=True, exist_ok=True)
     domain = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0) if domain is None else domain
@@ -308,6 +367,7 @@ def run_soak(
     node = NodeProcess(node_command(params), env, out / "node.log")
     camera = None
     rows: list[dict[str, float]] = []
+    probes: list[tuple[float, float]] = []
     csv_file = open(out / "soak.csv", "w", newline="")  # noqa: SIM115 - closed in finally
     table = csv.DictWriter(csv_file, fieldnames=COLUMNS)
     table.writeheader()
@@ -320,7 +380,7 @@ def run_soak(
             time.sleep(0.1)
         camera.start_stream()
         start = time.monotonic()
-        next_sample = start
+        next_sample, next_probe = start, warmup_s
         while True:
             now = time.monotonic()
             if node.proc.poll() is not None:
@@ -336,7 +396,12 @@ def run_soak(
             rows.append(row)
             table.writerow(row)
             csv_file.flush()
-            if now - start >= duration_s:
+            ended = now - start >= duration_s
+            if ended or now - start >= next_probe:
+                probes.append((now - start, idle_rss(node.proc.pid, camera)))
+                next_probe = now - start + probe_every_s
+                next_sample = time.monotonic()
+            if ended:
                 break
             next_sample += period_s
             time.sleep(max(0.0, next_sample - time.monotonic()))
@@ -347,7 +412,7 @@ def run_soak(
         code = node.stop()
     if code != 0:
         raise RuntimeError(f"the node exited with code {code} on Ctrl-C:\n{node.tail()}")
-    summary = summarise(rows, warmup_s, window_s)
+    summary = summarise(rows, probes, warmup_s)
     write_plot(rows, summary, out / "soak.png")
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
@@ -364,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         "--warmup", type=float, default=20.0, help="seconds excluded from the trends (default 20)"
     )
     parser.add_argument(
-        "--window", type=float, default=10.0, help="seconds of each RSS median (default 10)"
+        "--probe-every", type=float, default=60.0, help="seconds between idle RSS probes"
     )
     parser.add_argument("--period", type=float, default=0.2, help="seconds between samples")
     parser.add_argument("--backend", default="onnxruntime", help="node backend parameter")
@@ -379,8 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         height, width = (int(v) for v in args.size.lower().split("x"))
     except ValueError:
         parser.error(f"--size {args.size} is not HxW, e.g. 1080x1920")
-    if args.duration <= 0 or args.rate <= 0 or args.period <= 0:
-        parser.error("--duration, --rate and --period must be positive")
+    if min(args.duration, args.rate, args.period, args.probe_every) <= 0:
+        parser.error("--duration, --rate, --period and --probe-every must be positive")
     try:
         summary = run_soak(
             model,
@@ -389,13 +454,13 @@ def main(argv: list[str] | None = None) -> int:
             rate_hz=args.rate,
             size=(height, width),
             warmup_s=args.warmup,
-            window_s=args.window,
+            probe_every_s=args.probe_every,
             period_s=args.period,
             domain=args.domain,
             backend=args.backend,
             ort_threads=args.ort_threads,
         )
-    except ValueError as exc:  # a duration too short for its warm-up and window
+    except ValueError as exc:  # a duration within the warm-up
         parser.error(str(exc))
     for key, value in asdict(summary).items():
         print(f"{key:>18}: {value}")
