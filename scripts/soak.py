@@ -4,18 +4,24 @@
 Starts ``compactinst_node`` in a subprocess (DDS on loopback, the shipped FastDDS shared-memory
 profile), publishes a best-effort bgr8 stream (default 30 Hz 1920x1080) to it, subscribes to
 ``~/instance_mask`` so every frame is computed, and samples the node process five times a second:
-RSS, open file descriptors and threads (from /proc), plus input/output rate and frame counters
-from /diagnostics. A node slower than the camera drops frames and counts them; the soak checks
-resources, not throughput. Writes ``soak.csv`` (row by row, so a long soak can be watched),
-``soak.png`` and ``summary.json``.
+RSS (total, private and shared), open file descriptors and threads (from /proc), plus
+input/output rate and frame counters from /diagnostics. A node slower than the camera drops
+frames and counts them; the soak checks resources, not throughput. Writes ``soak.csv`` (row by
+row, so a long soak can be watched), ``soak.png`` and ``summary.json``.
 
-While frames stream, RSS swings by a few frame buffers from one sample to the next (a 1080p frame
-is 6 MB), more than the growth to detect. Memory growth is therefore measured at idle probes: the
-stream pauses until /diagnostics shows every received frame handled, and the RSS with nothing in
-flight is taken (median of five samples). Probes run after the warm-up, every ``--probe-every``
-seconds and at the end. Idle RSS still depends on whether the allocator handed the last frame's
-buffers back to the system (two levels about 12 MB apart at 1080p), so growth is the median of
-the last third of the probes minus the median of the first third.
+Leaks show in private memory (RssAnon). Shared memory (RssShmem) is FastDDS's shared-memory
+transport: its segments (config/fastdds_shm.xml, 32 MB each, the node's own and the camera's)
+count once their pages are touched, so it steps up by frame sizes until the segments are fully
+used and then stays; it is reported, not judged. While frames stream, private memory swings by
+whole frame buffers (a 1080p frame is 6 MB), more than the growth to detect, so it is measured
+at idle probes: the stream pauses until /diagnostics shows every received frame handled, and the
+memory with nothing in flight is taken (median of five samples). The warm-up lasts at least
+``--warmup`` seconds and ``--warmup-frames`` processed frames: private memory steps up over the
+first frames (allocator and ONNX Runtime arena reaching their working sizes; measured here, about
+6-18 MB within the first 15 frames at 1080p) and is flat after. Probes run after the warm-up,
+every ``--probe-every`` seconds and at the end; growth is the median of the last third of the
+probes minus the median of the first third (an odd probe may catch the allocator holding a
+freed buffer).
 
     . scripts/ros_env.sh
     .venv/bin/python scripts/soak.py --duration 1800 --out out/soak
@@ -53,7 +59,17 @@ DIAG_KEYS = (
     "errors",
     "input_errors",
 )
-COLUMNS = ("t_s", "rss_mb", "fds", "threads", "frames_sent", "masks_received", *DIAG_KEYS)
+COLUMNS = (
+    "t_s",
+    "rss_mb",
+    "private_mb",
+    "shared_mb",
+    "fds",
+    "threads",
+    "frames_sent",
+    "masks_received",
+    *DIAG_KEYS,
+)
 
 
 @dataclass(frozen=True)
@@ -61,13 +77,16 @@ class SoakSummary:
     """What the soak is judged on: resource growth after warm-up, rates and drops."""
 
     duration_s: float
-    warmup_s: float
+    warmup_s: float  # the warm-up as it ran (at least its seconds and frames)
     samples: int
-    rss_start_mb: float  # median idle RSS of the first third of the probes
-    rss_end_mb: float  # median idle RSS of the last third of the probes
-    rss_growth_mb: float  # end - start
+    rss_start_mb: float  # idle RSS (total), median of the first third of the probes
+    rss_end_mb: float  # idle RSS (total), median of the last third of the probes
     rss_max_mb: float  # while streaming
-    idle_rss_mb: tuple[tuple[float, float], ...]  # (t_s, idle RSS) of every probe
+    private_start_mb: float  # idle private memory, first third of the probes
+    private_end_mb: float  # idle private memory, last third of the probes
+    private_growth_mb: float  # end - start: what a leak raises
+    shared_end_mb: float  # DDS shared-memory segments touched, at the end
+    probes: tuple[tuple[float, float, float], ...]  # (t_s, idle RSS, idle private) per probe
     fds_start: int
     fds_end: int
     fds_max: int
@@ -83,17 +102,32 @@ class SoakSummary:
     input_rate_hz: float  # frames the node received / time after warm-up
 
 
-def proc_resources(pid: int) -> tuple[float, int, int]:
-    """(RSS in MB, open file descriptors, threads) of process ``pid``, from /proc."""
-    rss_kb = threads = 0
+@dataclass(frozen=True)
+class Resources:
+    """One /proc sample of a process."""
+
+    rss_mb: float
+    private_mb: float  # RssAnon
+    shared_mb: float  # RssShmem
+    fds: int
+    threads: int
+
+
+def proc_resources(pid: int) -> Resources:
+    """Memory, open file descriptors and threads of process ``pid``, from /proc."""
+    fields: dict[str, int] = {}
     with open(f"/proc/{pid}/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
-                rss_kb = int(line.split()[1])
-            elif line.startswith("Threads:"):
-                threads = int(line.split()[1])
-    fds = len(os.listdir(f"/proc/{pid}/fd"))
-    return rss_kb / 1024.0, fds, threads
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssShmem", "Threads"):
+                fields[key] = int(value.split()[0])
+    return Resources(
+        rss_mb=fields["VmRSS"] / 1024.0,
+        private_mb=fields["RssAnon"] / 1024.0,
+        shared_mb=fields["RssShmem"] / 1024.0,
+        fds=len(os.listdir(f"/proc/{pid}/fd")),
+        threads=fields["Threads"],
+    )
 
 
 def test_frame(height: int, width: int) -> np.ndarray:
@@ -230,9 +264,10 @@ class Camera:
         self._threads[0].join(timeout=5.0)
 
 
-def idle_rss(pid: int, camera: Camera, timeout_s: float = 120.0) -> float:
-    """RSS of the node with no frame in flight: the stream paused until /diagnostics shows every
-    received frame handled, then the median of five samples; the stream resumes after."""
+def idle_memory(pid: int, camera: Camera, timeout_s: float = 120.0) -> tuple[float, float]:
+    """(RSS, private memory) of the node with no frame in flight: the stream paused until
+    /diagnostics shows every received frame handled, then the median of five samples each; the
+    stream resumes after."""
     reports = camera.pause()
     try:
         deadline = time.monotonic() + timeout_s
@@ -242,15 +277,18 @@ def idle_rss(pid: int, camera: Camera, timeout_s: float = 120.0) -> float:
             time.sleep(0.1)
         samples = []
         for _ in range(5):
-            samples.append(proc_resources(pid)[0])
+            samples.append(proc_resources(pid))
             time.sleep(0.2)
-        return float(np.median(samples))
+        return (
+            float(np.median([r.rss_mb for r in samples])),
+            float(np.median([r.private_mb for r in samples])),
+        )
     finally:
         camera.resume()
 
 
 def summarise(
-    rows: list[dict[str, float]], probes: list[tuple[float, float]], warmup_s: float
+    rows: list[dict[str, float]], probes: list[tuple[float, float, float]], warmup_s: float
 ) -> SoakSummary:
     """The summary of the sampled rows and idle probes; the warm-up is left out."""
     if not rows or not probes:
@@ -259,17 +297,22 @@ def summarise(
     first, last = steady[0], rows[-1]
     span = max(last["t_s"] - first["t_s"], 1e-9)
     third = max(len(probes) // 3, 1)
-    rss_start = float(np.median([mb for _, mb in probes[:third]]))
-    rss_end = float(np.median([mb for _, mb in probes[-third:]]))
+
+    def median(column: int, part: list[tuple[float, float, float]]) -> float:
+        return round(float(np.median([p[column] for p in part])), 1)
+
     return SoakSummary(
-        duration_s=round(last["t_s"], 1),
+        duration_s=round(last["t_s"] - warmup_s, 1),
         warmup_s=warmup_s,
         samples=len(rows),
-        rss_start_mb=round(rss_start, 1),
-        rss_end_mb=round(rss_end, 1),
-        rss_growth_mb=round(rss_end - rss_start, 2),
+        rss_start_mb=median(1, probes[:third]),
+        rss_end_mb=median(1, probes[-third:]),
         rss_max_mb=round(max(r["rss_mb"] for r in rows), 1),
-        idle_rss_mb=tuple((round(t, 1), round(mb, 1)) for t, mb in probes),
+        private_start_mb=median(2, probes[:third]),
+        private_end_mb=median(2, probes[-third:]),
+        private_growth_mb=round(median(2, probes[-third:]) - median(2, probes[:third]), 1),
+        shared_end_mb=round(last["shared_mb"], 1),
+        probes=tuple(tuple(round(v, 1) for v in p) for p in probes),
         fds_start=int(first["fds"]),
         fds_end=int(last["fds"]),
         fds_max=int(max(r["fds"] for r in steady)),
@@ -295,14 +338,17 @@ def write_plot(rows: list[dict[str, float]], summary: SoakSummary, path: Path) -
 
     t = [r["t_s"] for r in rows]
     fig, axes = plt.subplots(4, 1, figsize=(9, 10), sharex=True)
-    axes[0].plot(t, [r["rss_mb"] for r in rows], label="streaming")
-    idle_t, idle_mb = zip(*summary.idle_rss_mb, strict=True)
-    axes[0].plot(idle_t, idle_mb, "o-", label="idle probes")
-    axes[0].set_ylabel("RSS (MB)")
-    axes[0].legend()
+    axes[0].plot(t, [r["rss_mb"] for r in rows], label="RSS")
+    axes[0].plot(t, [r["private_mb"] for r in rows], label="private")
+    axes[0].plot(t, [r["shared_mb"] for r in rows], label="shared (DDS)")
+    probe_t, probe_rss, probe_private = zip(*summary.probes, strict=True)
+    axes[0].plot(probe_t, probe_rss, "o", color="C0", label="idle RSS")
+    axes[0].plot(probe_t, probe_private, "o", color="C1", label="idle private")
+    axes[0].set_ylabel("memory (MB)")
+    axes[0].legend(fontsize="small")
     axes[0].set_title(
-        f"soak: idle RSS {summary.rss_start_mb} -> {summary.rss_end_mb} MB "
-        f"({summary.rss_growth_mb:+} MB after {summary.warmup_s:g} s warm-up)"
+        f"soak: idle private memory {summary.private_start_mb} -> {summary.private_end_mb} MB "
+        f"({summary.private_growth_mb:+} MB after {summary.warmup_s:g} s warm-up)"
     )
     axes[1].plot(t, [r["fds"] for r in rows], label="open fds")
     axes[1].plot(t, [r["threads"] for r in rows], label="threads")
@@ -337,7 +383,8 @@ def run_soak(
     out: Path,
     rate_hz: float = 30.0,
     size: tuple[int, int] = (1080, 1920),
-    warmup_s: float = 20.0,
+    warmup_s: float = 10.0,
+    warmup_frames: int = 25,
     probe_every_s: float = 60.0,
     period_s: float = 0.2,
     domain: int | None = None,
@@ -345,12 +392,10 @@ def run_soak(
     ort_threads: int = 0,
     ready_timeout_s: float = 120.0,
 ) -> SoakSummary:
-    """Run the soak; writes soak.csv, soak.png, summary.json and node.log under ``out``."""
-    if duration_s <= warmup_s:
-        raise ValueError(
-            f"duration {duration_s} s ends within the {warmup_s} s warm-up; run longer or "
-            "shorten --warmup"
-        )
+    """Run the soak: a warm-up of at least ``warmup_s`` seconds and ``warmup_frames`` processed
+    frames (the allocator and ONNX Runtime reach their working sizes), then ``duration_s``
+    seconds measured. Writes soak.csv, soak.png, summary.json and node.log under ``out``."""
+    warmup_limit_s = warmup_s + 600.0
     out.mkdir(parents=True, exist_ok=True)
     domain = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0) if domain is None else domain
     env = ros_environment(domain)
@@ -367,7 +412,7 @@ def run_soak(
     node = NodeProcess(node_command(params), env, out / "node.log")
     camera = None
     rows: list[dict[str, float]] = []
-    probes: list[tuple[float, float]] = []
+    probes: list[tuple[float, float, float]] = []
     csv_file = open(out / "soak.csv", "w", newline="")  # noqa: SIM115 - closed in finally
     table = csv.DictWriter(csv_file, fieldnames=COLUMNS)
     table.writeheader()
@@ -380,7 +425,8 @@ def run_soak(
             time.sleep(0.1)
         camera.start_stream()
         start = time.monotonic()
-        next_sample, next_probe = start, warmup_s
+        next_sample, next_probe = start, float("inf")
+        warmed_at: float | None = None
         while True:
             now = time.monotonic()
             if node.proc.poll() is not None:
@@ -388,17 +434,27 @@ def run_soak(
                     f"the node exited with code {node.proc.returncode} during the soak; its log "
                     f"ends with:\n{node.tail()}"
                 )
-            rss, fds, threads = proc_resources(node.proc.pid)
+            res = proc_resources(node.proc.pid)
             sent, masks, diag = camera.counters()
-            row = {"t_s": round(now - start, 2), "rss_mb": round(rss, 2), "fds": fds}
-            row |= {"threads": threads, "frames_sent": sent, "masks_received": masks}
+            row = {"t_s": round(now - start, 2), "rss_mb": round(res.rss_mb, 2)}
+            row |= {"private_mb": round(res.private_mb, 2), "shared_mb": round(res.shared_mb, 2)}
+            row |= {"fds": res.fds, "threads": res.threads}
+            row |= {"frames_sent": sent, "masks_received": masks}
             row |= {key: _diag_number(diag, key) for key in DIAG_KEYS}
             rows.append(row)
             table.writerow(row)
             csv_file.flush()
-            ended = now - start >= duration_s
-            if ended or now - start >= next_probe:
-                probes.append((now - start, idle_rss(node.proc.pid, camera)))
+            t = now - start
+            if warmed_at is None and t >= warmup_s and row["frames_processed"] >= warmup_frames:
+                warmed_at = next_probe = t
+            elif warmed_at is None and t > warmup_limit_s:
+                raise RuntimeError(
+                    f"the node processed {row['frames_processed']:.0f} frames in {t:.0f} s, "
+                    f"fewer than the {warmup_frames} of the warm-up; lower --warmup-frames"
+                )
+            ended = warmed_at is not None and t >= warmed_at + duration_s
+            if ended or t >= next_probe:
+                probes.append((now - start, *idle_memory(node.proc.pid, camera)))
                 next_probe = now - start + probe_every_s
                 next_sample = time.monotonic()
             if ended:
@@ -412,7 +468,7 @@ def run_soak(
         code = node.stop()
     if code != 0:
         raise RuntimeError(f"the node exited with code {code} on Ctrl-C:\n{node.tail()}")
-    summary = summarise(rows, probes, warmup_s)
+    summary = summarise(rows, probes, warmed_at or 0.0)
     write_plot(rows, summary, out / "soak.png")
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     return summary
@@ -422,11 +478,19 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: run the soak and print the summary."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--model", type=Path, help="bundle folder (default: models/default)")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds (default 60)")
+    parser.add_argument(
+        "--duration", type=float, default=60.0, help="seconds measured after the warm-up"
+    )
     parser.add_argument("--rate", type=float, default=30.0, help="camera rate in Hz (default 30)")
     parser.add_argument("--size", default="1080x1920", help="HxW of the frames (default 1080p)")
     parser.add_argument(
-        "--warmup", type=float, default=20.0, help="seconds excluded from the trends (default 20)"
+        "--warmup", type=float, default=10.0, help="warm-up: at least these seconds (default 10)"
+    )
+    parser.add_argument(
+        "--warmup-frames",
+        type=int,
+        default=25,
+        help="warm-up: at least this many frames processed (default 25)",
     )
     parser.add_argument(
         "--probe-every", type=float, default=60.0, help="seconds between idle RSS probes"
@@ -444,24 +508,22 @@ def main(argv: list[str] | None = None) -> int:
         height, width = (int(v) for v in args.size.lower().split("x"))
     except ValueError:
         parser.error(f"--size {args.size} is not HxW, e.g. 1080x1920")
-    if min(args.duration, args.rate, args.period, args.probe_every) <= 0:
-        parser.error("--duration, --rate, --period and --probe-every must be positive")
-    try:
-        summary = run_soak(
-            model,
-            args.duration,
-            args.out,
-            rate_hz=args.rate,
-            size=(height, width),
-            warmup_s=args.warmup,
-            probe_every_s=args.probe_every,
-            period_s=args.period,
-            domain=args.domain,
-            backend=args.backend,
-            ort_threads=args.ort_threads,
-        )
-    except ValueError as exc:  # a duration within the warm-up
-        parser.error(str(exc))
+    if min(args.duration, args.rate, args.period, args.probe_every, args.warmup_frames) <= 0:
+        parser.error("--duration, --rate, --period, --probe-every, --warmup-frames must be > 0")
+    summary = run_soak(
+        model,
+        args.duration,
+        args.out,
+        rate_hz=args.rate,
+        size=(height, width),
+        warmup_s=args.warmup,
+        warmup_frames=args.warmup_frames,
+        probe_every_s=args.probe_every,
+        period_s=args.period,
+        domain=args.domain,
+        backend=args.backend,
+        ort_threads=args.ort_threads,
+    )
     for key, value in asdict(summary).items():
         print(f"{key:>18}: {value}")
     print(f"wrote {args.out / 'soak.csv'}, {args.out / 'soak.png'}, {args.out / 'summary.json'}")
