@@ -150,11 +150,15 @@ class Camera:
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rclpy.signals import SignalHandlerOptions
         from sensor_msgs.msg import Image
 
         self.rclpy = rclpy
         self.context = Context()
-        rclpy.init(context=self.context, domain_id=domain)
+        # Ctrl-C must end the soak (and stop the node), not only this rclpy context.
+        rclpy.init(
+            context=self.context, domain_id=domain, signal_handler_options=SignalHandlerOptions.NO
+        )
         self.node = rclpy.create_node("compactinst_soak", context=self.context)
         best_effort = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT)
         self.pub = self.node.create_publisher(Image, INPUT_TOPIC, best_effort)
@@ -510,20 +514,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--size {args.size} is not HxW, e.g. 1080x1920")
     if min(args.duration, args.rate, args.period, args.probe_every, args.warmup_frames) <= 0:
         parser.error("--duration, --rate, --period, --probe-every, --warmup-frames must be > 0")
-    summary = run_soak(
-        model,
-        args.duration,
-        args.out,
-        rate_hz=args.rate,
-        size=(height, width),
-        warmup_s=args.warmup,
-        warmup_frames=args.warmup_frames,
-        probe_every_s=args.probe_every,
-        period_s=args.period,
-        domain=args.domain,
-        backend=args.backend,
-        ort_threads=args.ort_threads,
-    )
+    try:
+        summary = run_soak(
+            model,
+            args.duration,
+            args.out,
+            rate_hz=args.rate,
+            size=(height, width),
+            warmup_s=args.warmup,
+            warmup_frames=args.warmup_frames,
+            probe_every_s=args.probe_every,
+            period_s=args.period,
+            domain=args.domain,
+            backend=args.backend,
+            ort_threads=args.ort_threads,
+        )
+    except KeyboardInterrupt:
+        print(f"interrupted; the samples so far are in {args.out / 'soak.csv'}")
+        return 130
     for key, value in asdict(summary).items():
         print(f"{key:>18}: {value}")
     print(f"wrote {args.out / 'soak.csv'}, {args.out / 'soak.png'}, {args.out / 'summary.json'}")
