@@ -20,8 +20,14 @@ memory with nothing in flight is taken (median of five samples). The warm-up las
 first frames (allocator and ONNX Runtime arena reaching their working sizes; measured here, about
 6-18 MB within the first 15 frames at 1080p) and is flat after. Probes run after the warm-up,
 every ``--probe-every`` seconds and at the end; growth is the median of the last third of the
-probes minus the median of the first third (an odd probe may catch the allocator holding a
-freed buffer).
+probes minus the median of the first third.
+
+glibc raises its mmap threshold as large blocks are freed, after which it keeps freed frame
+buffers in its heaps: idle private memory then varies by 0-4 frame buffers (6 MB each at 1080p)
+from one probe to the next, up and down, which hides a leak of that size. The node therefore
+runs with ``MALLOC_MMAP_THRESHOLD_=131072`` (glibc's default value, fixed): frame buffers are
+mapped and unmapped, and idle private memory is what the node holds. ``--allocator-default``
+measures the node with glibc's dynamic threshold instead.
 
     . scripts/ros_env.sh
     .venv/bin/python scripts/soak.py --duration 1800 --out out/soak
@@ -59,6 +65,8 @@ DIAG_KEYS = (
     "errors",
     "input_errors",
 )
+#: glibc's default mmap threshold, set explicitly so that glibc does not raise it (see above)
+MMAP_THRESHOLD = 128 * 1024
 COLUMNS = (
     "t_s",
     "rss_mb",
@@ -394,6 +402,7 @@ def run_soak(
     domain: int | None = None,
     backend: str = "onnxruntime",
     ort_threads: int = 0,
+    allocator_default: bool = False,
     ready_timeout_s: float = 120.0,
 ) -> SoakSummary:
     """Run the soak: a warm-up of at least ``warmup_s`` seconds and ``warmup_frames`` processed
@@ -403,6 +412,8 @@ def run_soak(
     out.mkdir(parents=True, exist_ok=True)
     domain = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0) if domain is None else domain
     env = ros_environment(domain)
+    if not allocator_default:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
     for key in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_LOCALHOST_ONLY", "RMW_IMPLEMENTATION"):
         os.environ.setdefault(key, env[key])
     if "FASTDDS_DEFAULT_PROFILES_FILE" in env:
@@ -502,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period", type=float, default=0.2, help="seconds between samples")
     parser.add_argument("--backend", default="onnxruntime", help="node backend parameter")
     parser.add_argument("--ort-threads", type=int, default=0, help="node ort_threads parameter")
+    parser.add_argument(
+        "--allocator-default",
+        action="store_true",
+        help="run the node with glibc's dynamic mmap threshold (idle memory then varies by "
+        "a few frame buffers)",
+    )
     parser.add_argument("--domain", type=int, help="ROS_DOMAIN_ID (default: the environment's)")
     parser.add_argument("--out", type=Path, default=Path("out/soak"), help="output folder")
     args = parser.parse_args(argv)
@@ -528,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
             domain=args.domain,
             backend=args.backend,
             ort_threads=args.ort_threads,
+            allocator_default=args.allocator_default,
         )
     except KeyboardInterrupt:
         print(f"interrupted; the samples so far are in {args.out / 'soak.csv'}")
