@@ -2,14 +2,23 @@
 
 Reads sqlite3 and mcap rosbag2 bags through ``AnyReader`` with the kilted typestore (older bags
 carry no message definitions). Image and CompressedImage topics are detected by type.
+
+A bag whose storage file was cut off (a recorder killed mid-write, a partial copy: an mcap without
+its closing magic, a .db3 shorter than its header says) is read record by record from the start
+instead, up to where it breaks; ``ImageBag.damage`` says how many frames could be read and where
+reading stopped.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+import sqlite3
+import struct
+from collections import Counter
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -18,7 +27,7 @@ import cv2
 import numpy as np
 
 from ..errors import DataError, InputError
-from ..image_formats import array_from_buffer
+from ..image_formats import array_from_buffer, decode_compressed
 
 if TYPE_CHECKING:
     from rosbags.typesys.store import Typestore
@@ -31,6 +40,10 @@ POINTCLOUD2 = "sensor_msgs/msg/PointCloud2"
 JOINT_STATE = "sensor_msgs/msg/JointState"
 #: Namespace of the node's output topics, as recorded in output bags (the node's default).
 OUTPUT_NS = "/compactinst"
+#: An MCAP file begins and ends with this magic; one without it at the end was cut off.
+MCAP_MAGIC = b"\x89MCAP0\r\n"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+STORAGE_SUFFIXES = (".mcap", ".db3")
 _Closable = TypeVar("_Closable", bound="ClosedOnExit")
 
 
@@ -75,17 +88,10 @@ class BagFrame:
 
 
 def image_from_message(msg: object, msgtype: str) -> tuple[np.ndarray, str]:
-    """Array and encoding of a deserialised Image or CompressedImage message."""
+    """Array and encoding of a deserialised Image or CompressedImage message; compressed frames
+    are checked (format, magic bytes, header size) and decoded as the node does, to bgr8."""
     if msgtype == COMPRESSED:
-        data = np.asarray(msg.data, np.uint8)
-        image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
-        if image is None:
-            raise InputError(
-                f"CompressedImage (format '{msg.format}') could not be decoded; record jpeg or png"
-            )
-        if image.ndim == 2:
-            return image[:, :, None], "mono8"
-        return image, "bgr8" if image.shape[2] == 3 else "bgra8"
+        return decode_compressed(np.asarray(msg.data, np.uint8), str(msg.format)), "bgr8"
     encoding = str(msg.encoding)
     image = array_from_buffer(msg.data, int(msg.height), int(msg.width), int(msg.step), encoding)
     return image, encoding
@@ -103,26 +109,228 @@ def _bag_root(path: Path) -> Path:
     return path
 
 
+def storage_files(root: Path) -> list[Path]:
+    """The .mcap / .db3 storage files of a bag folder (or the file itself), in recording order
+    (split bags number their files: ``bag_0``, ``bag_1``, ..., ``bag_10``)."""
+    if root.is_file():
+        return [root] if root.suffix in STORAGE_SUFFIXES else []
+    files = [p for p in root.iterdir() if p.suffix in STORAGE_SUFFIXES and p.is_file()]
+    number = re.compile(r"(\d+)")
+    return sorted(files, key=lambda p: [int(t) if t.isdigit() else t for t in number.split(p.name)])
+
+
+def cut_off(path: Path) -> str | None:
+    """How a storage file was cut short (a killed recorder, a partial copy), or None when it
+    ends where its own header says. Files that are not mcap/sqlite at all are left to the
+    regular reader, which names the problem."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(100)
+        if head.startswith(MCAP_MAGIC):
+            fh.seek(max(size - len(MCAP_MAGIC), len(MCAP_MAGIC)))
+            if fh.read() == MCAP_MAGIC:
+                return None
+            return f"{path.name} ({size} bytes) has no closing MCAP magic"
+    if head.startswith(SQLITE_MAGIC) and len(head) == 100:
+        page_size = int.from_bytes(head[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        pages = int.from_bytes(head[28:32], "big")
+        # The page count is only valid while the change counters at 24 and 92 agree.
+        if head[24:28] == head[92:96] and pages * page_size > size:
+            return f"{path.name} has {size} of the {pages * page_size} bytes its header declares"
+    return None
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One message read from a cut-off storage file."""
+
+    topic: str
+    msgtype: str
+    t_ns: int
+    raw: bytes
+
+
+#: MCAP opcodes used when reading record by record
+_MCAP_FOOTER, _MCAP_SCHEMA, _MCAP_CHANNEL, _MCAP_MESSAGE, _MCAP_CHUNK, _MCAP_DATA_END = (
+    0x02,
+    0x03,
+    0x04,
+    0x05,
+    0x06,
+    0x0F,
+)
+_MCAP_NAMES = {_MCAP_SCHEMA: "schema", _MCAP_CHANNEL: "channel", _MCAP_MESSAGE: "message"}
+
+
+class _McapRecords:
+    """Schemas and channels seen so far in an MCAP file, and its message records decoded."""
+
+    def __init__(self) -> None:
+        self.schemas: dict[int, str] = {}
+        self.channels: dict[int, tuple[str, str]] = {}
+
+    def message(self, op: int, body: bytes) -> StoredMessage | None:
+        """The message of a record (schema and channel records are remembered instead)."""
+        if op == _MCAP_SCHEMA:
+            (key, length) = struct.unpack_from("<HI", body)
+            self.schemas[key] = bytes(body[6 : 6 + length]).decode()
+        elif op == _MCAP_CHANNEL:
+            key, schema, length = struct.unpack_from("<HHI", body)
+            topic = bytes(body[8 : 8 + length]).decode()
+            self.channels[key] = (topic, self.schemas.get(schema, ""))
+        elif op == _MCAP_MESSAGE:
+            channel, _seq, log_time = struct.unpack_from("<HIQ", body)
+            if channel in self.channels:
+                topic, msgtype = self.channels[channel]
+                return StoredMessage(topic, msgtype, log_time, bytes(body[22:]))
+        return None
+
+    def in_chunk(self, records: bytes) -> Generator[StoredMessage, None, int | None]:
+        """Messages of a chunk's records; returns the offset of a record cut off by the end
+        of ``records`` (None when they end on a record boundary)."""
+        at, view = 0, memoryview(records)
+        while at < len(view):
+            if at + 9 > len(view):
+                return at
+            op, length = view[at], int.from_bytes(view[at + 1 : at + 9], "little")
+            if at + 9 + length > len(view):
+                return at
+            msg = self.message(op, view[at + 9 : at + 9 + length])
+            if msg is not None:
+                yield msg
+            at += 9 + length
+        return None
+
+
+def _mcap_chunk(body: bytes, whole: bool, at: int, path: Path) -> tuple[bytes, str | None]:
+    """(a chunk record's uncompressed records, why reading must stop after them or None).
+    A cut-off chunk keeps its complete records only when it is uncompressed."""
+    from rosbags.rosbag2.storage_mcap import decompress
+
+    size, crc, name_length = struct.unpack_from("<QII", body, 16)
+    start = 40 + name_length
+    if len(body) < start:
+        return b"", f"{path.name} is cut off inside the header of the chunk at byte {at}"
+    compression = bytes(body[32 : 32 + name_length]).decode()
+    (length,) = struct.unpack_from("<Q", body, start - 8)
+    records = body[start : start + length]
+    if whole:
+        try:
+            return decompress(records, compression, size, crc), None
+        except Exception as exc:  # each codec raises its own error type (ZstdError, ...)
+            return b"", f"the chunk of {path.name} at byte {at} is corrupt ({exc})"
+    cut = f"{path.name} is cut off inside the {compression or 'uncompressed'} chunk at byte {at}"
+    if compression:
+        return b"", cut + " (a cut compressed chunk cannot be read: its messages are lost)"
+    return records, cut
+
+
+def mcap_messages(path: Path) -> Generator[StoredMessage, None, str | None]:
+    """The messages of an MCAP file read record by record from its start, without the summary
+    at its end; returns where and why reading stopped early (None: the data section ended)."""
+    state = _McapRecords()
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        fh.seek(len(MCAP_MAGIC))
+        while True:
+            at = fh.tell()
+            head = fh.read(9)
+            if len(head) < 9:
+                return f"{path.name} ends at byte {at + len(head)}, before its data-end record"
+            op, length = head[0], int.from_bytes(head[1:], "little")
+            whole = at + 9 + length <= size
+            if op in (_MCAP_DATA_END, _MCAP_FOOTER):
+                return None
+            if op != _MCAP_CHUNK and not whole:
+                what = _MCAP_NAMES.get(op, f"0x{op:02x}")
+                return (
+                    f"{path.name} is cut off at byte {size} inside the {what} record that starts "
+                    f"at byte {at} ({length} bytes long)"
+                )
+            body = fh.read(length if whole else size - at - 9)
+            if op == _MCAP_CHUNK:
+                if len(body) < 40:
+                    return f"{path.name} is cut off inside the header of the chunk at byte {at}"
+                records, why = _mcap_chunk(body, whole, at, path)
+                cut = yield from state.in_chunk(records)
+                if why is not None or cut is not None:
+                    return why or f"the chunk of {path.name} at byte {at} ends inside a record"
+            else:
+                msg = state.message(op, body)
+                if msg is not None:
+                    yield msg
+
+
+def sqlite_messages(path: Path) -> Generator[StoredMessage, None, str | None]:
+    """The messages of a rosbag2 .db3 file in recording order, as far as its pages exist;
+    returns where and why reading stopped early (None: every row was read)."""
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    last = None
+    try:
+        # SQLite refuses a file shorter than its header says unless writable_schema is on;
+        # with it, pages that exist are read and the first missing one raises.
+        conn.execute("PRAGMA writable_schema=ON")
+        topics = {
+            row[0]: (row[1], row[2]) for row in conn.execute("SELECT id, name, type FROM topics")
+        }
+        rows = conn.execute("SELECT id, topic_id, timestamp, data FROM messages ORDER BY id")
+        for row_id, topic_id, t_ns, data in rows:
+            if topic_id in topics:
+                topic, msgtype = topics[topic_id]
+                yield StoredMessage(topic, msgtype, int(t_ns), bytes(data))
+            last = row_id
+    except sqlite3.DatabaseError as exc:
+        where = f"after message row {last}" if last is not None else "before its first message"
+        return f"{path.name} breaks {where} ({exc})"
+    finally:
+        conn.close()
+    return None
+
+
+def salvaged_messages(files: list[Path]) -> Generator[StoredMessage, None, str | None]:
+    """The messages of damaged storage files in order, up to the first break; returns where
+    and why reading stopped (None: everything was read)."""
+    for path in files:
+        read = mcap_messages if path.suffix == ".mcap" else sqlite_messages
+        stop = yield from read(path)
+        if stop is not None:
+            return stop
+    return None
+
+
 class ImageBag(ClosedOnExit):
-    """An opened bag with its chosen image topic; iterate ``frames()`` in recording order."""
+    """An opened bag with its chosen image topic; iterate ``frames()`` in recording order.
+
+    ``damage`` is None for an intact bag. For a cut-off bag (read record by record up to the
+    break) it is set at open; for one that fails while being read, when ``frames()`` stops. It
+    says how many frames could be read and where reading stopped.
+    """
 
     def __init__(self, path: str | Path, topic: str | None = None) -> None:
-        from rosbags.highlevel import AnyReader, AnyReaderError
-
         self.path = _bag_root(Path(path))
         if not self.path.exists():
             raise DataError(f"bag '{path}' does not exist; pass a rosbag2 folder or .mcap file")
-        try:
-            self._reader = AnyReader([self.path], default_typestore=typestore())
-            self._reader.open()
-        except (AnyReaderError, OSError, ValueError, KeyError) as exc:
+        self.damage: str | None = None
+        self._reader: object | None = None
+        self._salvage: list[Path] = []
+        files = storage_files(self.path)
+        cuts = [why for file in files if (why := cut_off(file))]
+        if cuts:
+            self._salvage = files
+            scan = _SalvageScan.of(files)
+            topics, counts, span = scan.topics, scan.counts, scan.span_ns
+        else:
+            topics, counts, span = self._open_reader(path)
+        images = {t: msgtype for t, msgtype in topics.items() if msgtype in IMAGE_TYPES}
+        if not images and cuts:
+            self.close()
             raise DataError(
-                f"bag '{path}' cannot be read ({exc}); pass a rosbag2 folder (metadata.yaml + "
-                ".db3 or .mcap) recorded by 'ros2 bag record'"
-            ) from None
-        images = {c.topic: c.msgtype for c in self._reader.connections if c.msgtype in IMAGE_TYPES}
+                f"bag '{path}' is cut off ({'; '.join(cuts)}) before its first image frame, so "
+                f"nothing can be replayed; reading stopped because {scan.stop}"
+            )
         if not images:
-            found = sorted({f"{c.topic} ({c.msgtype})" for c in self._reader.connections})
+            found = sorted(f"{t} ({msgtype})" for t, msgtype in topics.items())
             self.close()
             raise DataError(
                 f"bag '{path}' has no sensor_msgs/Image or CompressedImage topic "
@@ -139,50 +347,127 @@ class ImageBag(ClosedOnExit):
         self.topic = topic
         self.msgtype = images[topic]
         self.image_topics = sorted(images)
-        self._connections = [c for c in self._reader.connections if c.topic == topic]
-        self.count = sum(c.msgcount for c in self._connections)
-        infos = sorted({c.topic for c in self._reader.connections if c.msgtype == CAMERA_INFO})
+        self.count = counts[topic]
+        self._duration_ns = span[1] - span[0] if span else 0
+        infos = sorted(t for t, msgtype in topics.items() if msgtype == CAMERA_INFO)
         self.camera_info_topic = camera_info_for(topic, infos)
+        if cuts:
+            self.damage = (
+                f"bag '{path}' is cut off ({'; '.join(cuts)}); read record by record up to the "
+                f"break: {self.count} frames of {topic}, the last logged at "
+                f"{scan.last_ns[topic]} ns; reading stopped "
+                + (f"because {scan.stop}" if scan.stop else "at the end of the data")
+            )
 
     def camera_infos(self) -> list[tuple[int, bytes]]:
         """(header stamp ns, CDR bytes) of every message on ``camera_info_topic`` (none: [])."""
         if self.camera_info_topic is None:
             return []
-        conns = [c for c in self._reader.connections if c.topic == self.camera_info_topic]
+        if self._salvage:
+            stored = salvaged_messages(self._salvage)
+            messages = [(m.msgtype, m.raw) for m in stored if m.topic == self.camera_info_topic]
+        else:
+            conns = [c for c in self._reader.connections if c.topic == self.camera_info_topic]
+            messages = [(c.msgtype, raw) for c, _, raw in self._reader.messages(connections=conns)]
         return [
-            (stamp_to_ns(self._reader.deserialize(raw, conn.msgtype).header.stamp), bytes(raw))
-            for conn, _, raw in self._reader.messages(connections=conns)
+            (stamp_to_ns(typestore().deserialize_cdr(raw, msgtype).header.stamp), bytes(raw))
+            for msgtype, raw in messages
         ]
+
+    def _open_reader(self, path: str | Path) -> tuple[dict[str, str], Counter, tuple[int, int]]:
+        """Open the bag with rosbags; (topic -> type, messages per topic, (start, end) ns)."""
+        from rosbags.highlevel import AnyReader, AnyReaderError
+
+        try:
+            reader = AnyReader([self.path], default_typestore=typestore())
+            reader.open()
+        except (AnyReaderError, OSError, ValueError, KeyError) as exc:
+            raise DataError(
+                f"bag '{path}' cannot be read ({exc}); pass a rosbag2 folder (metadata.yaml + "
+                ".db3 or .mcap) recorded by 'ros2 bag record'"
+            ) from None
+        self._reader = reader
+        counts: Counter = Counter()
+        for conn in reader.connections:
+            counts[conn.topic] += conn.msgcount
+        topics = {conn.topic: conn.msgtype for conn in reader.connections}
+        return topics, counts, (0, reader.duration)
 
     @property
     def duration_s(self) -> float:
-        """Recorded duration of the whole bag in seconds."""
-        return self._reader.duration / 1e9
+        """Recorded duration of the whole bag (of its readable part when cut off) in seconds."""
+        return self._duration_ns / 1e9
 
     def frames(self) -> Iterator[BagFrame]:
-        """The image messages of the chosen topic in log-time order."""
-        from rosbags.highlevel import AnyReaderError
-
+        """The image messages of the chosen topic in log-time order (in recording order when
+        the bag is cut off). Reading ends quietly where the bag breaks; ``damage`` says where."""
+        if self._salvage:
+            stored = salvaged_messages(self._salvage)
+            messages = ((m.msgtype, m.t_ns, m.raw) for m in stored if m.topic == self.topic)
+            yield from self._frames(messages)
+            return
+        reader = self._reader
+        connections = [c for c in reader.connections if c.topic == self.topic]
+        messages = (
+            (c.msgtype, t_ns, raw) for c, t_ns, raw in reader.messages(connections=connections)
+        )
+        read = 0
         try:
-            for index, (conn, t_ns, raw) in enumerate(
-                self._reader.messages(connections=self._connections)
-            ):
-                msg = self._reader.deserialize(raw, conn.msgtype)
-                yield BagFrame(
-                    index,
-                    self.topic,
-                    conn.msgtype,
-                    t_ns,
-                    stamp_to_ns(msg.header.stamp),
-                    bytes(raw),
-                    msg.header.frame_id,
-                )
-        except (AnyReaderError, OSError) as exc:
-            raise DataError(f"bag '{self.path}' is corrupt while reading ({exc})") from None
+            for frame in self._frames(messages):
+                yield frame
+                read += 1
+        except Exception as exc:  # raised by the storage and codec libraries, each its own type
+            self.damage = (
+                f"bag '{self.path}' broke while being read, after {read} of {self.count} frames "
+                f"of {self.topic} ({type(exc).__name__}: {exc})"
+            )
+
+    def _frames(self, messages: Iterable[tuple[str, int, bytes]]) -> Iterator[BagFrame]:
+        for index, (msgtype, t_ns, raw) in enumerate(messages):
+            msg = typestore().deserialize_cdr(raw, msgtype)
+            yield BagFrame(
+                index,
+                self.topic,
+                msgtype,
+                t_ns,
+                stamp_to_ns(msg.header.stamp),
+                bytes(raw),
+                msg.header.frame_id,
+            )
 
     def close(self) -> None:
         """Close the underlying reader."""
-        self._reader.close()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+
+@dataclass
+class _SalvageScan:
+    """What one pass over cut-off storage files found."""
+
+    topics: dict[str, str] = field(default_factory=dict)  # topic -> message type
+    counts: Counter = field(default_factory=Counter)  # messages per topic
+    last_ns: dict[str, int] = field(default_factory=dict)  # last log time per topic
+    span_ns: tuple[int, int] | None = None  # (first, last) log time of any message
+    stop: str | None = None  # where and why reading stopped; None: the data ended
+
+    @classmethod
+    def of(cls, files: list[Path]) -> _SalvageScan:
+        """Scan ``files`` to their first break."""
+        scan = cls()
+        messages = salvaged_messages(files)
+        while True:
+            try:
+                msg = next(messages)
+            except StopIteration as end:
+                scan.stop = end.value
+                return scan
+            scan.topics.setdefault(msg.topic, msg.msgtype)
+            scan.counts[msg.topic] += 1
+            scan.last_ns[msg.topic] = msg.t_ns
+            first, last = scan.span_ns or (msg.t_ns, msg.t_ns)
+            scan.span_ns = (min(first, msg.t_ns), max(last, msg.t_ns))
 
 
 def camera_info_for(image_topic: str, info_topics: list[str]) -> str | None:

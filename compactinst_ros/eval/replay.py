@@ -165,12 +165,13 @@ def run_lockstep(
     labels = getattr(getattr(pipeline, "bundle", None), "labels", None)
     samples: dict[str, list[float]] = defaultdict(list)
     bar = Progress(total, "lockstep", progress)
-    processed = evaluated = 0
+    processed = evaluated = read = 0
     start = time.perf_counter()
     try:
         for frame in bag.frames():
             if frame.index >= total:
                 break
+            read += 1
             t0 = time.perf_counter()
             image, encoding = frame.decode()
             decode_ms = (time.perf_counter() - t0) * 1e3
@@ -197,14 +198,17 @@ def run_lockstep(
             writer.close()
     wall = time.perf_counter() - start
     warm = min(warmup, max(processed - 1, 0))
-    notes = []
+    notes = [bag.damage] if bag.damage else []
     if evaluator is not None and evaluated < len(gt.frame_to_image if gt else ()):
         notes.append(f"{len(gt.frame_to_image) - evaluated} matched GT frames were not replayed")
+    frames = {"total": total, "processed": processed, "dropped": read - processed}
+    if read < total:  # the bag broke while being read
+        frames["unread"] = total - read
     return {
         "accuracy": evaluator.result() if evaluator is not None else None,
         "warmup_frames": warm,
         "latency": latency_stats(samples, warm),
-        "frames": {"total": total, "processed": processed, "dropped": total - processed},
+        "frames": frames,
         "throughput": {
             "wall_s": round(wall, 3),
             "input_fps": round(processed / wall, 2) if wall > 0 else None,
@@ -348,7 +352,11 @@ def replay(options: ReplayOptions) -> dict:
                 progress=options.progress,
             )
             report.setdefault("model", model)
+            if bag.damage:
+                block["notes"].insert(0, bag.damage)
             modes["realtime"] = block
+        if bag.damage:
+            report["bag"]["damage"] = bag.damage
     report["host"] = host_info()
     report["modes"] = modes
     if options.output_bag is not None:
@@ -366,5 +374,7 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     report = replay(options)
     print(summary_text(report))
+    if report["bag"].get("damage"):
+        print(f"warning: {report['bag']['damage']}")
     print(f"report: {options.out / 'report.md'}")
     return 0

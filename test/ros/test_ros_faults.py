@@ -1,0 +1,233 @@
+"""Faults the node survives, over real DDS on loopback: a camera restarting with another
+reliability, model and engine files damaged between runs or while the node runs, and SIGTERM
+with frames in flight."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from ros_harness import REPO, Client, NodeProcess, next_domain
+from test_ros_node import image_msg, scene
+
+from compactinst_ros.bundle import default_bundle_path
+
+pytest.importorskip("rclpy")
+from diagnostic_msgs.msg import DiagnosticStatus
+from sensor_msgs.msg import Image
+
+NS = "/compactinst"
+TOPIC = "/cam/image"
+MASK = f"{NS}/instance_mask"
+
+
+def node_params(model: Path | None = None, **extra: object) -> dict:
+    """The node on ONNX Runtime with fast /diagnostics, reading ``TOPIC``."""
+    return {
+        "model": str(model or default_bundle_path()),
+        "backend": "onnxruntime",
+        "ort_threads": 1,
+        "image_topic": TOPIC,
+        "diagnostics_period": 0.25,
+        **extra,
+    }
+
+
+def diagnostics_where(client: Client, check, what: str, timeout: float = 30.0) -> dict:
+    """The first /diagnostics report (from now on) for which ``check(values)`` holds."""
+    return client.wait_for(
+        lambda: (d := client.latest_diagnostics()) and check(d) and d, timeout, what
+    )
+
+
+def send_until_output(client: Client, pub, timeout: float = 30.0) -> int:
+    """Publish fresh frames until one comes back on ``~/instance_mask``; its stamp's sec.
+    (A best-effort frame sent while the node is still re-subscribing may be lost.)"""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = image_msg(scene(96, 128, 3), "bgr8")
+        pub.publish(msg)
+        sec = msg.header.stamp.sec
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            if client.stamped(MASK, sec):
+                return sec
+            time.sleep(0.02)
+    raise AssertionError(f"no output within {timeout} s")
+
+
+def start(domain: int, params: dict, script: Path | None = None) -> tuple[NodeProcess, Client]:
+    """The node and a client recording /diagnostics and ``~/instance_mask``."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    node = NodeProcess(domain, params, script=script)
+    client = Client(domain)
+    client.subscribe(DiagnosticArray, "/diagnostics")
+    client.subscribe(Image, MASK)
+    return node, client
+
+
+def stop(node: NodeProcess, client: Client) -> None:
+    """Close the client, Ctrl-C the node; it must exit 0."""
+    client.close()
+    code = node.stop()
+    assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
+
+
+def test_camera_restart_with_other_reliability_resumes_and_diagnostics_show_the_gap() -> None:
+    domain = next_domain()
+    node, client = start(domain, node_params(input_timeout=1.0))
+    try:
+        reliable = client.publisher(Image, TOPIC, reliable=True)
+        diagnostics_where(
+            client, lambda d: d.get("input_reliability") == "raw=reliable", "reliable input"
+        )
+        client.wait_for(lambda: client.matched(MASK), 10, "output matching")
+        first = send_until_output(client, reliable)
+        ok = diagnostics_where(client, lambda d: d["_message"] == "ok", "healthy while streaming")
+        assert ok["_level"] == DiagnosticStatus.OK
+
+        client.node.destroy_publisher(reliable)  # the camera goes away ...
+        gone = diagnostics_where(
+            client, lambda d: "no publisher" in d["_message"], "the gap on /diagnostics"
+        )
+        assert gone["_level"] == DiagnosticStatus.WARN and gone["input_publishers"] == "0"
+
+        best_effort = client.publisher(Image, TOPIC, reliable=False)  # ... and comes back
+        diagnostics_where(
+            client,
+            lambda d: d.get("input_reliability") == "raw=best_effort",
+            "the node re-subscribing best effort",
+        )
+        silent = diagnostics_where(
+            client, lambda d: "input silent" in d["_message"], "silence before the first frame"
+        )
+        assert silent["_level"] == DiagnosticStatus.WARN
+        resumed = send_until_output(client, best_effort)
+        assert resumed > first
+        recovered = diagnostics_where(
+            client,
+            lambda d: d["_message"] == "ok" and int(d["frames_processed"]) >= 2,
+            "recovery on /diagnostics",
+        )
+        assert recovered["_level"] == DiagnosticStatus.OK and recovered["errors"] == "0"
+    finally:
+        stop(node, client)
+
+
+def test_model_files_damaged_while_running_then_refused_at_the_next_start(tmp_path) -> None:
+    """The backend holds the model in memory once loaded: deleting or overwriting the bundle's
+    files does not disturb the running node. The next start verifies the bundle's hashes and
+    refuses it with the fix named."""
+    bundle = Path(shutil.copytree(default_bundle_path(), tmp_path / "bundle"))
+    domain = next_domain()
+    node, client = start(domain, node_params(bundle))
+    try:
+        pub = client.publisher(Image, TOPIC)
+        client.wait_for(lambda: pub.get_subscription_count() and client.matched(MASK), 60)
+        send_until_output(client, pub)
+        encoder = bundle / "encoder.onnx"
+        encoder.write_bytes(encoder.read_bytes()[:4096] + b"\0" * 64)
+        (bundle / "decoder.onnx").unlink()
+        for _ in range(2):
+            send_until_output(client, pub)
+        report = client.settled_diagnostics()
+        assert report["errors"] == "0" and report["_level"] == DiagnosticStatus.OK, report
+    finally:
+        stop(node, client)
+
+    again = NodeProcess(next_domain(), node_params(bundle))
+    try:
+        code = again.proc.wait(timeout=60)
+    finally:
+        again.stop()
+    log = again.log()
+    assert code == 1, log
+    assert "encoder.onnx does not match its sha256" in log
+    assert "re-export the bundle" in log and "Traceback" not in log
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_corrupt_engine_keeps_the_running_node_and_is_refused_without_building(tmp_path) -> None:
+    """TensorRT path on the CPU stand-ins of test/gpu/emu. The engine is deserialized at start, so
+    a corrupted cache file does not disturb the running node; at the next start with building
+    disabled the corrupt engine is refused with the command that rebuilds it (with building
+    allowed it is rebuilt: test/gpu/test_trt_emulation.py)."""
+    cache = tmp_path / "engines"
+    params = {
+        "backend": "tensorrt",
+        "engine_cache_dir": str(cache),
+        "image_topic": TOPIC,
+        "diagnostics_period": 0.25,
+    }
+    script = REPO / "test" / "gpu" / "emu" / "emulated_node.py"
+    node, client = start(next_domain(), params, script)
+    try:
+        diagnostics_where(
+            client, lambda d: d.get("backend") == "tensorrt", f"engines built:\n{node.tail()}", 120
+        )
+        pub = client.publisher(Image, TOPIC)
+        client.wait_for(lambda: pub.get_subscription_count() and client.matched(MASK), 30)
+        send_until_output(client, pub, 60)
+        engine = next(cache.glob("encoder-*.engine"))
+        engine.write_bytes(engine.read_bytes()[:100])
+        send_until_output(client, pub, 60)
+        assert client.settled_diagnostics()["errors"] == "0"
+    finally:
+        stop(node, client)
+
+    refused = NodeProcess(next_domain(), {**params, "allow_engine_build": False}, script=script)
+    try:
+        code = refused.proc.wait(timeout=180)
+    finally:
+        refused.stop()
+    log = refused.log()
+    assert code == 1, log
+    assert "corrupt" in log and "building is disabled; run 'compactinst build-engine" in log
+
+
+def test_sigterm_with_frames_in_flight_exits_0_within_5_s() -> None:
+    domain = next_domain()
+    node, client = start(domain, node_params())
+    streaming = threading.Event()
+    try:
+        pub = client.publisher(Image, TOPIC)
+        client.wait_for(lambda: pub.get_subscription_count() and client.matched(MASK), 60)
+        frames = [image_msg(scene(480, 640, i), "bgr8") for i in range(3)]
+
+        def camera() -> None:
+            """30 Hz until the node is gone: the worker is always busy with a frame."""
+            i = 0
+            while not streaming.is_set():
+                frames[i % 3].header.stamp.sec += 3
+                pub.publish(frames[i % 3])
+                i += 1
+                time.sleep(1 / 30)
+
+        thread = threading.Thread(target=camera, daemon=True)
+        thread.start()
+        diagnostics_where(
+            client,
+            lambda d: int(d["frames_processed"]) >= 2 and int(d["frames_dropped"]) >= 1,
+            "frames flowing faster than the node",
+        )
+        sent = time.monotonic()
+        node.proc.send_signal(signal.SIGTERM)
+        try:
+            code = node.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        took = time.monotonic() - sent
+        streaming.set()
+        thread.join(timeout=2.0)
+        assert code == 0, f"exit code {code} after {took:.1f} s:\n{node.log()}"
+        assert took < 5.0
+    finally:
+        streaming.set()
+        client.close()
+        node.stop()
