@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
 #: seconds between polls of the output subscription counts (a new subscriber waits at most this)
@@ -37,7 +38,10 @@ class IdleGate:
         self._start = start
         self._stop = stop
         self.idle = True
-        self._timer: Any = node.create_timer(period_s, self.poll)
+        # a steady clock: with use_sim_time and no /clock yet, a ROS-time timer never fires
+        self._timer: Any = node.create_timer(
+            period_s, self.poll, clock=Clock(clock_type=ClockType.STEADY_TIME)
+        )
         self.poll()
 
     def poll(self) -> None:

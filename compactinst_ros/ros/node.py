@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import ReliabilityPolicy, qos_policy_name_from_kind
 from sensor_msgs.msg import CompressedImage, Image
@@ -95,7 +96,8 @@ class CompactInstCore:
             self.camera_info = CameraInfoRelay(self.node, cfg.camera_info_topic,
                                                cfg.camera_info_tolerance_ms, cfg.output_reliability)
         self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._diag_timer = self.node.create_timer(cfg.diagnostics_period, self._publish_diagnostics)
+        self._diag_timer = self.node.create_timer(cfg.diagnostics_period, self._publish_diagnostics,
+                                                  clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.timers.append(self._diag_timer)
         self.log.info(
             f"loaded {self.facts.get('model')} ({self.facts.get('input_size')}) on "
@@ -108,7 +110,8 @@ class CompactInstCore:
         assert self.config is not None and self.pubs is not None
         self.gate = IdleGate(self.node, self.pubs.listened, self._start_input, self._stop_input)
         if self.config.input_reliability is None:
-            self._match_timer = self.node.create_timer(0.5, self._match_qos)
+            self._match_timer = self.node.create_timer(
+                0.5, self._match_qos, clock=Clock(clock_type=ClockType.STEADY_TIME))
             self.timers.append(self._match_timer)
             self._match_qos()
         self.active = True
