@@ -24,20 +24,8 @@ from ..errors import ConfigError
 from ..resources import default_model
 from ..ros.camera_info import StampMatcher
 from ..structures import STAGES, OutputSet, PostprocessOptions
-from .bags import (
-    CAMERA_INFO,
-    COMPRESSED,
-    IMAGE,
-    JOINT_STATE,
-    OUTPUT_NS,
-    POINTCLOUD2,
-    BagFrame,
-    BagWriter,
-    ImageBag,
-    bag_hash,
-    default_output_bag,
-    open_output_bag,
-)
+from . import bags
+from .bags import BagFrame, BagWriter, ImageBag, bag_hash, default_output_bag, open_output_bag
 from .groundtruth import MATCH_MODES, GroundTruth
 from .realtime import CAMERA_INFO_TOLERANCE_NS, run_realtime
 from .report import Progress, host_info, latency_stats, now_iso, summary_text, write_report
@@ -111,23 +99,24 @@ def write_outputs(
     sec, nanosec = divmod(frame.stamp_ns, 1_000_000_000)
     header = Header(stamp=Time(sec=sec, nanosec=nanosec), frame_id=frame.frame_id)
     messages: dict[str, tuple[str, object]] = {
-        name: (IMAGE, convert.image_msg(raster, header))
+        name: (bags.IMAGE, convert.image_msg(raster, header))
         for name, raster in convert.result_images(result).items()
         if raster is not None and name != "overlay"
     }
     if result.overlay is not None:
         jpeg = convert.jpeg_msg(result.overlay, header, OVERLAY_JPEG_QUALITY)
-        messages["overlay/compressed"] = (COMPRESSED, jpeg)
-    messages["instance_table"] = (POINTCLOUD2, convert.instance_table_msg(header, result.instances))
+        messages["overlay/compressed"] = (bags.COMPRESSED, jpeg)
+    table = convert.instance_table_msg(header, result.instances)
+    messages["instance_table"] = (bags.POINTCLOUD2, table)
     measured = [s for s in STAGES if s in result.timings_ms]  # lockstep has no queue, publish...
     record = convert.latency_record_msg(header, measured, result.timings_ms)
-    messages["latency/frame"] = (JOINT_STATE, record)
+    messages["latency/frame"] = (bags.JOINT_STATE, record)
     if camera_info is not None:
         info = deserialize_message(camera_info, CameraInfo)
         info.header = header
-        messages["camera_info"] = (CAMERA_INFO, info)
+        messages["camera_info"] = (bags.CAMERA_INFO, info)
     for name, (msgtype, msg) in messages.items():
-        writer.write(f"{OUTPUT_NS}/{name}", msgtype, frame.bag_time_ns, serialize_message(msg))
+        writer.write(f"{bags.OUTPUT_NS}/{name}", msgtype, frame.bag_time_ns, serialize_message(msg))
 
 
 def pick_overlay_frames(count: int, n: int) -> set[int]:
@@ -186,7 +175,7 @@ def run_lockstep(
                 writer.write(bag.topic, bag.msgtype, frame.bag_time_ns, frame.raw)
                 info = infos.match(frame.stamp_ns)
                 if info is not None:
-                    writer.write(bag.camera_info_topic, CAMERA_INFO, frame.bag_time_ns, info)
+                    writer.write(bag.camera_info_topic, bags.CAMERA_INFO, frame.bag_time_ns, info)
                 write_outputs(writer, frame, result, info)
             if frame.index in show and labels is not None and overlay_dir is not None:
                 name = overlay_dir / f"{frame.index:06d}.png"
