@@ -49,6 +49,11 @@ def ros_env(domain: int) -> dict[str, str]:
     return env
 
 
+def cpu_node_params(model: Any, **params: Any) -> dict[str, Any]:
+    """Parameters of a test node on ONNX Runtime with one thread, for ``model``, plus ``params``."""
+    return {"model": model, "backend": "onnxruntime", "ort_threads": 1, **params}
+
+
 class NodeProcess(realtime.NodeProcess):
     """The node (or its lifecycle variant, or a ``script`` that starts it wrapped) on its own ROS
     domain; must exit on Ctrl-C."""

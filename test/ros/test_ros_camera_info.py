@@ -7,7 +7,7 @@ import time
 import cv2
 import numpy as np
 import pytest
-from ros_harness import Client, NodeProcess, next_domain
+from ros_harness import Client, NodeProcess, cpu_node_params, next_domain
 from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 
@@ -45,17 +45,15 @@ def ros(random_bundle):
     domain = next_domain()
     node = NodeProcess(
         domain,
-        {
-            "model": random_bundle,
-            "backend": "onnxruntime",
-            "ort_threads": 1,
-            "image_topic": TOPIC,
-            "camera_info_topic": INFO_TOPIC,
-            "camera_info_tolerance_ms": 1.0,
-            "outputs": ["instance_mask", "overlay", "latency"],
-            "overlay_jpeg_quality": 95,
-            "diagnostics_period": 0.25,
-        },
+        cpu_node_params(
+            random_bundle,
+            image_topic=TOPIC,
+            camera_info_topic=INFO_TOPIC,
+            camera_info_tolerance_ms=1.0,
+            outputs=["instance_mask", "overlay", "latency"],
+            overlay_jpeg_quality=95,
+            diagnostics_period=0.25,
+        ),
     )
     client = Client(domain)
     try:

@@ -9,7 +9,7 @@ import array
 import cv2
 import numpy as np
 import pytest
-from ros_harness import Client, NodeProcess, next_domain
+from ros_harness import Client, NodeProcess, cpu_node_params, next_domain
 
 pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -39,14 +39,12 @@ def ros(random_bundle):
     domain = next_domain()
     node = NodeProcess(
         domain,
-        {
-            "model": random_bundle,
-            "backend": "onnxruntime",
-            "ort_threads": 1,
-            "image_topic": TOPIC,
-            "input_transport": "compressed",
-            "diagnostics_period": 0.25,
-        },
+        cpu_node_params(
+            random_bundle,
+            image_topic=TOPIC,
+            input_transport="compressed",
+            diagnostics_period=0.25,
+        ),
     )
     client = Client(domain)
     try:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ros_harness import REPO, Client, NodeProcess, next_domain
+from ros_harness import REPO, Client, NodeProcess, cpu_node_params, next_domain
 from test_ros_node import image_msg, scene
 
 from compactinst_ros.bundle import default_bundle_path
@@ -28,14 +28,9 @@ MASK = f"{NS}/instance_mask"
 
 def node_params(model: Path | None = None, **extra: object) -> dict:
     """The node on ONNX Runtime with fast /diagnostics, reading ``TOPIC``."""
-    return {
-        "model": str(model or default_bundle_path()),
-        "backend": "onnxruntime",
-        "ort_threads": 1,
-        "image_topic": TOPIC,
-        "diagnostics_period": 0.25,
-        **extra,
-    }
+    return cpu_node_params(
+        str(model or default_bundle_path()), image_topic=TOPIC, diagnostics_period=0.25, **extra
+    )
 
 
 def diagnostics_where(client: Client, check, what: str, timeout: float = 30.0) -> dict:

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from ros_harness import REPO, Client, NodeProcess, next_domain
+from ros_harness import REPO, Client, NodeProcess, cpu_node_params, next_domain
 from test_ros_node import image_msg, scene
 
 pytest.importorskip("rclpy")
@@ -35,17 +35,15 @@ def test_slow_and_stalled_backends_warn_then_recover(
     domain = next_domain()
     node = NodeProcess(
         domain,
-        {
-            "model": random_bundle,
-            "backend": "onnxruntime",
-            "ort_threads": 1,
-            "image_topic": TOPIC,
-            "outputs": ["instance_mask"],
-            "diagnostics_period": 0.25,
-            "rate_window": 6,  # 1.5 s
-            "rate_tolerance": 0.3,
-            "latency_budget_ms": 400.0,
-        },
+        cpu_node_params(
+            random_bundle,
+            image_topic=TOPIC,
+            outputs=["instance_mask"],
+            diagnostics_period=0.25,
+            rate_window=6,  # 1.5 s
+            rate_tolerance=0.3,
+            latency_budget_ms=400.0,
+        ),
         script=REPO / "test" / "ros" / "slow_node.py",
     )
     stop = threading.Event()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from ros_harness import Client, NodeProcess, next_domain
+from ros_harness import Client, NodeProcess, cpu_node_params, next_domain
 from test_ros_node import image_msg, scene
 
 pytest.importorskip("rclpy")
@@ -22,14 +22,12 @@ def test_input_is_subscribed_only_while_an_output_is(random_bundle, make_client)
     domain = next_domain()
     node = NodeProcess(
         domain,
-        {
-            "model": random_bundle,
-            "backend": "onnxruntime",
-            "ort_threads": 1,
-            "image_topic": TOPIC,
-            "camera_info_topic": INFO_TOPIC,
-            "diagnostics_period": 0.25,
-        },
+        cpu_node_params(
+            random_bundle,
+            image_topic=TOPIC,
+            camera_info_topic=INFO_TOPIC,
+            diagnostics_period=0.25,
+        ),
     )
     stop = threading.Event()
     try:
