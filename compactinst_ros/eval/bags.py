@@ -38,6 +38,15 @@ IMAGE_TYPES = (IMAGE, COMPRESSED)
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 POINTCLOUD2 = "sensor_msgs/msg/PointCloud2"
 JOINT_STATE = "sensor_msgs/msg/JointState"
+#: output-bag topics besides the rasters, latency record and camera_info (suffix -> type): what
+#: rviz and Foxglove users scrub through; both replay modes write them (colour images where
+#: they exist)
+BAG_OUTPUTS = {
+    "overlay/compressed": COMPRESSED,
+    "panoptic/color": IMAGE,
+    "semantic/color": IMAGE,
+    "instance_table": POINTCLOUD2,
+}
 #: Namespace of the node's output topics, as recorded in output bags (the node's default).
 OUTPUT_NS = "/compactinst"
 #: An MCAP file begins and ends with this magic; one without it at the end was cut off.

@@ -34,12 +34,12 @@ from ..resources import fastdds_profile
 from ..ros.camera_info import StampMatcher
 from ..ros.params import ros_param_text
 from .bags import (
+    BAG_OUTPUTS,
     CAMERA_INFO,
     COMPRESSED,
     IMAGE,
     JOINT_STATE,
     OUTPUT_NS,
-    POINTCLOUD2,
     BagFrame,
     BagWriter,
     ImageBag,
@@ -51,14 +51,6 @@ from .report import Progress, latency_stats
 INPUT_TOPIC = "/compactinst_replay/image"
 INPUT_CAMERA_INFO = "/compactinst_replay/camera_info"
 RASTERS = ("instance_mask", "panoptic", "semantic")
-#: outputs recorded into the output bag besides the rasters (topic suffix -> type): what rviz and
-#: Foxglove users scrub through; the colour images exist where the node publishes them
-BAG_OUTPUTS = {
-    "overlay/compressed": COMPRESSED,
-    "panoptic/color": IMAGE,
-    "semantic/color": IMAGE,
-    "instance_table": POINTCLOUD2,
-}
 #: a bag's camera_info matches a frame whose stamp is this close (ns)
 CAMERA_INFO_TOLERANCE_NS = 1_000_000
 

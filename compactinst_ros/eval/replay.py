@@ -105,9 +105,9 @@ def write_outputs(
     }
     if result.overlay is not None:
         jpeg = convert.jpeg_msg(result.overlay, header, OVERLAY_JPEG_QUALITY)
-        messages["overlay/compressed"] = (bags.COMPRESSED, jpeg)
+        messages["overlay/compressed"] = (bags.BAG_OUTPUTS["overlay/compressed"], jpeg)
     table = convert.instance_table_msg(header, result.instances)
-    messages["instance_table"] = (bags.POINTCLOUD2, table)
+    messages["instance_table"] = (bags.BAG_OUTPUTS["instance_table"], table)
     measured = [s for s in STAGES if s in result.timings_ms]  # lockstep has no queue, publish...
     record = convert.latency_record_msg(header, measured, result.timings_ms)
     messages["latency/frame"] = (bags.JOINT_STATE, record)
