@@ -232,8 +232,6 @@ def panoptic_color(result: FrameResult, labels: LabelSet) -> np.ndarray | None:
     seg: Segments = result.segments
     classes = class_colours(labels)
     label = np.clip(seg.label_id, 0, len(classes) - 1)
-    colours = np.where(
-        seg.isthing[:, None], shaded(classes[label], seg.ids % 1000), classes[label]
-    )
+    colours = np.where(seg.isthing[:, None], shaded(classes[label], seg.ids % 1000), classes[label])
     table = np.concatenate([np.zeros((1, 3), np.uint8), colours.astype(np.uint8)])
     return _lookup_bgr(value_index(raster, seg.ids), table)

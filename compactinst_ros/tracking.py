@@ -230,8 +230,9 @@ class InstanceTracker:
 
         tracks = self._tracks
         iou = self._iou(tracks, instances, sampled, pixels)
-        same_class = np.array([t.class_index for t in tracks], np.int64)[:, None] == (
-            instances.class_index.astype(np.int64)[None, :]
+        same_class = (
+            np.array([t.class_index for t in tracks], np.int64)[:, None]
+            == (instances.class_index.astype(np.int64)[None, :])
         )
         matched_t, matched_i = assign_by_iou(iou, same_class & (iou >= opts.min_iou))
 
@@ -252,8 +253,9 @@ class InstanceTracker:
         unmatched = np.flatnonzero(track_ids == 0)
         track_ids[unmatched] = self._new_ids(unmatched.size)
         self._tracks += [
-            _Track(int(track_ids[i]), int(instances.class_index[i]), instances.box[i].copy(),
-                   pixels[i])
+            _Track(
+                int(track_ids[i]), int(instances.class_index[i]), instances.box[i].copy(), pixels[i]
+            )
             for i in unmatched.tolist()
         ]
         return track_ids
@@ -277,8 +279,9 @@ class InstanceTracker:
         return ids
 
     @staticmethod
-    def _iou(tracks: list[_Track], instances: Instances, sampled: np.ndarray,
-             pixels: list[np.ndarray]) -> np.ndarray:
+    def _iou(
+        tracks: list[_Track], instances: Instances, sampled: np.ndarray, pixels: list[np.ndarray]
+    ) -> np.ndarray:
         """(tracks, instances) mask IoU on the sampled grid; box IoU where a mask has no sample."""
         n = len(instances)
         if not tracks or not n:
@@ -293,8 +296,10 @@ class InstanceTracker:
         iou = inter / np.maximum(union, 1.0)
         tiny = (area_t[:, None] == 0) | (area_i[None, :] == 0)
         if tiny.any():
-            boxes = box_iou(np.stack([t.box for t in tracks]).astype(np.float64),
-                            instances.box.astype(np.float64))
+            boxes = box_iou(
+                np.stack([t.box for t in tracks]).astype(np.float64),
+                instances.box.astype(np.float64),
+            )
             iou = np.where(tiny, boxes, iou)
         return iou
 

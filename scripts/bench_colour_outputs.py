@@ -77,7 +77,9 @@ def main() -> None:
     client = rclpy.create_node("bench_colour_client")
     records: dict[int, JointState] = {}
     client.create_subscription(
-        JointState, f"{NS}/latency/frame", lambda m: records.__setitem__(m.header.stamp.sec, m),
+        JointState,
+        f"{NS}/latency/frame",
+        lambda m: records.__setitem__(m.header.stamp.sec, m),
         RELIABLE,
     )
     for name in ("panoptic", "semantic"):
@@ -95,10 +97,14 @@ def main() -> None:
     time.sleep(2.0)
     with_colour = run_phase(client, pub, frames, records, 2000)
     print(f"{h}x{w}, median of {args.frames - 1} frames, node stages in ms")
-    print(f"  colour images not subscribed: publish {without['publish']:.2f}  "
-          f"total {without['total']:.1f}")
-    print(f"  colour images subscribed:     publish {with_colour['publish']:.2f}  "
-          f"total {with_colour['total']:.1f}")
+    print(
+        f"  colour images not subscribed: publish {without['publish']:.2f}  "
+        f"total {without['total']:.1f}"
+    )
+    print(
+        f"  colour images subscribed:     publish {with_colour['publish']:.2f}  "
+        f"total {with_colour['total']:.1f}"
+    )
     executor.shutdown()
     node.destroy_node()
     client.destroy_node()

@@ -149,8 +149,9 @@ def main() -> int:
     """Time old and new alternately per camera size and print the Markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None, help="bundle (default: models/default)")
-    parser.add_argument("--sizes", nargs="+", default=["384x256", "1280x720", "1920x1080"],
-                        help="camera sizes WxH")
+    parser.add_argument(
+        "--sizes", nargs="+", default=["384x256", "1280x720", "1920x1080"], help="camera sizes WxH"
+    )
     parser.add_argument("--frames", type=int, default=6, help="timed frames per size and path")
     parser.add_argument("--scenes", type=int, default=3, help="demo scenes to cycle through")
     args = parser.parse_args()

@@ -60,8 +60,12 @@ def time_interleaved(
             if i:  # run 0 warms up allocations
                 for s in STAGES:
                     times[config][s].append(result.timings_ms[s])
-            print(f"  run {i}/{runs} {config}: encoder {result.timings_ms['encoder']:.0f} ms, "
-                  f"decoder {result.timings_ms['decoder']:.0f} ms", file=sys.stderr, flush=True)
+            print(
+                f"  run {i}/{runs} {config}: encoder {result.timings_ms['encoder']:.0f} ms, "
+                f"decoder {result.timings_ms['decoder']:.0f} ms",
+                file=sys.stderr,
+                flush=True,
+            )
     return times
 
 
@@ -85,9 +89,11 @@ def main() -> int:
         backends = {c: prepare(c, size, args.classes, args.threads, Path(tmp)) for c in CONFIGS}
         times = time_interleaved(backends, size, args.runs)
     a, b = CONFIGS
-    print(f"\nONNX Runtime {onnxruntime.__version__} CPU, {args.threads} threads, "
-          f"{size[0]}x{size[1]}, K={args.classes}, random weights, {args.runs} runs (ms); "
-          "min is the least disturbed by other load")
+    print(
+        f"\nONNX Runtime {onnxruntime.__version__} CPU, {args.threads} threads, "
+        f"{size[0]}x{size[1]}, K={args.classes}, random weights, {args.runs} runs (ms); "
+        "min is the least disturbed by other load"
+    )
     print(f"| stage | {a} median | {b} median | ratio | {a} min | {b} min | ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for s in (*STAGES, "total"):

@@ -46,8 +46,12 @@ NCU_SIZE = (1088, 1920)
 NUM_CLASSES = 8
 NCU_CONFIGS = ("fastinst_r18_d3", "compactinst_r18")
 #: Column labels of the summary table.
-SHORT = {"fastinst_r18_d3": "FastInst-D3", "compactinst_r18": "CI PF1/16",
-         "compactinst_r18_pf32": "CI PF1/32", "compactinst_r18_m4": "CI M1/4"}
+SHORT = {
+    "fastinst_r18_d3": "FastInst-D3",
+    "compactinst_r18": "CI PF1/16",
+    "compactinst_r18_pf32": "CI PF1/32",
+    "compactinst_r18_m4": "CI M1/4",
+}
 #: Start no ncu run after this many seconds, so that the whole script stays under 8 minutes.
 DEADLINE_S = 300
 
@@ -57,8 +61,9 @@ def find_ncu() -> str | None:
     found = shutil.which("ncu")
     if found:
         return found
-    candidates = sorted(glob.glob("/usr/local/cuda*/bin/ncu")
-                        + glob.glob("/opt/nvidia/nsight-compute/*/ncu"))
+    candidates = sorted(
+        glob.glob("/usr/local/cuda*/bin/ncu") + glob.glob("/opt/nvidia/nsight-compute/*/ncu")
+    )
     return candidates[-1] if candidates else None
 
 
@@ -96,8 +101,7 @@ def ncu_target(config: str, size: tuple[int, int], device: str) -> None:
 def run_with_heartbeat(cmd: list[str], timeout_s: float, log: Path) -> tuple[int, str]:
     """Run ``cmd``, printing elapsed time and ``log``'s size every 15 s; kill it at timeout."""
     start = time.monotonic()
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as proc:
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         while True:
             try:
                 output, _ = proc.communicate(timeout=15)
@@ -122,9 +126,22 @@ def profile_decoder(ncu: str, config: str, out: Path, timeout_s: float) -> Path:
         ",".join(bytes_only),
     )
     for metrics in metric_sets:
-        cmd = [ncu, "--csv", "--print-units", "base", "--profile-from-start", "off",
-               "--metrics", metrics, "--log-file", str(csv_path),
-               sys.executable, str(Path(__file__).resolve()), "--ncu-target", config]
+        cmd = [
+            ncu,
+            "--csv",
+            "--print-units",
+            "base",
+            "--profile-from-start",
+            "off",
+            "--metrics",
+            metrics,
+            "--log-file",
+            str(csv_path),
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--ncu-target",
+            config,
+        ]
         print("  $ " + " ".join(cmd), flush=True)
         csv_path.unlink(missing_ok=True)
         returncode, output = run_with_heartbeat(cmd, timeout_s, csv_path)
@@ -132,9 +149,11 @@ def profile_decoder(ncu: str, config: str, out: Path, timeout_s: float) -> Path:
         if returncode == 0 and '"ID"' in text:
             return csv_path
         print(f"  ncu exit {returncode}: {(output or text)[-600:]}", flush=True)
-    raise RuntimeError(f"ncu produced no kernel table for {config} (see the messages above; "
-                       "ERR_NVGPUCTRPERM means profiling needs root or "
-                       "NVreg_RestrictProfilingToAdminUsers=0)")
+    raise RuntimeError(
+        f"ncu produced no kernel table for {config} (see the messages above; "
+        "ERR_NVGPUCTRPERM means profiling needs root or "
+        "NVreg_RestrictProfilingToAdminUsers=0)"
+    )
 
 
 def speedup_table(record: dict) -> list[str]:
@@ -145,13 +164,17 @@ def speedup_table(record: dict) -> list[str]:
         if not rows:
             continue
         configs = list(dict.fromkeys(r["config"] for r in rows))
-        lines.append(f"{scope:<8} {'size':>10} " + " ".join(
-            f"{SHORT.get(c, c):>16}" for c in configs))
+        lines.append(
+            f"{scope:<8} {'size':>10} " + " ".join(f"{SHORT.get(c, c):>16}" for c in configs)
+        )
         for size in dict.fromkeys(tuple(r["size"]) for r in rows):
             cells = {r["config"]: r for r in rows if tuple(r["size"]) == size}
-            lines.append(f"{'':<8} {size[0]:>4}x{size[1]:<5} " + " ".join(
-                f"{cells[c]['median_ms']:>8.2f}ms {cells[c]['speedup']:>4.2f}x"
-                for c in configs))
+            lines.append(
+                f"{'':<8} {size[0]:>4}x{size[1]:<5} "
+                + " ".join(
+                    f"{cells[c]['median_ms']:>8.2f}ms {cells[c]['speedup']:>4.2f}x" for c in configs
+                )
+            )
     return lines
 
 
@@ -159,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     """Bench, then ncu, then the summary table; everything also lands in ``--out``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "gpu_bench")
-    parser.add_argument("--smoke", action="store_true",
-                        help="CPU check of the flow: torch-cpu, one small size, one trial")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CPU check of the flow: torch-cpu, one small size, one trial",
+    )
     parser.add_argument("--skip-ncu", action="store_true", help="latency sweep only")
     parser.add_argument("--ncu-target", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -179,13 +205,26 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
     print(f"[1/3] latency sweep on {gpu}", flush=True)
     if args.smoke:
-        opts = latency.BenchOptions(sizes=[("small", (256, 320))], backends=["torch-cpu"],
-                                    warmup=1, iters=1, trials=1, threads=2,
-                                    num_classes=NUM_CLASSES, workdir=args.out / "bundles")
+        opts = latency.BenchOptions(
+            sizes=[("small", (256, 320))],
+            backends=["torch-cpu"],
+            warmup=1,
+            iters=1,
+            trials=1,
+            threads=2,
+            num_classes=NUM_CLASSES,
+            workdir=args.out / "bundles",
+        )
     else:
-        opts = latency.BenchOptions(backends=["torch-cuda"], warmup=10, iters=20, trials=5,
-                                    threads=4, num_classes=NUM_CLASSES,
-                                    workdir=args.out / "bundles")
+        opts = latency.BenchOptions(
+            backends=["torch-cuda"],
+            warmup=10,
+            iters=20,
+            trials=5,
+            threads=4,
+            num_classes=NUM_CLASSES,
+            workdir=args.out / "bundles",
+        )
     record = latency.run_sweep(opts, lambda m: print(m, flush=True))
     (args.out / "bench.json").write_text(json.dumps(record, indent=1))
     try:
@@ -221,17 +260,23 @@ def main(argv: list[str] | None = None) -> int:
     for backend, reason in record["unavailable"].items():
         print(f"{backend}: not available ({reason})")
     graphed = {r["cuda_graph"] for r in record["results"]}
-    print(f"GPU: {gpu}; PyTorch {torch.__version__} "
-          f"{'FP16, CUDA graphs' if graphed == {True} else 'FP16/FP32 eager where not graphed'}"
-          f"; median of {opts.trials} trials; ms and speed-up vs {latency.BASELINE}")
+    print(
+        f"GPU: {gpu}; PyTorch {torch.__version__} "
+        f"{'FP16, CUDA graphs' if graphed == {True} else 'FP16/FP32 eager where not graphed'}"
+        f"; median of {opts.trials} trials; ms and speed-up vs {latency.BASELINE}"
+    )
     print("\n".join(speedup_table(record)))
     if dram:
-        print(f"\ndecoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]} (paper, A4000 TensorRT: "
-              "5.74 -> 2.09 GB, -64%)")
+        print(
+            f"\ndecoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]} (paper, A4000 TensorRT: "
+            "5.74 -> 2.09 GB, -64%)"
+        )
         for config, s in dram.items():
-            print(f"  {config:<18} {s['all']['dram_gb']:7.3f} GB   CUDA-core kernels: "
-                  f"{100 * s['cuda-core']['time_share']:.0f}% of time, "
-                  f"{100 * s['cuda-core']['bytes_share']:.0f}% of bytes")
+            print(
+                f"  {config:<18} {s['all']['dram_gb']:7.3f} GB   CUDA-core kernels: "
+                f"{100 * s['cuda-core']['time_share']:.0f}% of time, "
+                f"{100 * s['cuda-core']['bytes_share']:.0f}% of bytes"
+            )
         if len(dram) == 2:
             a, b = (dram[c]["all"]["dram_gb"] for c in NCU_CONFIGS)
             print(f"  reduction          {100 * (1 - b / a):6.1f}%")

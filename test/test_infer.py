@@ -18,8 +18,20 @@ def test_infer_writes_overlay_and_json(random_bundle: Path, tmp_path: Path, caps
     cv2.imwrite(str(path), image)
     out = tmp_path / "out"
     code = main(
-        ["infer", "--model", str(random_bundle), "--backend", "onnxruntime", "--threads", "1",
-         "--score-threshold", "0", "--out", str(out), str(path)]
+        [
+            "infer",
+            "--model",
+            str(random_bundle),
+            "--backend",
+            "onnxruntime",
+            "--threads",
+            "1",
+            "--score-threshold",
+            "0",
+            "--out",
+            str(out),
+            str(path),
+        ]
     )
     printed = capsys.readouterr().out
     assert code == 0, printed

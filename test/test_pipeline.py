@@ -16,7 +16,9 @@ from compactinst_ros.structures import OutputSet, PostprocessOptions
 @pytest.fixture(scope="module")
 def pipeline(random_bundle: Path) -> Pipeline:
     with Pipeline(
-        random_bundle, backend="onnxruntime", options=PostprocessOptions(score_threshold=0.0),
+        random_bundle,
+        backend="onnxruntime",
+        options=PostprocessOptions(score_threshold=0.0),
         threads=1,
     ) as p:
         yield p

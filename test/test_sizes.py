@@ -16,10 +16,17 @@ def test_parses_height_by_width() -> None:
     assert parse_size(" 96X128 ") == (96, 128)
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("512", "HxW"), ("axb", "HxW"), ("1x2x3", "HxW"), ("", "HxW"), ("0x64", "positive"),
-    ("-32x64", "positive"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("512", "HxW"),
+        ("axb", "HxW"),
+        ("1x2x3", "HxW"),
+        ("", "HxW"),
+        ("0x64", "positive"),
+        ("-32x64", "positive"),
+    ],
+)
 def test_rejects_with_the_expected_form(text: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=problem) as info:
         parse_size(text)

@@ -19,8 +19,9 @@ from compactinst_ros.tracking import (
 from compactinst_ros.train.synthetic import render_sequence
 
 
-def _frame(raster: np.ndarray, classes: dict[int, int], rng: np.random.Generator | None = None
-           ) -> tuple[Instances, np.ndarray]:
+def _frame(
+    raster: np.ndarray, classes: dict[int, int], rng: np.random.Generator | None = None
+) -> tuple[Instances, np.ndarray]:
     """Instance table + uint16 raster of objects ``raster`` values -> class, ids shuffled.
 
     Shuffling stands in for post-processing's per-frame score order.
@@ -36,10 +37,14 @@ def _frame(raster: np.ndarray, classes: dict[int, int], rng: np.random.Generator
         ys, xs = np.nonzero(raster == value)
         boxes.append([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1])
     n = len(values)
-    table = Instances(ids=ids, class_index=np.array([classes[v] for v in values], np.int32),
-                      label_id=np.array([classes[v] + 1 for v in values], np.int32),
-                      score=np.ones(n, np.float32),
-                      box=np.array(boxes, np.float32).reshape(n, 4), area=np.ones(n, np.int64))
+    table = Instances(
+        ids=ids,
+        class_index=np.array([classes[v] for v in values], np.int32),
+        label_id=np.array([classes[v] + 1 for v in values], np.int32),
+        score=np.ones(n, np.float32),
+        box=np.array(boxes, np.float32).reshape(n, 4),
+        area=np.ones(n, np.int64),
+    )
     return table, lut[raster]
 
 
@@ -47,12 +52,13 @@ def _squares(shape: tuple[int, int], squares: list[tuple[int, int, int, int]]) -
     """Raster of (y, x, size, value) squares, drawn in order (later ones on top)."""
     raster = np.zeros(shape, np.int32)
     for y, x, size, value in squares:
-        raster[max(y, 0):max(y + size, 0), max(x, 0):max(x + size, 0)] = value
+        raster[max(y, 0) : max(y + size, 0), max(x, 0) : max(x + size, 0)] = value
     return raster
 
 
-def _track_ids(tracker: InstanceTracker, raster: np.ndarray, classes: dict[int, int]
-               ) -> dict[int, int]:
+def _track_ids(
+    tracker: InstanceTracker, raster: np.ndarray, classes: dict[int, int]
+) -> dict[int, int]:
     """Run one frame; return raster value -> track id read back from the output raster."""
     table, frame = _frame(raster, classes)
     out_table, out = tracker.update(table, frame)
@@ -65,8 +71,9 @@ def test_assignment_equals_scipy():
     rng = np.random.default_rng(0)
     for trial in range(400):
         n, m = rng.integers(0, 10, 2)
-        cost = (rng.integers(-3, 4, (n, m)).astype(float) if trial % 2
-                else rng.normal(size=(n, m)) * 10)
+        cost = (
+            rng.integers(-3, 4, (n, m)).astype(float) if trial % 2 else rng.normal(size=(n, m)) * 10
+        )
         rows, cols = linear_sum_assignment(cost)
         ref_rows, ref_cols = scipy_assignment(cost)
         assert len(rows) == min(n, m) and np.all(np.diff(rows) > 0)
@@ -155,9 +162,14 @@ def test_ids_are_uint16_wrap_and_skip_live():
         ids = np.random.default_rng(t).permutation(np.arange(1, n + 2)).astype(np.uint16)
         raster = np.zeros((2, n), np.uint16)
         raster[ys, xs] = ids
-        table = Instances(ids=ids, class_index=np.r_[0, np.full(n, 1 + t % 2)].astype(np.int32),
-                          label_id=np.ones(n + 1, np.int32), score=np.ones(n + 1, np.float32),
-                          box=box, area=np.ones(n + 1, np.int64))  # churn class alternates
+        table = Instances(
+            ids=ids,
+            class_index=np.r_[0, np.full(n, 1 + t % 2)].astype(np.int32),
+            label_id=np.ones(n + 1, np.int32),
+            score=np.ones(n + 1, np.float32),
+            box=box,
+            area=np.ones(n + 1, np.int64),
+        )  # churn class alternates
         out_table, out = tracker.update(table, raster)
         np.testing.assert_array_equal(out[ys, xs], out_table.ids)
         assert out_table.ids[0] == 1  # the first id handed out, kept while the anchor lives
@@ -198,8 +210,9 @@ def test_synthetic_sequence_no_id_switches(seed):
     track_of_id: dict[int, int] = {}
     for scene in frames:
         things = {s["id"]: s for s in scene.segments if s["isthing"]}
-        table, raster = _frame(scene.panoptic, {k: s["category_id"] - 1 for k, s in things.items()},
-                               rng)
+        table, raster = _frame(
+            scene.panoptic, {k: s["category_id"] - 1 for k, s in things.items()}, rng
+        )
         out_table, out = tracker.update(table, raster)
         new = set(out_table.ids.tolist()) - set(track_of_id)
         assert not new & live_before  # a new object never takes a live track's id

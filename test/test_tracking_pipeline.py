@@ -72,10 +72,12 @@ def test_track_ids_persist_through_the_pipeline_and_colour_the_overlay(video) ->
 def test_the_overlay_alone_tracks_without_returning_the_raster(video) -> None:
     """Overlay only: ids still tracked (same colours as with the raster), raster not returned."""
     frames = video[0][:4]
-    alone = _run(frames, True, OutputSet(instance=False, panoptic=False, semantic=False,
-                                         overlay=True))
-    both = _run(frames, True, OutputSet(instance=True, panoptic=False, semantic=False,
-                                        overlay=True))
+    alone = _run(
+        frames, True, OutputSet(instance=False, panoptic=False, semantic=False, overlay=True)
+    )
+    both = _run(
+        frames, True, OutputSet(instance=True, panoptic=False, semantic=False, overlay=True)
+    )
     for a, b in zip(alone, both, strict=True):
         assert a.instance_raster is None
         np.testing.assert_array_equal(a.instances.ids, b.instances.ids)

@@ -279,4 +279,3 @@ class EngineCache:
                 "check the TensorRT installation (library and Python bindings must match)"
             )
         return engine
-

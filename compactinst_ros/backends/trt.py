@@ -165,9 +165,7 @@ class TensorRTBackend:
         ev[0].record(stream)
         self._pre.enqueue(stream, image, encoding, meta, self._image_ptr)
         ev[1].record(stream)
-        for stage, context, event in zip(
-            self.bundle.stages, self._contexts, ev[2:4], strict=True
-        ):
+        for stage, context, event in zip(self.bundle.stages, self._contexts, ev[2:4], strict=True):
             if not context.execute_async_v3(stream.handle):
                 raise BackendError(f"TensorRT failed to enqueue stage '{stage.name}'")
             event.record(stream)

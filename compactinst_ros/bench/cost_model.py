@@ -75,8 +75,9 @@ class StageCost:
         return self.activation_bytes + self.weight_bytes
 
 
-def stage_costs(records: Iterable[OpRecord], devices: dict[str, Device],
-                overhead_s: float = 0.0) -> dict[str, StageCost]:
+def stage_costs(
+    records: Iterable[OpRecord], devices: dict[str, Device], overhead_s: float = 0.0
+) -> dict[str, StageCost]:
     """Sum op records into stages (plus ``total``) with predicted times per device."""
     records = list(records)
     groups = {s: [op for op in records if stage_of(op.component) == s] for s in STAGES}
@@ -103,16 +104,19 @@ def _stage_cost(ops: list[OpRecord], devices: dict[str, Device], overhead_s: flo
     )
 
 
-def top_decoder_kinds(records: Iterable[OpRecord], device: Device, n: int,
-                      overhead_s: float = 0.0) -> list[dict]:
+def top_decoder_kinds(
+    records: Iterable[OpRecord], device: Device, n: int, overhead_s: float = 0.0
+) -> list[dict]:
     """Decoder time on ``device`` grouped by op kind, largest first (where the time goes)."""
     groups: dict[str, dict] = {}
     for op in records:
         if stage_of(op.component) != "decoder":
             continue
         t, bw_bound = op_time(op, device, overhead_s)
-        g = groups.setdefault(op.kind, {"kind": op.kind, "ops": 0, "time_ms": 0.0, "bytes": 0,
-                                        "macs": 0, "bw_bound_ms": 0.0})
+        g = groups.setdefault(
+            op.kind,
+            {"kind": op.kind, "ops": 0, "time_ms": 0.0, "bytes": 0, "macs": 0, "bw_bound_ms": 0.0},
+        )
         g["ops"] += 1
         g["time_ms"] += t * 1e3
         g["bw_bound_ms"] += t * 1e3 if bw_bound else 0.0
@@ -121,10 +125,16 @@ def top_decoder_kinds(records: Iterable[OpRecord], device: Device, n: int,
     return sorted(groups.values(), key=lambda g: -g["time_ms"])[:n]
 
 
-def analyze(configs: Sequence[str], sizes: Sequence[tuple[str, tuple[int, int]]],
-            devices: dict[str, Device], elem_size: int = 2, num_classes: int | None = None,
-            top: int = 8, overhead_us: float = 0.0,
-            progress: Callable[[str], None] = print) -> dict:
+def analyze(
+    configs: Sequence[str],
+    sizes: Sequence[tuple[str, tuple[int, int]]],
+    devices: dict[str, Device],
+    elem_size: int = 2,
+    num_classes: int | None = None,
+    top: int = 8,
+    overhead_us: float = 0.0,
+    progress: Callable[[str], None] = print,
+) -> dict:
     """Cost of every config at every (padded) size, and speed-ups vs the first config."""
     from ..model.flops import count_ops
 
@@ -142,19 +152,31 @@ def analyze(configs: Sequence[str], sizes: Sequence[tuple[str, tuple[int, int]]]
         for config, (costs, records) in per_config.items():
             for name, device in devices.items():
                 dec, tot = costs["decoder"], costs["total"]
-                rows.append({
-                    "config": config, "size_name": size_name, "size": list(size),
-                    "requested_size": list(requested), "device": name,
-                    "decoder_ms": dec.time_ms[name], "model_ms": tot.time_ms[name],
-                    "decoder_speedup": base["decoder"].time_ms[name] / dec.time_ms[name],
-                    "model_speedup": base["total"].time_ms[name] / tot.time_ms[name],
-                    "decoder_bw_bound_share": dec.bw_bound_share[name],
-                    "stages": {s: asdict(c) | {"bytes": c.bytes} for s, c in costs.items()},
-                    "decoder_top_kinds": top_decoder_kinds(records, device, top,
-                                                           overhead_us * 1e-6),
-                })
-    return {"baseline": baseline, "elem_size": elem_size, "op_overhead_us": overhead_us,
-            "devices": {n: asdict(d) for n, d in devices.items()}, "rows": rows}
+                rows.append(
+                    {
+                        "config": config,
+                        "size_name": size_name,
+                        "size": list(size),
+                        "requested_size": list(requested),
+                        "device": name,
+                        "decoder_ms": dec.time_ms[name],
+                        "model_ms": tot.time_ms[name],
+                        "decoder_speedup": base["decoder"].time_ms[name] / dec.time_ms[name],
+                        "model_speedup": base["total"].time_ms[name] / tot.time_ms[name],
+                        "decoder_bw_bound_share": dec.bw_bound_share[name],
+                        "stages": {s: asdict(c) | {"bytes": c.bytes} for s, c in costs.items()},
+                        "decoder_top_kinds": top_decoder_kinds(
+                            records, device, top, overhead_us * 1e-6
+                        ),
+                    }
+                )
+    return {
+        "baseline": baseline,
+        "elem_size": elem_size,
+        "op_overhead_us": overhead_us,
+        "devices": {n: asdict(d) for n, d in devices.items()},
+        "rows": rows,
+    }
 
 
 def format_report(result: dict) -> str:
@@ -165,59 +187,98 @@ def format_report(result: dict) -> str:
     sizes = list(dict.fromkeys(tuple(r["size"]) for r in rows))
     big = max(sizes, key=lambda s: s[0] * s[1])
     first = devices[0]
-    out = [f"per-stage cost at {big[0]}x{big[1]}, FP16 ({result['elem_size']} B/element); "
-           f"predicted ms on {first} (share of that time in bandwidth-bound ops)"]
-    out.append(f"{'config':<22}{'stage':<15}{'GMAC':>9}{'act MB':>10}{'wt MB':>8}"
-               f"{'ms':>10}{'bw-bound':>10}")
+    out = [
+        f"per-stage cost at {big[0]}x{big[1]}, FP16 ({result['elem_size']} B/element); "
+        f"predicted ms on {first} (share of that time in bandwidth-bound ops)"
+    ]
+    out.append(
+        f"{'config':<22}{'stage':<15}{'GMAC':>9}{'act MB':>10}{'wt MB':>8}"
+        f"{'ms':>10}{'bw-bound':>10}"
+    )
     for r in rows:
         if tuple(r["size"]) != big or r["device"] != first:
             continue
         for stage in (*STAGES, "total"):
             s = r["stages"][stage]
-            out.append(f"{r['config']:<22}{stage:<15}{s['macs'] / 1e9:>9.1f}"
-                       f"{s['activation_bytes'] / 1e6:>10.1f}{s['weight_bytes'] / 1e6:>8.1f}"
-                       f"{s['time_ms'][first]:>10.2f}{100 * s['bw_bound_share'][first]:>9.0f}%")
+            out.append(
+                f"{r['config']:<22}{stage:<15}{s['macs'] / 1e9:>9.1f}"
+                f"{s['activation_bytes'] / 1e6:>10.1f}{s['weight_bytes'] / 1e6:>8.1f}"
+                f"{s['time_ms'][first]:>10.2f}{100 * s['bw_bound_share'][first]:>9.0f}%"
+            )
     for label, key in (("decoder", "decoder_speedup"), ("model", "model_speedup")):
         out.append(f"\npredicted {label} speed-up vs {result['baseline']} (per-op roofline)")
         others = [c for c in configs if c != result["baseline"]]
         out.append(f"{'size':<11}{'device':<11}" + "".join(f"{c[-20:]:>21}" for c in others))
         for size in sizes:
             for device in devices:
-                cells = {r["config"]: r for r in rows
-                         if tuple(r["size"]) == size and r["device"] == device}
-                out.append(f"{size[0]:>4}x{size[1]:<6}{device:<11}" + "".join(
-                    f"{cells[c][key]:>20.2f}x" for c in others))
-    base_big = next(r for r in rows if r["config"] == result["baseline"]
-                    and r["device"] == first and tuple(r["size"]) == big)
-    out.append(f"\nwhere {result['baseline']}'s decoder time goes on {first} at "
-               f"{big[0]}x{big[1]} (by op kind)")
+                cells = {
+                    r["config"]: r
+                    for r in rows
+                    if tuple(r["size"]) == size and r["device"] == device
+                }
+                out.append(
+                    f"{size[0]:>4}x{size[1]:<6}{device:<11}"
+                    + "".join(f"{cells[c][key]:>20.2f}x" for c in others)
+                )
+    base_big = next(
+        r
+        for r in rows
+        if r["config"] == result["baseline"] and r["device"] == first and tuple(r["size"]) == big
+    )
+    out.append(
+        f"\nwhere {result['baseline']}'s decoder time goes on {first} at "
+        f"{big[0]}x{big[1]} (by op kind)"
+    )
     for g in base_big["decoder_top_kinds"]:
-        out.append(f"  {g['kind']:<24}{g['ops']:>4} ops {g['time_ms']:>9.2f} ms "
-                   f"{g['bytes'] / 1e6:>9.1f} MB {g['macs'] / 1e9:>7.1f} GMAC  "
-                   f"{100 * g['bw_bound_ms'] / g['time_ms'] if g['time_ms'] else 0:>4.0f}% "
-                   "bandwidth-bound")
+        out.append(
+            f"  {g['kind']:<24}{g['ops']:>4} ops {g['time_ms']:>9.2f} ms "
+            f"{g['bytes'] / 1e6:>9.1f} MB {g['macs'] / 1e9:>7.1f} GMAC  "
+            f"{100 * g['bw_bound_ms'] / g['time_ms'] if g['time_ms'] else 0:>4.0f}% "
+            "bandwidth-bound"
+        )
     return "\n".join(out)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst costmodel``."""
-    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                        help=f"comma-separated configs; the first is the baseline ({BASELINE})")
-    parser.add_argument("--sizes", default=",".join(NAMED_SIZES),
-                        help="HxW list or names as for 'compactinst bench'; padded to /32")
-    parser.add_argument("--devices", default=",".join(DEFAULT_DEVICES),
-                        help=f"presets ({', '.join(DEVICES)}) or custom "
-                             "'label:GBps:tensor_TFLOPS[:cuda_TFLOPS]'")
-    parser.add_argument("--bytes-per-element", type=int, default=2, choices=(1, 2, 4),
-                        help="activation/weight element size (2 = FP16)")
-    parser.add_argument("--num-classes", type=int, default=8,
-                        help="K (default 8: the paper's Cityscapes latency models)")
+    parser.add_argument(
+        "--configs",
+        default=",".join(DEFAULT_CONFIGS),
+        help=f"comma-separated configs; the first is the baseline ({BASELINE})",
+    )
+    parser.add_argument(
+        "--sizes",
+        default=",".join(NAMED_SIZES),
+        help="HxW list or names as for 'compactinst bench'; padded to /32",
+    )
+    parser.add_argument(
+        "--devices",
+        default=",".join(DEFAULT_DEVICES),
+        help=f"presets ({', '.join(DEVICES)}) or custom 'label:GBps:tensor_TFLOPS[:cuda_TFLOPS]'",
+    )
+    parser.add_argument(
+        "--bytes-per-element",
+        type=int,
+        default=2,
+        choices=(1, 2, 4),
+        help="activation/weight element size (2 = FP16)",
+    )
+    parser.add_argument(
+        "--num-classes",
+        type=int,
+        default=8,
+        help="K (default 8: the paper's Cityscapes latency models)",
+    )
     parser.add_argument("--top", type=int, default=8, help="op kinds listed for the decoder")
-    parser.add_argument("--op-overhead-us", type=float, default=0.0,
-                        help="fixed time added per op (kernel launch/tail), e.g. 5; default 0 = "
-                             "pure roofline")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="directory for costmodel.json and costmodel.png")
+    parser.add_argument(
+        "--op-overhead-us",
+        type=float,
+        default=0.0,
+        help="fixed time added per op (kernel launch/tail), e.g. 5; default 0 = pure roofline",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="directory for costmodel.json and costmodel.png"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -229,9 +290,16 @@ def run(args: argparse.Namespace) -> int:
     for spec in (d.strip() for d in args.devices.split(",") if d.strip()):
         device = get_device(spec)
         devices[spec if spec in DEVICES else device.name] = device
-    result = analyze(configs, parse_sizes(args.sizes), devices, args.bytes_per_element,
-                     args.num_classes, args.top, args.op_overhead_us,
-                     lambda m: print(m, flush=True))
+    result = analyze(
+        configs,
+        parse_sizes(args.sizes),
+        devices,
+        args.bytes_per_element,
+        args.num_classes,
+        args.top,
+        args.op_overhead_us,
+        lambda m: print(m, flush=True),
+    )
     print()
     print(format_report(result))
     if args.out is not None:
@@ -239,7 +307,9 @@ def run(args: argparse.Namespace) -> int:
 
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "costmodel.json").write_text(json.dumps(result, indent=1))
-        plot_costmodel([r for r in result["rows"] if r["config"] != result["baseline"]],
-                       args.out / "costmodel.png")
+        plot_costmodel(
+            [r for r in result["rows"] if r["config"] != result["baseline"]],
+            args.out / "costmodel.png",
+        )
         print(f"\nwrote {args.out / 'costmodel.json'} and {args.out / 'costmodel.png'}")
     return 0

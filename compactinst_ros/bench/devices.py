@@ -25,8 +25,9 @@ class Device:
     def __post_init__(self) -> None:
         for field in ("bandwidth_gbs", "tensor_tflops", "cuda_tflops"):
             if not getattr(self, field) > 0:
-                raise ConfigError(f"device '{self.name}': {field} must be > 0, got "
-                                  f"{getattr(self, field)}")
+                raise ConfigError(
+                    f"device '{self.name}': {field} must be > 0, got {getattr(self, field)}"
+                )
 
     @property
     def tensor_ridge(self) -> float:
@@ -44,12 +45,22 @@ class Device:
 DEVICES: dict[str, Device] = {
     # 68 GB/s LPDDR5; 40 INT8 TOPS (sparse) -> 10 TFLOPS dense FP16 tensor; 1024 CUDA cores x 2
     # x 0.625 GHz = 1.28 TFLOPS (FP16 1:1 on GA10x)
-    "orin-nano": Device("Jetson Orin Nano 8GB (15 W, 625 MHz GPU)", 68.0, 10.0, 1.28,
-                        "NVIDIA Jetson Orin Nano datasheet"),
+    "orin-nano": Device(
+        "Jetson Orin Nano 8GB (15 W, 625 MHz GPU)",
+        68.0,
+        10.0,
+        1.28,
+        "NVIDIA Jetson Orin Nano datasheet",
+    ),
     # 204.8 GB/s; GPU 170 sparse INT8 TOPS -> 42.5 TFLOPS dense FP16 tensor; 2048 CUDA cores =
     # 5.3 FP32 TFLOPS
-    "agx-orin": Device("Jetson AGX Orin 64GB (MAXN)", 204.8, 42.5, 5.3,
-                       "NVIDIA Jetson AGX Orin Series Technical Brief v1.2"),
+    "agx-orin": Device(
+        "Jetson AGX Orin 64GB (MAXN)",
+        204.8,
+        42.5,
+        5.3,
+        "NVIDIA Jetson AGX Orin Series Technical Brief v1.2",
+    ),
     # 448 GB/s GDDR6; tensor 153.4 TFLOPS (sparse) -> 76.7 dense FP16; single precision 19.2
     # TFLOPS (FP16 non-tensor 1:1 on GA104)
     "rtx-a4000": Device("NVIDIA RTX A4000", 448.0, 76.7, 19.2, "NVIDIA RTX A4000 datasheet"),

@@ -32,8 +32,12 @@ from .runners import (
 )
 
 BASELINE = "fastinst_r18_d3"
-DEFAULT_CONFIGS = ("fastinst_r18_d3", "compactinst_r18", "compactinst_r18_pf32",
-                   "compactinst_r18_m4")
+DEFAULT_CONFIGS = (
+    "fastinst_r18_d3",
+    "compactinst_r18",
+    "compactinst_r18_pf32",
+    "compactinst_r18_m4",
+)
 #: The six named resolutions of the sweep (HxW before padding to /32).
 NAMED_SIZES: dict[str, tuple[int, int]] = {
     "vga": (480, 640),
@@ -58,20 +62,28 @@ def parse_sizes(text: str) -> list[tuple[str, tuple[int, int]]]:
             sizes.append((item, NAMED_SIZES[item]))
             continue
         if "x" not in item.lower():
-            raise ConfigError(f"size '{item}' must be HxW (e.g. 1080x1920) or one of "
-                              f"{', '.join(NAMED_SIZES)}")
+            raise ConfigError(
+                f"size '{item}' must be HxW (e.g. 1080x1920) or one of {', '.join(NAMED_SIZES)}"
+            )
         h, w = parse_size(item)
         if h < 160 or w < 160:
-            raise ConfigError(f"size {item}: both sides must be >= 160 (the query proposal needs "
-                              "100 cells on the 1/16 grid)")
+            raise ConfigError(
+                f"size {item}: both sides must be >= 160 (the query proposal needs "
+                "100 cells on the 1/16 grid)"
+            )
         sizes.append((f"{h}x{w}", (h, w)))
     if not sizes:
         raise ConfigError("--sizes is empty; give e.g. vga,fullhd or 480x640")
     return sizes
 
 
-def measure(runners: dict[str, Runner], warmup: int, iters: int, trials: int,
-            progress: Callable[[str], None] = print) -> dict[str, list[float]]:
+def measure(
+    runners: dict[str, Runner],
+    warmup: int,
+    iters: int,
+    trials: int,
+    progress: Callable[[str], None] = print,
+) -> dict[str, list[float]]:
     """Warm every runner up, then ``trials`` alternating rounds; ms per run, per config."""
     for name, runner in runners.items():
         if warmup:
@@ -82,8 +94,10 @@ def measure(runners: dict[str, Runner], warmup: int, iters: int, trials: int,
     for trial in range(trials):
         for name in order if trial % 2 == 0 else order[::-1]:
             times[name].append(runners[name].time(iters))
-        progress(f"    trial {trial + 1}/{trials}: " + ", ".join(
-            f"{n} {times[n][-1]:.2f} ms" for n in order))
+        progress(
+            f"    trial {trial + 1}/{trials}: "
+            + ", ".join(f"{n} {times[n][-1]:.2f} ms" for n in order)
+        )
     return times
 
 
@@ -107,7 +121,8 @@ class BenchOptions:
         unknown = [b for b in self.backends if b not in BACKEND_NAMES]
         if unknown:
             raise ConfigError(
-                f"unknown backend(s) {unknown}; choose from {', '.join(BACKEND_NAMES)}")
+                f"unknown backend(s) {unknown}; choose from {', '.join(BACKEND_NAMES)}"
+            )
         if not self.configs or len(set(self.configs)) != len(self.configs):
             raise ConfigError(f"--configs must list each config once: {list(self.configs)}")
         if not set(self.scopes) <= set(SCOPES):
@@ -116,8 +131,9 @@ class BenchOptions:
             raise ConfigError("--trials and --iters must be >= 1 and --warmup >= 0")
 
 
-def make_runner(backend: str, config: str, scope: str, size: tuple[int, int],
-                opts: BenchOptions) -> Runner:
+def make_runner(
+    backend: str, config: str, scope: str, size: tuple[int, int], opts: BenchOptions
+) -> Runner:
     """The runner of ``scope`` of ``config`` at padded ``size`` on ``backend``."""
     if backend in ("torch-cuda", "torch-cpu"):
         model = build_bench_model(config, opts.num_classes)
@@ -137,15 +153,28 @@ def run_sweep(opts: BenchOptions, progress: Callable[[str], None] = print) -> di
     baseline = opts.configs[0]
     opts.workdir.mkdir(parents=True, exist_ok=True)
     record: dict = {
-        "protocol": {"batch": 1, "warmup": opts.warmup, "iters_per_trial": opts.iters,
-                     "trials": opts.trials, "statistic": "median over trials",
-                     "order": "alternating", "baseline": baseline, "threads": opts.threads,
-                     "size_divisibility": 32},
-        "host": {"machine": platform.machine(), "python": platform.python_version(),
-                 "torch": torch.__version__, "cpu_count": _cpu_count(),
-                 "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat()},
-        "backends": {}, "results": [], "unavailable": {},
+        "protocol": {
+            "batch": 1,
+            "warmup": opts.warmup,
+            "iters_per_trial": opts.iters,
+            "trials": opts.trials,
+            "statistic": "median over trials",
+            "order": "alternating",
+            "baseline": baseline,
+            "threads": opts.threads,
+            "size_divisibility": 32,
+        },
+        "host": {
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cpu_count": _cpu_count(),
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        },
+        "backends": {},
+        "results": [],
+        "unavailable": {},
     }
     for backend in opts.backends:
         reason = backend_status(backend)
@@ -160,8 +189,9 @@ def run_sweep(opts: BenchOptions, progress: Callable[[str], None] = print) -> di
     return record
 
 
-def _sweep_backend(backend: str, opts: BenchOptions, facts: dict[str, dict],
-                   progress: Callable[[str], None]) -> list[dict]:
+def _sweep_backend(
+    backend: str, opts: BenchOptions, facts: dict[str, dict], progress: Callable[[str], None]
+) -> list[dict]:
     """Result rows of one backend over all scopes and sizes (configs timed side by side); the
     backend's runtime facts go into ``facts[backend]``."""
     baseline = opts.configs[0]
@@ -186,16 +216,24 @@ def _sweep_backend(backend: str, opts: BenchOptions, facts: dict[str, dict],
             base = statistics.median(times[baseline])
             for config, ms in times.items():
                 median = statistics.median(ms)
-                rows.append({
-                    "backend": backend, "scope": scope, "config": config,
-                    "size_name": size_name, "requested_size": list(requested),
-                    "size": list(size), "median_ms": median, "trials_ms": ms,
-                    "speedup": base / median,
-                    # Same-round ratios cancel load drift that hits a whole round alike.
-                    "speedup_paired": statistics.median(
-                        b / t for b, t in zip(times[baseline], ms, strict=True)),
-                    "cuda_graph": getattr(runners[config], "graphed", None),
-                })
+                rows.append(
+                    {
+                        "backend": backend,
+                        "scope": scope,
+                        "config": config,
+                        "size_name": size_name,
+                        "requested_size": list(requested),
+                        "size": list(size),
+                        "median_ms": median,
+                        "trials_ms": ms,
+                        "speedup": base / median,
+                        # Same-round ratios cancel load drift that hits a whole round alike.
+                        "speedup_paired": statistics.median(
+                            b / t for b, t in zip(times[baseline], ms, strict=True)
+                        ),
+                        "cuda_graph": getattr(runners[config], "graphed", None),
+                    }
+                )
     return rows
 
 
@@ -266,14 +304,23 @@ def write_outputs(record: dict, out: Path) -> list[Path]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst bench``."""
-    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
-                        help="comma-separated configs; the first is the speed-up baseline")
-    parser.add_argument("--sizes", default=",".join(NAMED_SIZES),
-                        help="HxW list or names (" + ", ".join(
-                            f"{k}={v[0]}x{v[1]}" for k, v in NAMED_SIZES.items())
-                        + "); padded up to multiples of 32")
-    parser.add_argument("--backends", default="onnxruntime",
-                        help=f"comma-separated, from {', '.join(BACKEND_NAMES)}")
+    parser.add_argument(
+        "--configs",
+        default=",".join(DEFAULT_CONFIGS),
+        help="comma-separated configs; the first is the speed-up baseline",
+    )
+    parser.add_argument(
+        "--sizes",
+        default=",".join(NAMED_SIZES),
+        help="HxW list or names ("
+        + ", ".join(f"{k}={v[0]}x{v[1]}" for k, v in NAMED_SIZES.items())
+        + "); padded up to multiples of 32",
+    )
+    parser.add_argument(
+        "--backends",
+        default="onnxruntime",
+        help=f"comma-separated, from {', '.join(BACKEND_NAMES)}",
+    )
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("--decoder-only", action="store_true", help="time the decoder only")
     scope.add_argument("--model-only", action="store_true", help="time the whole model only")
@@ -281,13 +328,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iters", type=int, default=3, help="runs per config per round")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs per config first")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads (torch and ORT)")
-    parser.add_argument("--num-classes", type=int, default=None,
-                        help="override K (the paper's latency models use Cityscapes, K=8)")
-    parser.add_argument("--engine-cache", type=Path, default=None,
-                        help="TensorRT engine cache folder (default: the runtime's, see "
-                        "'compactinst build-engine --help')")
-    parser.add_argument("--out", type=Path, default=Path("out/bench"),
-                        help="directory for bench.json, figures and the exported bundles")
+    parser.add_argument(
+        "--num-classes",
+        type=int,
+        default=None,
+        help="override K (the paper's latency models use Cityscapes, K=8)",
+    )
+    parser.add_argument(
+        "--engine-cache",
+        type=Path,
+        default=None,
+        help="TensorRT engine cache folder (default: the runtime's, see "
+        "'compactinst build-engine --help')",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/bench"),
+        help="directory for bench.json, figures and the exported bundles",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -295,10 +354,19 @@ def run(args: argparse.Namespace) -> int:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     scopes = ("decoder",) if args.decoder_only else ("model",) if args.model_only else SCOPES
-    opts = BenchOptions(configs=configs, sizes=parse_sizes(args.sizes), backends=backends,
-                        scopes=scopes, warmup=args.warmup, iters=args.iters, trials=args.trials,
-                        threads=args.threads, num_classes=args.num_classes,
-                        workdir=args.out / "bundles", engine_cache=args.engine_cache)
+    opts = BenchOptions(
+        configs=configs,
+        sizes=parse_sizes(args.sizes),
+        backends=backends,
+        scopes=scopes,
+        warmup=args.warmup,
+        iters=args.iters,
+        trials=args.trials,
+        threads=args.threads,
+        num_classes=args.num_classes,
+        workdir=args.out / "bundles",
+        engine_cache=args.engine_cache,
+    )
 
     def progress(msg: str) -> None:
         print(msg, flush=True)
@@ -309,4 +377,3 @@ def run(args: argparse.Namespace) -> int:
     print(format_tables(record))
     print("\nwrote " + ", ".join(str(p) for p in paths))
     return 0 if record["results"] else 1
-

@@ -40,8 +40,11 @@ def plot_latency(rows: Sequence[dict], baseline: str, path: Path, title: str) ->
         if config != baseline:
             ax_s.plot(mp, [r["speedup"] for r in pts], marker="o", label=label)
     ax_l.set(xlabel="padded input (megapixels)", ylabel="median latency (ms)", title=title)
-    ax_s.set(xlabel="padded input (megapixels)", ylabel=f"speed-up vs {baseline}",
-             title="speed-up (higher is better)")
+    ax_s.set(
+        xlabel="padded input (megapixels)",
+        ylabel=f"speed-up vs {baseline}",
+        title="speed-up (higher is better)",
+    )
     ax_s.axhline(1.0, color="grey", lw=0.8, ls="--")
     for ax in (ax_l, ax_s):
         ax.grid(alpha=0.3)
@@ -61,18 +64,35 @@ def plot_roofline(kernels: Sequence[Kernel], device: Device, path: Path) -> None
         (device.tensor_tflops * 1e12, device.tensor_ridge, "tensor-core FP16", "tab:orange"),
         (device.cuda_tflops * 1e12, device.cuda_ridge, "CUDA-core FP16", "tab:blue"),
     ):
-        ax.plot(xs, [min(peak, bw * x) / 1e12 for x in xs], color=colour,
-                label=f"{label} roof (ridge {ridge:.0f} FLOP/B)")
+        ax.plot(
+            xs,
+            [min(peak, bw * x) / 1e12 for x in xs],
+            color=colour,
+            label=f"{label} roof (ridge {ridge:.0f} FLOP/B)",
+        )
     total = sum(k.time_s for k in kernels) or 1.0
-    for is_tensor, colour, label in ((True, "tab:orange", "TC kernels"),
-                                     (False, "tab:blue", "CUDA-only kernels")):
+    for is_tensor, colour, label in (
+        (True, "tab:orange", "TC kernels"),
+        (False, "tab:blue", "CUDA-only kernels"),
+    ):
         pts = [k for k in kernels if k.is_tensor == is_tensor and k.dram_bytes > 0 and k.time_s]
-        ax.scatter([max(k.flops / k.dram_bytes, 1e-3) for k in pts],
-                   [max(k.flops / k.time_s / 1e12, 1e-6) for k in pts],
-                   s=[10 + 400 * k.time_s / total for k in pts], color=colour, alpha=0.6,
-                   edgecolors="k", linewidths=0.3, label=label)
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP / DRAM byte)",
-           ylabel="performance (TFLOP/s)", title=f"decoder roofline on {device.name}")
+        ax.scatter(
+            [max(k.flops / k.dram_bytes, 1e-3) for k in pts],
+            [max(k.flops / k.time_s / 1e12, 1e-6) for k in pts],
+            s=[10 + 400 * k.time_s / total for k in pts],
+            color=colour,
+            alpha=0.6,
+            edgecolors="k",
+            linewidths=0.3,
+            label=label,
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="arithmetic intensity (FLOP / DRAM byte)",
+        ylabel="performance (TFLOP/s)",
+        title=f"decoder roofline on {device.name}",
+    )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -92,13 +112,20 @@ def plot_costmodel(rows: Sequence[dict], path: Path) -> None:
     styles = ("-", "--", ":", "-.")
     for (config, device), pts in series.items():
         pts = sorted(pts, key=lambda r: r["size"][0] * r["size"][1])
-        ax.plot([r["size"][0] * r["size"][1] / 1e6 for r in pts],
-                [r["decoder_speedup"] for r in pts], marker="o",
-                color=f"C{configs.index(config) % 10}",
-                ls=styles[devices.index(device) % len(styles)], label=f"{config} on {device}")
+        ax.plot(
+            [r["size"][0] * r["size"][1] / 1e6 for r in pts],
+            [r["decoder_speedup"] for r in pts],
+            marker="o",
+            color=f"C{configs.index(config) % 10}",
+            ls=styles[devices.index(device) % len(styles)],
+            label=f"{config} on {device}",
+        )
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set(xlabel="padded input (megapixels)", ylabel="predicted decoder speed-up vs baseline",
-           title="cost model (per-op roofline)")
+    ax.set(
+        xlabel="padded input (megapixels)",
+        ylabel="predicted decoder speed-up vs baseline",
+        title="cost model (per-op roofline)",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()

@@ -36,15 +36,21 @@ TENSOR_OPS = (
 )
 #: Tensor-pipe warp instructions: the classification signal, and the FLOP fallback.
 TENSOR_INST = "sm__inst_executed_pipe_tensor.sum"
-NCU_METRICS = ",".join(
-    [TIME, DRAM_READ, DRAM_WRITE, *CUDA_OPS, TENSOR_INST, *TENSOR_OPS]
-)
+NCU_METRICS = ",".join([TIME, DRAM_READ, DRAM_WRITE, *CUDA_OPS, TENSOR_INST, *TENSOR_OPS])
 #: FLOPs of one FP16 HMMA.16816 warp instruction (16x8x16 multiply-adds x 2).
 HMMA_16816_FLOPS = 4096
 
 _PREFIX = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-_TIME_UNIT = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3,
-              "ms": 1e-3, "second": 1.0, "s": 1.0}
+_TIME_UNIT = {
+    "nsecond": 1e-9,
+    "ns": 1e-9,
+    "usecond": 1e-6,
+    "us": 1e-6,
+    "msecond": 1e-3,
+    "ms": 1e-3,
+    "second": 1.0,
+    "s": 1.0,
+}
 
 
 @dataclass
@@ -86,8 +92,9 @@ def _number(text: str, unit: str, metric: str) -> float:
     if match is None:
         if unit in ("%", "none", "cycle", "hz"):
             return value
-        raise InputError(f"metric {metric}: unknown unit '{unit}'; re-run ncu with "
-                         "--print-units base")
+        raise InputError(
+            f"metric {metric}: unknown unit '{unit}'; re-run ncu with --print-units base"
+        )
     return value * _PREFIX[match.group(1)]
 
 
@@ -97,8 +104,10 @@ def _table_lines(text: str) -> list[str]:
     for i, line in enumerate(lines):
         if line.startswith('"ID"'):
             return [row for row in lines[i:] if row.startswith('"')]
-    raise InputError("no Nsight Compute CSV header (a line starting with \"ID\") found; produce "
-                     "the file with 'ncu --csv ... --log-file FILE'")
+    raise InputError(
+        'no Nsight Compute CSV header (a line starting with "ID") found; produce '
+        "the file with 'ncu --csv ... --log-file FILE'"
+    )
 
 
 def _metrics_by_launch(text: str) -> dict[int, tuple[str, dict[str, float]]]:
@@ -109,15 +118,15 @@ def _metrics_by_launch(text: str) -> dict[int, tuple[str, dict[str, float]]]:
         for row in rows:
             key = int(row["ID"])
             _, metrics = launches.setdefault(key, (row["Kernel Name"], {}))
-            metrics[row["Metric Name"]] = _number(row["Metric Value"], row["Metric Unit"],
-                                                  row["Metric Name"])
+            metrics[row["Metric Name"]] = _number(
+                row["Metric Value"], row["Metric Unit"], row["Metric Name"]
+            )
         return launches
     units = rows[0] if rows and not rows[0]["ID"] else {}
     for row in rows:
         if not row["ID"]:
             continue
-        metrics = {k: _number(v, units.get(k, ""), k) for k, v in row.items()
-                   if k and ("__" in k)}
+        metrics = {k: _number(v, units.get(k, ""), k) for k, v in row.items() if k and ("__" in k)}
         launches[int(row["ID"])] = (row["Kernel Name"], metrics)
     return launches
 
@@ -127,8 +136,10 @@ def parse_ncu_csv(text: str, flops_per_tensor_inst: float = HMMA_16816_FLOPS) ->
     kernels = []
     for key, (name, m) in sorted(_metrics_by_launch(text).items()):
         if TIME not in m or (DRAM_READ not in m and "dram__bytes.sum" not in m):
-            raise InputError(f"kernel {key} ({name}) lacks {TIME} or DRAM bytes; profile with "
-                             f"--metrics {NCU_METRICS}")
+            raise InputError(
+                f"kernel {key} ({name}) lacks {TIME} or DRAM bytes; profile with "
+                f"--metrics {NCU_METRICS}"
+            )
         dram = m.get(DRAM_READ, 0.0) + m.get(DRAM_WRITE, 0.0) or m.get("dram__bytes.sum", 0.0)
         cuda = sum(m.get(metric, 0.0) * factor for metric, factor in CUDA_OPS.items())
         inst = m.get(TENSOR_INST, 0.0) or m.get("sm__inst_executed_pipe_tensor_op_hmma.sum", 0.0)
@@ -192,14 +203,22 @@ def format_table(summary: dict[str, dict[str, float]], device: Device) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst roofline``."""
     parser.add_argument("csv", type=Path, help="Nsight Compute CSV (ncu --csv --log-file ...)")
-    parser.add_argument("--device", default="rtx-a4000",
-                        help=f"ridges from a preset ({', '.join(DEVICES)}) or "
-                             "'label:GBps:tensor_TFLOPS:cuda_TFLOPS'")
-    parser.add_argument("--flops-per-tensor-inst", type=float, default=HMMA_16816_FLOPS,
-                        help="FLOPs per tensor-pipe warp instruction when the CSV lacks "
-                             "sm__ops_path_tensor_* (default: HMMA.16816 = 4096)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="directory for roofline.json and roofline.png")
+    parser.add_argument(
+        "--device",
+        default="rtx-a4000",
+        help=f"ridges from a preset ({', '.join(DEVICES)}) or "
+        "'label:GBps:tensor_TFLOPS:cuda_TFLOPS'",
+    )
+    parser.add_argument(
+        "--flops-per-tensor-inst",
+        type=float,
+        default=HMMA_16816_FLOPS,
+        help="FLOPs per tensor-pipe warp instruction when the CSV lacks "
+        "sm__ops_path_tensor_* (default: HMMA.16816 = 4096)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="directory for roofline.json and roofline.png"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -212,8 +231,11 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(summary, device))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        record = {"device": asdict(device), "summary": summary,
-                  "kernels": [asdict(k) | {"is_tensor": k.is_tensor} for k in kernels]}
+        record = {
+            "device": asdict(device),
+            "summary": summary,
+            "kernels": [asdict(k) | {"is_tensor": k.is_tensor} for k in kernels],
+        }
         (args.out / "roofline.json").write_text(json.dumps(record, indent=1))
         from .plots import plot_roofline
 

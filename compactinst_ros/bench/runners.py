@@ -183,15 +183,21 @@ class CudaGraphRunner:
                 fn()
             self.graph = graph
         except RuntimeError as exc:
-            print(f"  not capturable as a CUDA graph ({str(exc).splitlines()[0]}); timing "
-                  "eager launches", flush=True)
+            print(
+                f"  not capturable as a CUDA graph ({str(exc).splitlines()[0]}); timing "
+                "eager launches",
+                flush=True,
+            )
             with contextlib.suppress(RuntimeError):
                 torch.cuda.synchronize()
         finally:
             torch.cuda.set_sync_debug_mode("default")
         self.graphed = self.graph is not None
-        self.facts = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-                      "cuda_graph": self.graphed}
+        self.facts = {
+            "torch": torch.__version__,
+            "device": torch.cuda.get_device_name(0),
+            "cuda_graph": self.graphed,
+        }
 
     def time(self, iters: int) -> float:
         """Mean device milliseconds per run between two CUDA events."""
@@ -212,8 +218,7 @@ class CudaGraphRunner:
         self.graph = None
 
 
-def torch_runner(model: torch.nn.Module, scope: str, size: tuple[int, int],
-                 device: str) -> Runner:
+def torch_runner(model: torch.nn.Module, scope: str, size: tuple[int, int], device: str) -> Runner:
     """PyTorch runner: FP16 + CUDA graph on ``cuda``, FP32 eager on ``cpu``."""
     import torch
 
@@ -221,8 +226,10 @@ def torch_runner(model: torch.nn.Module, scope: str, size: tuple[int, int],
     model = model.to(device=device, dtype=dtype)
     torch.backends.cudnn.benchmark = device == "cuda"  # static shapes: pick the fastest convs
     if scope == "decoder":
-        feats = {n: t.to(device=device, dtype=dtype)
-                 for n, t in synthetic_features(feature_shapes(model, *size)).items()}
+        feats = {
+            n: t.to(device=device, dtype=dtype)
+            for n, t in synthetic_features(feature_shapes(model, *size)).items()
+        }
 
         def fn() -> object:
             return model.decode(feats)

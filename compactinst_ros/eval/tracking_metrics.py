@@ -84,8 +84,10 @@ class TrackingAccumulator:
         present = set(np.unique(objects).tolist()) - {0}
         missing = set(tracks) - present - {0}
         if missing:
-            raise DataError(f"frame {self.frames}: track ids given for values {sorted(missing)} "
-                            "that are not in its ground-truth raster")
+            raise DataError(
+                f"frame {self.frames}: track ids given for values {sorted(missing)} "
+                "that are not in its ground-truth raster"
+            )
         pairs = match_masks(objects, pred, self.iou_threshold)
         self._gt_objects += len(present)
         self._matches += len(pairs)
@@ -99,15 +101,21 @@ class TrackingAccumulator:
 
     def counts(self) -> TrackingCounts:
         """The counts over the frames added so far."""
-        return TrackingCounts(gt_objects=self._gt_objects, matches=self._matches,
-                              misses=self._gt_objects - self._matches,
-                              false_positives=self._false_positives,
-                              id_switches=self._id_switches)
+        return TrackingCounts(
+            gt_objects=self._gt_objects,
+            matches=self._matches,
+            misses=self._gt_objects - self._matches,
+            false_positives=self._false_positives,
+            id_switches=self._id_switches,
+        )
 
 
-def tracking_counts(gt_rasters: Sequence[np.ndarray], gt_track_ids: Sequence[Mapping[int, int]],
-                    pred_rasters: Sequence[np.ndarray], iou_threshold: float = 0.5
-                    ) -> TrackingCounts:
+def tracking_counts(
+    gt_rasters: Sequence[np.ndarray],
+    gt_track_ids: Sequence[Mapping[int, int]],
+    pred_rasters: Sequence[np.ndarray],
+    iou_threshold: float = 0.5,
+) -> TrackingCounts:
     """CLEAR-MOT counts of predicted id rasters against ground-truth tracks, frame by frame.
 
     ``gt_rasters[f]`` is frame f's ground-truth id raster (e.g. a panoptic raster) and

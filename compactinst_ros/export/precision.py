@@ -185,18 +185,33 @@ def emulate_fp16(model: onnx.ModelProto, fp32_nodes: Iterable[str] = ()) -> onnx
     new_initialisers = []
     for init in graph.initializer:
         if init.data_type == TensorProto.FLOAT:
-            copy = numpy_helper.from_array(to_fp16_storage(numpy_helper.to_array(init)),
-                                           f"{init.name}::fp16")
+            copy = numpy_helper.from_array(
+                to_fp16_storage(numpy_helper.to_array(init)), f"{init.name}::fp16"
+            )
             new_initialisers.append(copy)
             rounded[init.name] = copy.name
     graph.initializer.extend(new_initialisers)
     nodes: list[onnx.NodeProto] = []
 
     def round_trip(source: str, target: str) -> None:
-        nodes.append(helper.make_node("Cast", [source], [f"{target}::half"],
-                                      name=f"{target}::to_fp16", to=TensorProto.FLOAT16))
-        nodes.append(helper.make_node("Cast", [f"{target}::half"], [target],
-                                      name=f"{target}::to_fp32", to=TensorProto.FLOAT))
+        nodes.append(
+            helper.make_node(
+                "Cast",
+                [source],
+                [f"{target}::half"],
+                name=f"{target}::to_fp16",
+                to=TensorProto.FLOAT16,
+            )
+        )
+        nodes.append(
+            helper.make_node(
+                "Cast",
+                [f"{target}::half"],
+                [target],
+                name=f"{target}::to_fp32",
+                to=TensorProto.FLOAT,
+            )
+        )
 
     initialisers = {i.name for i in graph.initializer}
     for value in graph.input:
@@ -210,8 +225,15 @@ def emulate_fp16(model: onnx.ModelProto, fp32_nodes: Iterable[str] = ()) -> onnx
             if value is not None and value.t.data_type == TensorProto.FLOAT:
                 array = to_fp16_storage(numpy_helper.to_array(value.t))
                 name = f"{node.output[0]}::fp16"
-                nodes.append(helper.make_node("Constant", [], [name], name=f"{name}::node",
-                                              value=numpy_helper.from_array(array, name)))
+                nodes.append(
+                    helper.make_node(
+                        "Constant",
+                        [],
+                        [name],
+                        name=f"{name}::node",
+                        value=numpy_helper.from_array(array, name),
+                    )
+                )
                 rounded[node.output[0]] = name
             continue
         if node_name(node) in pinned:  # FP32 outputs; an FP16 reader gets a rounded copy
@@ -269,8 +291,9 @@ def with_range_outputs(model: onnx.ModelProto, tensors: Sequence[str]) -> onnx.M
 class StageRunner:
     """One stage's graph on ONNX Runtime returning its outputs and its tracked tensors' stats."""
 
-    def __init__(self, model: onnx.ModelProto, tracked: Sequence[TrackedTensor],
-                 threads: int | None = None) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, tracked: Sequence[TrackedTensor], threads: int | None = None
+    ) -> None:
         self.outputs = [o.name for o in model.graph.output]
         self.tracked = list(tracked)
         self._stats = [f"{p}{t.tensor}" for p in (AMAX, NANS, INFS) for t in self.tracked]
@@ -288,8 +311,9 @@ class StageRunner:
         return dict(zip(self.outputs, results[:n], strict=True)), StageStats(*stats)
 
 
-def calibration_frames(bundle: ModelBundle, scenes: int, seed: int = DEFAULT_SEED
-                       ) -> list[tuple[str, np.ndarray]]:
+def calibration_frames(
+    bundle: ModelBundle, scenes: int, seed: int = DEFAULT_SEED
+) -> list[tuple[str, np.ndarray]]:
     """Encoder inputs: ``scenes`` synthetic scenes of ``seed`` and adversarial frames (black,
     white, 1-pixel and 8-pixel max-contrast stripes, uniform noise), through the letterbox."""
     from ..train.synthetic import render_scene
@@ -304,17 +328,21 @@ def calibration_frames(bundle: ModelBundle, scenes: int, seed: int = DEFAULT_SEE
         "stripes 8px": ((rows // 8) % 2) * 255,
         "checker 1px": ((rows + columns) % 2) * 255,
     }
-    images += [("black", np.zeros((h, w, 3), np.uint8)),
-               ("white", np.full((h, w, 3), 255, np.uint8))]
-    images += [(name, np.broadcast_to(v, (h, w, 3)).astype(np.uint8))
-               for name, v in stripes.items()]
+    images += [
+        ("black", np.zeros((h, w, 3), np.uint8)),
+        ("white", np.full((h, w, 3), 255, np.uint8)),
+    ]
+    images += [
+        (name, np.broadcast_to(v, (h, w, 3)).astype(np.uint8)) for name, v in stripes.items()
+    ]
     noise = np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
     images.append(("noise", noise))
     return [(name, letterbox(image, "rgb8", meta, bundle.pad_value)) for name, image in images]
 
 
-def _origins(model: onnx.ModelProto, tracked: Sequence[TrackedTensor], bad: np.ndarray
-             ) -> np.ndarray:
+def _origins(
+    model: onnx.ModelProto, tracked: Sequence[TrackedTensor], bad: np.ndarray
+) -> np.ndarray:
     """Per tracked tensor: bad here while every tracked input of its node is good."""
     index = {t.tensor: i for i, t in enumerate(tracked)}
     producers = {node_name(n): n for n in model.graph.node}
@@ -355,8 +383,9 @@ def _unpinned_feeders(model: onnx.ModelProto, nodes: set[str], pinned: set[str])
     return found
 
 
-def _run_chain(bundle: ModelBundle, runners: dict[str, StageRunner], tensor: np.ndarray
-               ) -> dict[str, StageStats]:
+def _run_chain(
+    bundle: ModelBundle, runners: dict[str, StageRunner], tensor: np.ndarray
+) -> dict[str, StageStats]:
     """Encoder then decoder on one encoder input; the stats of every stage."""
     values = {bundle.stages[0].inputs[0].name: tensor}
     stats: dict[str, StageStats] = {}
@@ -368,9 +397,12 @@ def _run_chain(bundle: ModelBundle, runners: dict[str, StageRunner], tensor: np.
     return stats
 
 
-def check_bundle(bundle: ModelBundle, frames: Sequence[tuple[str, np.ndarray]],
-                 threads: int | None = None,
-                 log: Callable[[str], None] = print) -> Fp16Report:
+def check_bundle(
+    bundle: ModelBundle,
+    frames: Sequence[tuple[str, np.ndarray]],
+    threads: int | None = None,
+    log: Callable[[str], None] = print,
+) -> Fp16Report:
     """Range table, pins and emulation verdict of ``bundle`` on encoder inputs ``frames``."""
     models = {s.name: onnx.load(str(s.path)) for s in bundle.stages}
     tracked = {name: tracked_tensors(m, name) for name, m in models.items()}
@@ -395,8 +427,9 @@ def check_bundle(bundle: ModelBundle, frames: Sequence[tuple[str, np.ndarray]],
     while True:
         rounds += 1
         log(f"fp16 emulation, round {rounds}: {sum(map(len, pins.values()))} nodes pinned to FP32")
-        fp16 = {n: StageRunner(emulate_fp16(models[n], pins[n]), tracked[n], threads)
-                for n in models}
+        fp16 = {
+            n: StageRunner(emulate_fp16(models[n], pins[n]), tracked[n], threads) for n in models
+        }
         for row in (r for stage_rows in rows.values() for r in stage_rows):
             row.fp16_amax, row.fp16_new_nonfinite = 0.0, 0
         residual, origins = 0, {n: set() for n in models}
@@ -407,8 +440,9 @@ def check_bundle(bundle: ModelBundle, frames: Sequence[tuple[str, np.ndarray]],
                 bad = stage_stats.new_nonfinite(ref[name])
                 frame_bad |= bool(bad.any())
                 first = _origins(models[name], tracked[name], bad)
-                for row, amax, new, origin in zip(rows[name], stage_stats.amax, bad, first,
-                                                  strict=True):
+                for row, amax, new, origin in zip(
+                    rows[name], stage_stats.amax, bad, first, strict=True
+                ):
                     row.fp16_amax = max(row.fp16_amax, float(amax))
                     row.fp16_new_nonfinite += int(new)
                     if origin and row.tracked.node:
@@ -439,8 +473,10 @@ def format_table(report: Fp16Report, top: int = 20) -> str:
     """The ``top`` rows with the least headroom (all flagged rows at least) as text."""
     ordered = report.sorted_rows()
     shown = ordered[: max(top, sum(1 for r in ordered if r.flags))]
-    lines = [f"{'stage':8s} {'headroom':>9s} {'fp32 max':>11s} {'fp16 max':>11s} "
-             f"{'op':22s} {'pin':3s} {'flag':14s} node"]
+    lines = [
+        f"{'stage':8s} {'headroom':>9s} {'fp32 max':>11s} {'fp16 max':>11s} "
+        f"{'op':22s} {'pin':3s} {'flag':14s} node"
+    ]
     for r in shown:
         headroom = f"{r.headroom:9.1f}" if math.isfinite(r.headroom) else f"{'inf':>9s}"
         lines.append(
@@ -459,19 +495,46 @@ def write_csv(report: Fp16Report, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["stage", "node", "op", "tensor", "fp32_amax", "fp16_amax", "headroom",
-                         "fp32_nonfinite_frames", "fp16_new_nonfinite_frames", "fp16_origin_frames",
-                         "pinned", "flags"])
+        writer.writerow(
+            [
+                "stage",
+                "node",
+                "op",
+                "tensor",
+                "fp32_amax",
+                "fp16_amax",
+                "headroom",
+                "fp32_nonfinite_frames",
+                "fp16_new_nonfinite_frames",
+                "fp16_origin_frames",
+                "pinned",
+                "flags",
+            ]
+        )
         for r in report.sorted_rows():
             t = r.tracked
-            writer.writerow([t.stage, t.node, t.op, t.tensor, f"{r.fp32_amax:.6g}",
-                             f"{r.fp16_amax:.6g}", f"{r.headroom:.6g}", r.fp32_nonfinite,
-                             r.fp16_new_nonfinite, r.fp16_origin, int(r.pinned), " ".join(r.flags)])
+            writer.writerow(
+                [
+                    t.stage,
+                    t.node,
+                    t.op,
+                    t.tensor,
+                    f"{r.fp32_amax:.6g}",
+                    f"{r.fp16_amax:.6g}",
+                    f"{r.headroom:.6g}",
+                    r.fp32_nonfinite,
+                    r.fp16_new_nonfinite,
+                    r.fp16_origin,
+                    int(r.pinned),
+                    " ".join(r.flags),
+                ]
+            )
     return path
 
 
-def write_emulated_bundle(bundle: ModelBundle, pins: dict[str, set[str]], out: str | Path
-                          ) -> ModelBundle:
+def write_emulated_bundle(
+    bundle: ModelBundle, pins: dict[str, set[str]], out: str | Path
+) -> ModelBundle:
     """A runnable copy of ``bundle`` in ``out`` whose stages are FP16-emulated graphs (with the
     pins applied), e.g. to measure FP16 accuracy through the CPU runtime."""
     out = Path(out)
@@ -481,14 +544,19 @@ def write_emulated_bundle(bundle: ModelBundle, pins: dict[str, set[str]], out: s
         path = out / stage.path.name
         onnx.save(emulate_fp16(onnx.load(str(stage.path)), pins.get(stage.name, ())), str(path))
         stages.append(replace(stage, path=path, sha256=sha256_file(path)))
-    emulated = replace(bundle, root=out, stages=tuple(stages),
-                       source={**bundle.source, "fp16_emulation_of": str(bundle.root)})
+    emulated = replace(
+        bundle,
+        root=out,
+        stages=tuple(stages),
+        source={**bundle.source, "fp16_emulation_of": str(bundle.root)},
+    )
     emulated.save()
     return emulated
 
 
-def accuracy(bundle: ModelBundle, pins: dict[str, set[str]], data: str | Path,
-             limit: int | None = None) -> dict[str, dict]:
+def accuracy(
+    bundle: ModelBundle, pins: dict[str, set[str]], data: str | Path, limit: int | None = None
+) -> dict[str, dict]:
     """Mask AP and PQ of ``bundle`` in FP32 and in the FP16 emulation on a COCO folder."""
     from ..train.evaluate import evaluate_bundle
 
@@ -503,17 +571,31 @@ def accuracy(bundle: ModelBundle, pins: dict[str, set[str]], data: str | Path,
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst fp16-check``."""
     parser.add_argument("bundle", help="model bundle folder (bundle.json + stage ONNX files)")
-    parser.add_argument("--frames", type=int, default=16,
-                        help="held-out synthetic scenes (6 adversarial frames are always added)")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                        help="seed of the scenes: one not used in training (default 2)")
+    parser.add_argument(
+        "--frames",
+        type=int,
+        default=16,
+        help="held-out synthetic scenes (6 adversarial frames are always added)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help="seed of the scenes: one not used in training (default 2)",
+    )
     parser.add_argument("--out", type=Path, help="write the whole table as CSV")
     parser.add_argument("--top", type=int, default=20, help="rows to print (flagged rows always)")
-    parser.add_argument("--write-pins", action="store_true",
-                        help=f"write the FP32 pins to BUNDLE/{PRECISION_FILE} for build-engine")
-    parser.add_argument("--eval", metavar="DATA",
-                        help="also compare mask AP / PQ, FP32 vs FP16 emulation, on a COCO folder "
-                             "('compactinst synth' layout)")
+    parser.add_argument(
+        "--write-pins",
+        action="store_true",
+        help=f"write the FP32 pins to BUNDLE/{PRECISION_FILE} for build-engine",
+    )
+    parser.add_argument(
+        "--eval",
+        metavar="DATA",
+        help="also compare mask AP / PQ, FP32 vs FP16 emulation, on a COCO folder "
+        "('compactinst synth' layout)",
+    )
     parser.add_argument("--eval-limit", type=int, help="evaluate only the first N images")
     parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")
 
@@ -526,17 +608,23 @@ def run(args: argparse.Namespace) -> int:
     frames = calibration_frames(bundle, args.frames, args.seed)
     start = time.perf_counter()
     report = check_bundle(bundle, frames, args.threads, log=lambda m: print(m, file=sys.stderr))
-    print(f"{bundle.name} [{bundle.fingerprint}]: {len(report.rows)} float tensors, "
-          f"{len(frames)} frames ({args.frames} scenes of seed {args.seed} + "
-          f"{len(frames) - args.frames} adversarial), {time.perf_counter() - start:.0f} s")
+    print(
+        f"{bundle.name} [{bundle.fingerprint}]: {len(report.rows)} float tensors, "
+        f"{len(frames)} frames ({args.frames} scenes of seed {args.seed} + "
+        f"{len(frames) - args.frames} adversarial), {time.perf_counter() - start:.0f} s"
+    )
     print(format_table(report, args.top))
     flagged = [r for r in report.rows if r.flags]
     pinned = {n: sorted(p) for n, p in report.pins.items()}
-    print(f"flagged tensors: {len(flagged)}; FP32 pins: "
-          + ", ".join(f"{n} {len(p)}" for n, p in pinned.items()))
+    print(
+        f"flagged tensors: {len(flagged)}; FP32 pins: "
+        + ", ".join(f"{n} {len(p)}" for n, p in pinned.items())
+    )
     if report.residual_frames:
-        print(f"FP16 emulation: {report.residual_frames} frames still produce inf/NaN that FP32 "
-              f"does not, after {report.rounds} rounds of pins")
+        print(
+            f"FP16 emulation: {report.residual_frames} frames still produce inf/NaN that FP32 "
+            f"does not, after {report.rounds} rounds of pins"
+        )
     else:
         print(f"FP16 emulation: no inf/NaN beyond FP32's on any frame ({report.rounds} rounds)")
     if args.out:
@@ -546,15 +634,19 @@ def run(args: argparse.Namespace) -> int:
             "tool": "compactinst fp16-check",
             "headroom_limit": HEADROOM_LIMIT,
             "frames": report.frames,
-            "flagged": {n: sorted({r.tracked.node for r in flagged if r.tracked.stage == n})
-                        for n in report.pins},
+            "flagged": {
+                n: sorted({r.tracked.node for r in flagged if r.tracked.stage == n})
+                for n in report.pins
+            },
         }
         print(f"pins: {save_fp32_layers(bundle, report.pins, provenance)}")
     if args.eval:
         result = accuracy(bundle, report.pins, args.eval, args.eval_limit)
         for name, metrics in result.items():
-            print(f"{name}: mask AP {metrics['mask_ap']['AP']:.2f}, "
-                  f"PQ {metrics['panoptic']['all']['PQ']:.2f} on {metrics['images']} images")
+            print(
+                f"{name}: mask AP {metrics['mask_ap']['AP']:.2f}, "
+                f"PQ {metrics['panoptic']['all']['PQ']:.2f} on {metrics['images']} images"
+            )
         fp16, fp32 = result["fp16"], result["fp32"]
         delta_ap = fp16["mask_ap"]["AP"] - fp32["mask_ap"]["AP"]
         delta_pq = fp16["panoptic"]["all"]["PQ"] - fp32["panoptic"]["all"]["PQ"]

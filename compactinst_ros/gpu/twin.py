@@ -8,7 +8,7 @@ numpy reference (postprocess/reference.py) and prove the per-tile culling exact.
 
 1. ``query_stats``: per-query mask score over the valid low-res region (one block per query).
 2. ``select_queries``: instance / panoptic / semantic tables from the class logits (one block).
-3. ``semantic_lowres``: ``S[c] = sum_q p[q, c] * sigmoid(m_q)`` at low resolution.
+3. ``class_maps``: ``S[c] = sum_q p[q, c] * sigmoid(m_q)`` at low resolution.
 4. ``tile_candidates``: per 16x16 camera tile, the queries/classes that can matter there.
 5. pass A (count): per pixel winners, per-slot areas, boxes, panoptic overlap counts (atomics).
 6. ``finalize``: the reference's instance renumbering and table (``postprocess.instance``) and
@@ -38,7 +38,7 @@ from ..postprocess.resample import (
     softmax,
     valid_region,
 )
-from ..postprocess.semantic import SEMANTIC_VOID_FLOOR, semantic_dtype
+from ..postprocess.semantic import SEMANTIC_VOID_FLOOR, class_maps, semantic_dtype
 from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions, RawOutputs
 from .constants import BOUND_EPS, ENCODING_CODES, TILE
 
@@ -127,13 +127,6 @@ def select_queries(
     )
 
 
-def semantic_lowres(sem_prob: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """(K, h, w) float32 class maps ``S[c] = sum_q p[q, c] * sigmoid(m_q)`` (rule 5)."""
-    q, h, w = masks.shape
-    sig = sigmoid(masks).reshape(q, h * w)
-    return (sem_prob.T.astype(np.float32) @ sig).reshape(-1, h, w).astype(np.float32)
-
-
 def tile_footprints(
     n_out: int, taps: tuple[np.ndarray, np.ndarray, np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -190,7 +183,7 @@ class TwinFrame:
         self.inst_maps = self.masks[self.instance.query]
         self.pan_maps = self.masks[self.sel.panoptic.query] if outputs.panoptic else self.masks[:0]
         self.sem_maps = (
-            semantic_lowres(self.sel.sem_prob, self.masks)
+            class_maps(self.sel.sem_prob, sigmoid(self.masks))
             if outputs.semantic
             else np.zeros((0, self.h, self.w), np.float32)
         )

@@ -43,9 +43,15 @@ class Checkpoint:
         return sha256_file(self.path)
 
 
-def checkpoint_record(model: nn.Module, config: str, labels: LabelSet | None, step: int,
-                      optimizer: torch.optim.Optimizer | None = None,
-                      resume: dict | None = None, **extra: object) -> dict:
+def checkpoint_record(
+    model: nn.Module,
+    config: str,
+    labels: LabelSet | None,
+    step: int,
+    optimizer: torch.optim.Optimizer | None = None,
+    resume: dict | None = None,
+    **extra: object,
+) -> dict:
     """The dict :func:`save_checkpoint` writes (weights on the CPU; ``extra`` primitives kept)."""
     record = {
         "config": config,
@@ -108,11 +114,18 @@ def capture_rng_state() -> dict:
     return {
         "torch": torch.get_rng_state(),
         "cuda": list(torch.cuda.get_rng_state_all()) if torch.cuda.is_available() else [],
-        "numpy": {"kind": np_kind, "keys": torch.from_numpy(np_keys.astype(np.int64)),
-                  "pos": int(np_pos), "has_gauss": int(np_has_gauss),
-                  "cached_gaussian": float(np_gauss)},
-        "python": {"version": py_version, "internal": torch.tensor(py_internal),
-                   "gauss_next": py_gauss},
+        "numpy": {
+            "kind": np_kind,
+            "keys": torch.from_numpy(np_keys.astype(np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "cached_gaussian": float(np_gauss),
+        },
+        "python": {
+            "version": py_version,
+            "internal": torch.tensor(py_internal),
+            "gauss_next": py_gauss,
+        },
     }
 
 
@@ -123,7 +136,14 @@ def restore_rng_state(state: dict) -> None:
     if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):
         torch.cuda.set_rng_state_all(cuda)
     npy = state["numpy"]
-    np.random.set_state((npy["kind"], npy["keys"].numpy().astype(np.uint32), npy["pos"],
-                         npy["has_gauss"], npy["cached_gaussian"]))
+    np.random.set_state(
+        (
+            npy["kind"],
+            npy["keys"].numpy().astype(np.uint32),
+            npy["pos"],
+            npy["has_gauss"],
+            npy["cached_gaussian"],
+        )
+    )
     py = state["python"]
     random.setstate((py["version"], tuple(py["internal"].tolist()), py["gauss_next"]))

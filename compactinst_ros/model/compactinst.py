@@ -32,8 +32,9 @@ class CompactInst(nn.Module):
         self.cfg = cfg
         self.backbone = build_backbone(cfg.backbone, cfg.backbone_width)
         channels = {k: c for k, (c, _) in self.backbone.output_shape().items()}
-        self.pixel_decoder = PPMFPN(channels, cfg.hidden_dim, cfg.gn_groups, cfg.ppm_bins,
-                                    use_res2=cfg.mask_stride == 4)
+        self.pixel_decoder = PPMFPN(
+            channels, cfg.hidden_dim, cfg.gn_groups, cfg.ppm_bins, use_res2=cfg.mask_stride == 4
+        )
         self.decoder = DualPathDecoder(cfg)
         self.register_buffer("pixel_mean", torch.tensor(cfg.pixel_mean).view(1, 3, 1, 1), False)
         self.register_buffer("pixel_std", torch.tensor(cfg.pixel_std).view(1, 3, 1, 1), False)
@@ -52,12 +53,16 @@ class CompactInst(nn.Module):
         """Raise ConfigError unless (height, width) is usable (multiple of 32, enough pixels)."""
         div = self.cfg.size_divisibility
         if height % div or width % div:
-            raise ConfigError(f"input {height}x{width} must be a multiple of {div} on both sides; "
-                              "pad the image (preprocess.letterbox does)")
+            raise ConfigError(
+                f"input {height}x{width} must be a multiple of {div} on both sides; "
+                "pad the image (preprocess.letterbox does)"
+            )
         if (height // 16) * (width // 16) < self.cfg.num_queries:
-            raise ConfigError(f"input {height}x{width} gives {(height // 16) * (width // 16)} "
-                              f"proposal pixels < {self.cfg.num_queries} queries; use a larger "
-                              "input")
+            raise ConfigError(
+                f"input {height}x{width} gives {(height // 16) * (width // 16)} "
+                f"proposal pixels < {self.cfg.num_queries} queries; use a larger "
+                "input"
+            )
 
     def encode(self, image: torch.Tensor) -> dict[str, torch.Tensor]:
         """RGB 0..255 image (B, 3, H, W) -> pixel-decoder maps named by ``encoder_outputs``."""
@@ -66,13 +71,18 @@ class CompactInst(nn.Module):
         maps = self.pixel_decoder(self.backbone(x))
         return {name: maps[name] for name in self.encoder_outputs}
 
-    def decode(self, features: dict[str, torch.Tensor], targets: list[dict] | None = None,
-               matcher: Matcher | None = None) -> dict:
+    def decode(
+        self,
+        features: dict[str, torch.Tensor],
+        targets: list[dict] | None = None,
+        matcher: Matcher | None = None,
+    ) -> dict:
         """Pixel-decoder maps -> predictions (+ training outputs; GT-guided with targets)."""
         return self.decoder(features, targets, matcher)
 
-    def forward(self, image: torch.Tensor, targets: list[dict] | None = None,
-                matcher: Matcher | None = None) -> dict:
+    def forward(
+        self, image: torch.Tensor, targets: list[dict] | None = None, matcher: Matcher | None = None
+    ) -> dict:
         """``decode(encode(image))``."""
         return self.decode(self.encode(image), targets, matcher)
 

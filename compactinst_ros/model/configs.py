@@ -52,7 +52,8 @@ class ModelConfig:
             raise ConfigError(f"{self.name}: mask_stride {self.mask_stride}; use 8 or 4")
         if self.mask_stride == 4 and self.pool_factor == 1:
             raise ConfigError(
-                f"{self.name}: mask_stride 4 needs the refinement head (pool_factor > 1)")
+                f"{self.name}: mask_stride 4 needs the refinement head (pool_factor > 1)"
+            )
         if self.hidden_dim % self.nheads or self.hidden_dim % self.gn_groups:
             raise ConfigError(
                 f"{self.name}: hidden_dim {self.hidden_dim} must divide by nheads {self.nheads} "
@@ -75,8 +76,12 @@ class ModelConfig:
         return dataclasses.replace(self, **overrides)
 
 
-_FASTINST_R18_CITY = {"size": (1024, 2048), "num_classes": 8, "decoder_gmacs": 103.2,
-                      "total_gmacs": 205.8}
+_FASTINST_R18_CITY = {
+    "size": (1024, 2048),
+    "num_classes": 8,
+    "decoder_gmacs": 103.2,
+    "total_gmacs": 205.8,
+}
 
 CONFIGS: dict[str, ModelConfig] = {
     c.name: c
@@ -86,22 +91,41 @@ CONFIGS: dict[str, ModelConfig] = {
         ModelConfig("fastinst_r50_d1", backbone="resnet50", dec_layers=1, paper={"params_m": 30.0}),
         # The paper gives no absolute count here, only "about 7 % fewer FLOPs than FastInst".
         ModelConfig(
-            "compactinst_r18", pool_factor=2,
-            paper={"size": (1024, 2048), "num_classes": 8,
-                   "fewer_total_than": ("fastinst_r18_d3", 7.0)},
+            "compactinst_r18",
+            pool_factor=2,
+            paper={
+                "size": (1024, 2048),
+                "num_classes": 8,
+                "fewer_total_than": ("fastinst_r18_d3", 7.0),
+            },
         ),
-        ModelConfig("compactinst_r50", backbone="resnet50", pool_factor=2,
-                    paper={"params_m": 35.9}),
+        ModelConfig(
+            "compactinst_r50", backbone="resnet50", pool_factor=2, paper={"params_m": 35.9}
+        ),
         ModelConfig("compactinst_r18_pf32", pool_factor=4),
         ModelConfig(
-            "compactinst_r18_m4", pool_factor=2, mask_stride=4,
-            paper={"size": (1024, 2048), "num_classes": 8, "decoder_gmacs": 264.9,
-                   "total_gmacs": 446.5},
+            "compactinst_r18_m4",
+            pool_factor=2,
+            mask_stride=4,
+            paper={
+                "size": (1024, 2048),
+                "num_classes": 8,
+                "decoder_gmacs": 264.9,
+                "total_gmacs": 446.5,
+            },
         ),
         # Small enough to train on a CPU in tens of minutes at ~256x384 with 8 classes.
         ModelConfig(
-            "compactinst_demo", backbone_width=32, num_classes=8, hidden_dim=128, num_queries=50,
-            dec_layers=2, nheads=4, dim_feedforward=512, pool_factor=2, gn_groups=16,
+            "compactinst_demo",
+            backbone_width=32,
+            num_classes=8,
+            hidden_dim=128,
+            num_queries=50,
+            dec_layers=2,
+            nheads=4,
+            dim_feedforward=512,
+            pool_factor=2,
+            gn_groups=16,
         ),
     )
 }

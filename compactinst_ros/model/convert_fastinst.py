@@ -60,8 +60,11 @@ def _backbone_key(rest: str) -> str | None:
     stage, block, conv, what = int(m[1]) - 1, m[2], m[3], m[4]
     prefix = f"backbone.layer{stage}.{block}"
     if conv == "shortcut":
-        return f"{prefix}.downsample.0.weight" if what == "weight" else \
-            f"{prefix}.downsample.1.{what[5:]}"
+        return (
+            f"{prefix}.downsample.0.weight"
+            if what == "weight"
+            else f"{prefix}.downsample.1.{what[5:]}"
+        )
     return f"{prefix}.{conv}.weight" if what == "weight" else f"{prefix}.bn{conv[4]}.{what[5:]}"
 
 
@@ -85,26 +88,28 @@ def map_key(key: str) -> str | None:
     if IGNORED.match(key):
         return None
     if key.startswith("backbone."):
-        return _backbone_key(key[len("backbone."):])
+        return _backbone_key(key[len("backbone.") :])
     if key.startswith("sem_seg_head.pixel_decoder."):
-        return "pixel_decoder." + key[len("sem_seg_head.pixel_decoder."):]
+        return "pixel_decoder." + key[len("sem_seg_head.pixel_decoder.") :]
     if key.startswith("sem_seg_head.predictor."):
-        return _predictor_key(key[len("sem_seg_head.predictor."):])
+        return _predictor_key(key[len("sem_seg_head.predictor.") :])
     return None
 
 
 class _NumpyOnlyUnpickler(pickle.Unpickler):
     """Unpickler for detectron2 ``.pkl`` weights: only numpy arrays, dicts and primitives."""
 
-    ALLOWED: ClassVar[frozenset] = frozenset({
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("numpy.core.multiarray", "scalar"),
-        ("numpy._core.multiarray", "scalar"),
-        ("collections", "OrderedDict"),
-    })
+    ALLOWED: ClassVar[frozenset] = frozenset(
+        {
+            ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "_reconstruct"),
+            ("numpy", "ndarray"),
+            ("numpy", "dtype"),
+            ("numpy.core.multiarray", "scalar"),
+            ("numpy._core.multiarray", "scalar"),
+            ("collections", "OrderedDict"),
+        }
+    )
 
     def find_class(self, module: str, name: str) -> object:
         if (module, name) not in self.ALLOWED:
@@ -202,9 +207,11 @@ def import_fastinst(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst import-fastinst``."""
     parser.add_argument("checkpoint", help="official FastInst weights (.pth/.pt, or .pkl)")
-    parser.add_argument("--config", default="fastinst_r50_d3",
-                        help="target config: fastinst_* (all weights) or compactinst_* "
-                             "(refinement head new)")
+    parser.add_argument(
+        "--config",
+        default="fastinst_r50_d3",
+        help="target config: fastinst_* (all weights) or compactinst_* (refinement head new)",
+    )
     parser.add_argument("--out", required=True, help="output checkpoint (.pt)")
 
 
@@ -212,12 +219,18 @@ def run(args: argparse.Namespace) -> int:
     """Convert and save a checkpoint usable by train --init and export --checkpoint."""
     record, new, unused = import_fastinst(args.checkpoint, args.config)
     save_checkpoint(args.out, record)
-    print(f"wrote {args.out}: config {args.config}, {record['num_classes']} classes, "
-          f"{len(record['model'])} tensors")
+    print(
+        f"wrote {args.out}: config {args.config}, {record['num_classes']} classes, "
+        f"{len(record['model'])} tensors"
+    )
     if new:
-        print(f"  newly initialised ({len(new)}): {', '.join(new[:6])}"
-              f"{' ...' if len(new) > 6 else ''}")
+        print(
+            f"  newly initialised ({len(new)}): {', '.join(new[:6])}"
+            f"{' ...' if len(new) > 6 else ''}"
+        )
     if unused:
-        print(f"  unused from the checkpoint ({len(unused)}): {', '.join(unused[:6])}"
-              f"{' ...' if len(unused) > 6 else ''}")
+        print(
+            f"  unused from the checkpoint ({len(unused)}): {', '.join(unused[:6])}"
+            f"{' ...' if len(unused) > 6 else ''}"
+        )
     return 0

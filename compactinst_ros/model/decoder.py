@@ -39,11 +39,19 @@ class MultiheadAttention(nn.Module):
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape  # (B, n, D) -> (B*heads, n, D/heads)
-        return x.reshape(b, n, self.heads, d // self.heads).transpose(1, 2).reshape(
-            b * self.heads, n, d // self.heads)
+        return (
+            x.reshape(b, n, self.heads, d // self.heads)
+            .transpose(1, 2)
+            .reshape(b * self.heads, n, d // self.heads)
+        )
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """query (B, Lq, D), key/value (B, Lk, D), mask (B, Lq, Lk) bool -> (B, Lq, D)."""
         b, lq, d = query.shape
         wq, wk, wv = self.in_proj_weight.chunk(3)
@@ -71,8 +79,14 @@ class AttentionBlock(nn.Module):
         self.attn = MultiheadAttention(dim, heads)
         self.norm = nn.LayerNorm(dim)
 
-    def forward(self, x: torch.Tensor, x_pos: torch.Tensor, mem: torch.Tensor,
-                mem_pos: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        x_pos: torch.Tensor,
+        mem: torch.Tensor,
+        mem_pos: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """x (B, Lq, D) attends to mem (B, Lk, D); positions are added to queries and keys."""
         return self.norm(x + self.attn(x + x_pos, mem + mem_pos, mem, mask))
 
@@ -105,8 +119,14 @@ class DualPathLayer(nn.Module):
         self.query_self_attn = AttentionBlock(dim, heads)
         self.query_ffn = FFNBlock(dim, ffn)
 
-    def forward(self, q: torch.Tensor, q_pos: torch.Tensor, x: torch.Tensor, x_pos: torch.Tensor,
-                mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        q: torch.Tensor,
+        q_pos: torch.Tensor,
+        x: torch.Tensor,
+        x_pos: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """queries (B, Nt, D), pixels (B, N, D), mask (B, Nt, N) -> updated (queries, pixels)."""
         x = self.pixel_ffn(self.pixel_cross_attn(x, x_pos, q, q_pos))
         q = self.query_cross_attn(q, q_pos, x, x_pos, mask)
@@ -142,41 +162,62 @@ class DualPathDecoder(nn.Module):
         self.empty_query_features = nn.Embedding(cfg.num_aux_queries, d)
         self.empty_query_pos_embed = nn.Embedding(cfg.num_aux_queries, d)
         self.query_proposal = QueryProposal(d, cfg.num_queries, cfg.num_classes)
-        self.token_pool = (nn.MaxPool2d(cfg.pool_factor, cfg.pool_factor) if cfg.refine
-                           else None)
+        self.token_pool = nn.MaxPool2d(cfg.pool_factor, cfg.pool_factor) if cfg.refine else None
         self.layers = nn.ModuleList(
-            DualPathLayer(d, cfg.nheads, cfg.dim_feedforward) for _ in range(cfg.dec_layers))
+            DualPathLayer(d, cfg.nheads, cfg.dim_feedforward) for _ in range(cfg.dec_layers)
+        )
         self.heads = nn.ModuleList(
-            PredictionHead(d, cfg.num_classes, cfg.num_queries,
-                           mask_features=not (cfg.refine and i == cfg.dec_layers))
-            for i in range(cfg.dec_layers + 1))
+            PredictionHead(
+                d,
+                cfg.num_classes,
+                cfg.num_queries,
+                mask_features=not (cfg.refine and i == cfg.dec_layers),
+            )
+            for i in range(cfg.dec_layers + 1)
+        )
         self.refinement = RefinementHead(d, cfg.gn_groups) if cfg.refine else None
 
-    def _predict(self, stage: int, q: torch.Tensor, x: torch.Tensor, grid: tuple[int, int],
-                 skip: torch.Tensor, with_class: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+    def _predict(
+        self,
+        stage: int,
+        q: torch.Tensor,
+        x: torch.Tensor,
+        grid: tuple[int, int],
+        skip: torch.Tensor,
+        with_class: bool,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Head ``stage``; the last CompactInst head reads the refinement head's features."""
         if self.refinement is not None and stage == len(self.layers):
             x = self.refinement(x, grid, skip)
             grid = (int(skip.shape[-2]), int(skip.shape[-1]))
         return self.heads[stage](q, x, grid, with_class)
 
-    def forward(self, features: dict[str, torch.Tensor], targets: list[dict] | None = None,
-                matcher: Matcher | None = None) -> dict:
+    def forward(
+        self,
+        features: dict[str, torch.Tensor],
+        targets: list[dict] | None = None,
+        matcher: Matcher | None = None,
+    ) -> dict:
         """Pixel-decoder maps -> predictions; see ``CompactInst.decode`` for the contract."""
         e3, e4 = features["e3"], features["e4"]
         skip = features["e2"] if self.cfg.mask_stride == 4 else e3
         tokens = self.token_pool(e3) if self.token_pool is not None else e3
         b, _, h, w = tokens.shape
         grid = (int(h), int(w))
-        x_pos = F.interpolate(self.meta_pos_embed, size=grid, mode="bilinear",
-                              align_corners=False).flatten(2).transpose(1, 2)  # 1, N, D
-        p_pos = F.interpolate(self.meta_pos_embed, size=e4.shape[-2:], mode="bilinear",
-                              align_corners=False)
+        x_pos = (
+            F.interpolate(self.meta_pos_embed, size=grid, mode="bilinear", align_corners=False)
+            .flatten(2)
+            .transpose(1, 2)
+        )  # 1, N, D
+        p_pos = F.interpolate(
+            self.meta_pos_embed, size=e4.shape[-2:], mode="bilinear", align_corners=False
+        )
         x = tokens.flatten(2).transpose(1, 2)  # B, N, D
         q, q_pos, proposal_logits, indices = self.query_proposal(e4, p_pos)
         q = torch.cat([q, self.empty_query_features.weight.unsqueeze(0).expand(b, -1, -1)], 1)
-        q_pos = torch.cat([q_pos, self.empty_query_pos_embed.weight.unsqueeze(0).expand(b, -1, -1)],
-                          1)
+        q_pos = torch.cat(
+            [q_pos, self.empty_query_pos_embed.weight.unsqueeze(0).expand(b, -1, -1)], 1
+        )
 
         train = self.training
         last = len(self.layers)
@@ -193,32 +234,64 @@ class DualPathDecoder(nn.Module):
         if not train:
             return out
         state = (q_pos, x_pos, grid, skip, tokens)
-        return self._training_outputs(out, predictions, memory, state, proposal_logits, indices,
-                                      e4.shape[-2:], targets, matcher)
+        return self._training_outputs(
+            out,
+            predictions,
+            memory,
+            state,
+            proposal_logits,
+            indices,
+            e4.shape[-2:],
+            targets,
+            matcher,
+        )
 
-    def _training_outputs(self, out: dict, predictions: list, memory: list, state: tuple,
-                          proposal_logits: torch.Tensor, indices: torch.Tensor,
-                          proposal_grid: torch.Size, targets: list[dict] | None,
-                          matcher: Matcher | None) -> dict:
+    def _training_outputs(
+        self,
+        out: dict,
+        predictions: list,
+        memory: list,
+        state: tuple,
+        proposal_logits: torch.Tensor,
+        indices: torch.Tensor,
+        proposal_grid: torch.Size,
+        targets: list[dict] | None,
+        matcher: Matcher | None,
+    ) -> dict:
         """Training-only outputs: deep supervision, proposal logits, seed locations and, with
         targets, the GT-mask-guided re-application of every layer (FastInst's order)."""
         q_pos, x_pos, grid, skip, tokens = state
         locations = QueryProposal.locations(indices, int(proposal_grid[0]), int(proposal_grid[1]))
-        aux = [{"pred_logits": lg, "pred_masks": m, "query_locations": locations,
-                "pred_matching_indices": None} for lg, m in predictions[:-1]]
+        aux = [
+            {
+                "pred_logits": lg,
+                "pred_masks": m,
+                "query_locations": locations,
+                "pred_matching_indices": None,
+            }
+            for lg, m in predictions[:-1]
+        ]
         guided = []
         matching = None
         if targets is not None:
             if matcher is None:
-                raise ConfigError("decode(targets=...) needs matcher=callable(outputs, targets) "
-                                  "to match the final predictions for the GT-guided stream")
+                raise ConfigError(
+                    "decode(targets=...) needs matcher=callable(outputs, targets) "
+                    "to match the final predictions for the GT-guided stream"
+                )
             matching = matcher({**out, "query_locations": locations}, targets)
             gt_mask = self._gt_attention_mask(targets, matching, tokens.shape[0], grid, tokens)
             for i, layer in enumerate(self.layers):
                 gq, gx = layer(memory[i][0], q_pos, memory[i][1], x_pos, gt_mask)
                 lg, m = self._predict(i + 1, gq, gx, grid, skip, with_class=True)
-                guided.append({"pred_logits": lg, "pred_masks": m, "query_locations": locations,
-                               "pred_matching_indices": matching})
+                guided.append(
+                    {
+                        "pred_logits": lg,
+                        "pred_masks": m,
+                        "query_locations": locations,
+                        "pred_matching_indices": matching,
+                    }
+                )
         out.update(
             aux_outputs=guided + aux,
             proposal_cls_logits=proposal_logits,
@@ -228,8 +301,14 @@ class DualPathDecoder(nn.Module):
         )
         return out
 
-    def _gt_attention_mask(self, targets: list[dict], matching: list, batch: int,
-                           grid: tuple[int, int], like: torch.Tensor) -> torch.Tensor:
+    def _gt_attention_mask(
+        self,
+        targets: list[dict],
+        matching: list,
+        batch: int,
+        grid: tuple[int, int],
+        like: torch.Tensor,
+    ) -> torch.Tensor:
         """(B, Nt, N) mask: matched queries see only their GT mask (nearest-resized to the token
         grid); unmatched and auxiliary queries see everything."""
         nt = self.num_queries + self.num_aux

@@ -50,9 +50,23 @@ _PREFIXES = (
     ("decoder", "decoder_other"),
 )
 
-_METADATA_OPS = {"_unsafe_view", "lift_fresh", "detach", "alias", "empty", "zeros", "ones",
-                 "full", "arange", "linspace", "scalar_tensor", "_local_scalar_dense",
-                 "sym_size", "sym_stride", "sym_numel"}
+_METADATA_OPS = {
+    "_unsafe_view",
+    "lift_fresh",
+    "detach",
+    "alias",
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "arange",
+    "linspace",
+    "scalar_tensor",
+    "_local_scalar_dense",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+}
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,7 @@ def component_of(module_path: str) -> str:
 
 def _macs(kind: str, args: list, out: list) -> tuple[int, bool]:
     """fvcore-style MACs of one op and whether fvcore counts it."""
+
     def shape(t: torch.Tensor) -> tuple[int, ...]:
         return tuple(int(s) for s in t.shape)
 
@@ -147,8 +162,18 @@ class _Recorder(TorchDispatchMode):
         written = sum(self._bytes(o) for o in outs)
         macs, counted = _macs(kind, list(args), outs)
         path = self.stack[-1]
-        self.records.append(OpRecord(f"{path or 'model'}:{kind}", component_of(path), kind,
-                                     macs, read, written, weight, counted))
+        self.records.append(
+            OpRecord(
+                f"{path or 'model'}:{kind}",
+                component_of(path),
+                kind,
+                macs,
+                read,
+                written,
+                weight,
+                counted,
+            )
+        )
         return out
 
 
@@ -192,12 +217,14 @@ def count_ops(
 def _push(rec: _Recorder, name: str) -> Callable[[nn.Module, tuple], None]:
     def hook(module: nn.Module, args: tuple) -> None:
         rec.stack.append(name)
+
     return hook
 
 
 def _pop(rec: _Recorder) -> Callable[[nn.Module, tuple, object], None]:
     def hook(module: nn.Module, args: tuple, output: object) -> None:
         rec.stack.pop()
+
     return hook
 
 

@@ -45,8 +45,9 @@ class PredictionHead(nn.Module):
     """One stage's heads: LayerNorm'd queries -> class logits and mask embeddings; masks are
     the dot product of the embeddings with (optionally Linear-projected) pixel features."""
 
-    def __init__(self, dim: int, num_classes: int, num_queries: int,
-                 mask_features: bool = True) -> None:
+    def __init__(
+        self, dim: int, num_classes: int, num_queries: int, mask_features: bool = True
+    ) -> None:
         super().__init__()
         self.num_queries = num_queries
         self.norm = nn.LayerNorm(dim)
@@ -55,7 +56,10 @@ class PredictionHead(nn.Module):
         self.mask_features = nn.Linear(dim, dim) if mask_features else None
 
     def forward(
-        self, queries: torch.Tensor, pixels: torch.Tensor, grid: tuple[int, int],
+        self,
+        queries: torch.Tensor,
+        pixels: torch.Tensor,
+        grid: tuple[int, int],
         with_class: bool = True,
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """queries (B, Nt, D), pixels (B, N, D) with N = h*w -> class logits (B, Q, K+1) (or
@@ -78,8 +82,9 @@ class RefinementHead(nn.Module):
         self.conv1 = ConvNorm(2 * dim, dim, 3, nn.GroupNorm(groups, dim), relu=True)
         self.conv2 = ConvNorm(dim, dim, 3, bias=True)
 
-    def forward(self, tokens: torch.Tensor, grid: tuple[int, int],
-                skip: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, grid: tuple[int, int], skip: torch.Tensor
+    ) -> torch.Tensor:
         """tokens (B, h*w, D), skip (B, D, H, W) -> mask features (B, H*W, D) (token layout)."""
         b, _, d = tokens.shape
         coarse = tokens.transpose(1, 2).reshape(b, d, *grid)

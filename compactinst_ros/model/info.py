@@ -25,10 +25,15 @@ _LABELS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst info``."""
     parser.add_argument("config", help="model config name, e.g. compactinst_r18")
-    parser.add_argument("--size", default="1024x2048",
-                        help="input HEIGHTxWIDTH (default %(default)s)")
-    parser.add_argument("--num-classes", type=int, default=None,
-                        help="override K (the config's default otherwise; 8 = Cityscapes)")
+    parser.add_argument(
+        "--size", default="1024x2048", help="input HEIGHTxWIDTH (default %(default)s)"
+    )
+    parser.add_argument(
+        "--num-classes",
+        type=int,
+        default=None,
+        help="override K (the config's default otherwise; 8 = Cityscapes)",
+    )
 
 
 def _paper(value: float | None, ours: float) -> str:
@@ -61,49 +66,63 @@ def report(config: str, size: tuple[int, int], num_classes: int | None = None) -
     params = params_by_component(model)
     paper = cfg.paper or {}
     same_setting = paper.get("size") == size and paper.get("num_classes") == cfg.num_classes
-    lines = [f"{cfg.name} at {size[0]}x{size[1]}, K={cfg.num_classes} "
-             f"(GMACs: 1 multiply-add = 1 FLOP, fvcore convention)",
-             f"{'component':30s} {'params (M)':>10s} {'GMACs':>9s} {'GB fp16':>8s}"]
+    lines = [
+        f"{cfg.name} at {size[0]}x{size[1]}, K={cfg.num_classes} "
+        f"(GMACs: 1 multiply-add = 1 FLOP, fvcore convention)",
+        f"{'component':30s} {'params (M)':>10s} {'GMACs':>9s} {'GB fp16':>8s}",
+    ]
     for comp in COMPONENTS:
         if comp == "proposal":
             dec_p, dec_m = decoder_total(params), decoder_total(macs)
             ref = paper.get("decoder_gmacs") if same_setting else None
-            lines.append(f"{'decoder (after pixel decoder)':30s} {dec_p / 1e6:10.2f} "
-                         f"{dec_m / 1e9:9.2f} {decoder_total(traffic) / 1e9:8.2f}  "
-                         f"{_paper(ref, dec_m / 1e9)}")
+            lines.append(
+                f"{'decoder (after pixel decoder)':30s} {dec_p / 1e6:10.2f} "
+                f"{dec_m / 1e9:9.2f} {decoder_total(traffic) / 1e9:8.2f}  "
+                f"{_paper(ref, dec_m / 1e9)}"
+            )
         if params[comp] or macs[comp]:
-            lines.append(f"{_LABELS[comp]:30s} {params[comp] / 1e6:10.2f} "
-                         f"{macs[comp] / 1e9:9.2f} {traffic[comp] / 1e9:8.2f}")
+            lines.append(
+                f"{_LABELS[comp]:30s} {params[comp] / 1e6:10.2f} "
+                f"{macs[comp] / 1e9:9.2f} {traffic[comp] / 1e9:8.2f}"
+            )
     total_p, total_m = sum(params.values()), sum(macs.values())
     ref_p = paper.get("params_m") if cfg.num_classes == 80 else None
     ref_m = paper.get("total_gmacs") if same_setting else None
-    lines.append(f"{'total':30s} {total_p / 1e6:10.2f} {total_m / 1e9:9.2f} "
-                 f"{sum(traffic.values()) / 1e9:8.2f}  {_paper(ref_m, total_m / 1e9)}")
+    lines.append(
+        f"{'total':30s} {total_p / 1e6:10.2f} {total_m / 1e9:9.2f} "
+        f"{sum(traffic.values()) / 1e9:8.2f}  {_paper(ref_m, total_m / 1e9)}"
+    )
     if ref_p is not None:
         lines.append(f"{'':30s} params {_paper(ref_p, total_p / 1e6)}")
-    lines.append("(GB fp16: bytes read + written per op in isolation, no fusion; "
-                 "see docs/model.md)")
+    lines.append(
+        "(GB fp16: bytes read + written per op in isolation, no fusion; see docs/model.md)"
+    )
     if same_setting and "fewer_total_than" in paper:
         lines.append(_relative_claim(paper["fewer_total_than"], total_m, size, cfg.num_classes))
     if "size" in paper and not same_setting:
         h, w = paper["size"]
-        lines.append(f"(paper GMACs are for {h}x{w}, K={paper['num_classes']}: "
-                     f"--size {h}x{w} --num-classes {paper['num_classes']})")
+        lines.append(
+            f"(paper GMACs are for {h}x{w}, K={paper['num_classes']}: "
+            f"--size {h}x{w} --num-classes {paper['num_classes']})"
+        )
     if "params_m" in paper and ref_p is None:
         lines.append("(paper parameter count is for K=80: omit --num-classes)")
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _relative_claim(claim: tuple[str, float], total_macs: int, size: tuple[int, int],
-                    num_classes: int) -> str:
+def _relative_claim(
+    claim: tuple[str, float], total_macs: int, size: tuple[int, int], num_classes: int
+) -> str:
     """The paper's "about P % fewer than CONFIG" against ours, counted for both here."""
     from .flops import count_ops, macs_by_component
 
     other, percent = claim
     other_macs = sum(macs_by_component(count_ops(other, size, num_classes=num_classes)).values())
     ours = 100 * (1 - total_macs / other_macs)
-    return (f"(paper: about {percent:g} % fewer GMACs than {other}, no absolute figure; "
-            f"ours {ours:.1f} % fewer than {other}'s {other_macs / 1e9:.2f})")
+    return (
+        f"(paper: about {percent:g} % fewer GMACs than {other}, no absolute figure; "
+        f"ours {ours:.1f} % fewer than {other}'s {other_macs / 1e9:.2f})"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,10 +14,18 @@ from torch import nn
 class ConvNorm(nn.Conv2d):
     """Conv2d with optional norm and activation (detectron2 ``Conv2d`` layout: ``.norm``)."""
 
-    def __init__(self, cin: int, cout: int, kernel: int, norm: nn.Module | None = None,
-                 relu: bool = False, bias: bool | None = None) -> None:
-        super().__init__(cin, cout, kernel, padding=kernel // 2,
-                         bias=norm is None if bias is None else bias)
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        kernel: int,
+        norm: nn.Module | None = None,
+        relu: bool = False,
+        bias: bool | None = None,
+    ) -> None:
+        super().__init__(
+            cin, cout, kernel, padding=kernel // 2, bias=norm is None if bias is None else bias
+        )
         self.norm = norm
         self.relu = relu
 
@@ -99,8 +107,14 @@ class PPMFPN(nn.Module):
     the optional res2 level is ``adapter_0``/``layer_0``.
     """
 
-    def __init__(self, in_channels: dict[str, int], dim: int = 256, groups: int = 32,
-                 bins: tuple[int, ...] = (1, 2, 3, 6), use_res2: bool = False) -> None:
+    def __init__(
+        self,
+        in_channels: dict[str, int],
+        dim: int = 256,
+        groups: int = 32,
+        bins: tuple[int, ...] = (1, 2, 3, 6),
+        use_res2: bool = False,
+    ) -> None:
         super().__init__()
         self.in_features = (["res2"] if use_res2 else []) + ["res3", "res4", "res5"]
         for name in self.in_features:
@@ -123,8 +137,9 @@ class PPMFPN(nn.Module):
             if y is None:
                 y = self.ppm(lateral)
             else:
-                y = lateral + F.interpolate(y, size=lateral.shape[-2:], mode="bilinear",
-                                            align_corners=False)
+                y = lateral + F.interpolate(
+                    y, size=lateral.shape[-2:], mode="bilinear", align_corners=False
+                )
             y = getattr(self, f"layer_{idx}")(y)
             out[f"e{idx + 2}"] = y
         return out

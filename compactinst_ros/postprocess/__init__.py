@@ -14,7 +14,7 @@ from .panoptic import (
 )
 from .reference import postprocess
 from .resample import Resampler, bilinear_taps, logit_threshold, valid_region
-from .semantic import SEMANTIC_VOID_FLOOR, semantic_dtype, semantic_lowres
+from .semantic import SEMANTIC_VOID_FLOOR, class_maps, semantic_dtype, semantic_lowres
 
 __all__ = [
     "SEMANTIC_VOID_FLOOR",
@@ -24,6 +24,7 @@ __all__ = [
     "RuleInputs",
     "bilinear_taps",
     "check_raw_outputs",
+    "class_maps",
     "finalize_panoptic",
     "logit_threshold",
     "mask_scores",

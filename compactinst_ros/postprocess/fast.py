@@ -338,7 +338,7 @@ def fast_panoptic(
 
 def fast_semantic(frame: RuleInputs, tiles: TileGrid) -> np.ndarray:
     """Rule 5 (``semantic_inference``) with tiled argmax."""
-    maps = semantic_lowres(frame.class_logits, frame.mask_logits)
+    maps = semantic_lowres(frame)
     lut = np.append(0, frame.labels.id_array).astype(semantic_dtype(frame.labels))
     return semantic_codes_tiled(maps, tiles, frame.meta.src_w).compose(lut)
 

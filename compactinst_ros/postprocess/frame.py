@@ -7,6 +7,7 @@ the label set and the thresholds.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from ..errors import BundleError
 from ..labels import LabelSet
 from ..structures import FrameMeta, PostprocessOptions, RawOutputs
-from .resample import Resampler, logit_threshold, valid_region
+from .resample import Resampler, logit_threshold, sigmoid, valid_region
 
 
 def check_raw_outputs(raw: RawOutputs, meta: FrameMeta, labels: LabelSet) -> None:
@@ -75,6 +76,11 @@ class RuleInputs:
     def grid_shape(self) -> tuple[int, int]:
         """(h, w) of the mask grid."""
         return self.mask_logits.shape[1], self.mask_logits.shape[2]
+
+    @functools.cached_property
+    def mask_probs(self) -> np.ndarray:
+        """(Q, h, w) float32 ``sigmoid(mask_logits)``, computed once for the rules that read it."""
+        return sigmoid(self.mask_logits)
 
     @property
     def threshold(self) -> np.float32:

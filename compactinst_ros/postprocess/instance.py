@@ -15,7 +15,7 @@ import numpy as np
 from ..labels import LabelSet
 from ..structures import Instances
 from .frame import RuleInputs
-from .resample import DEFAULT_CHUNK_BYTES, Resampler, sigmoid, softmax
+from .resample import DEFAULT_CHUNK_BYTES, Resampler, softmax
 from .tiles import cull_margin
 
 
@@ -37,15 +37,22 @@ class InstanceSelection:
 
 
 def mask_scores(
-    mask_logits: np.ndarray, valid_h: int, valid_w: int, threshold: np.float32
+    mask_logits: np.ndarray,
+    mask_probs: np.ndarray,
+    valid_h: int,
+    valid_w: int,
+    threshold: np.float32,
 ) -> np.ndarray:
     """(N,) float32 mean sigmoid over texels with logit > T in the valid region (0 if none).
 
-    ``sum(sigmoid(m) * (m > T)) / (#(m > T) + 1e-6)``, accumulated in float64.
+    ``sum(sigmoid(m) * (m > T)) / (#(m > T) + 1e-6)``, accumulated in float64;
+    ``mask_probs`` is ``sigmoid(mask_logits)``.
     """
-    m = mask_logits[:, :valid_h, :valid_w].reshape(len(mask_logits), valid_h * valid_w)
+    n = len(mask_logits)
+    m = mask_logits[:, :valid_h, :valid_w].reshape(n, valid_h * valid_w)
+    probs = mask_probs[:, :valid_h, :valid_w].reshape(n, valid_h * valid_w)
     on = m > threshold
-    total = np.where(on, sigmoid(m), np.float32(0.0)).sum(axis=1, dtype=np.float64)
+    total = np.where(on, probs, np.float32(0.0)).sum(axis=1, dtype=np.float64)
     return (total / (on.sum(axis=1) + 1e-6)).astype(np.float32)
 
 
@@ -66,7 +73,9 @@ def select_instances(frame: RuleInputs) -> InstanceSelection:
     class_index = things[top % len(things)].astype(np.int32)
     unique_q, inverse = np.unique(query, return_inverse=True)
     vh, vw = frame.valid_region()
-    mscore = mask_scores(frame.mask_logits[unique_q], vh, vw, frame.threshold)
+    mscore = mask_scores(
+        frame.mask_logits[unique_q], frame.mask_probs[unique_q], vh, vw, frame.threshold
+    )
     score = (flat[top] * mscore[inverse.ravel()]).astype(np.float32)
     keep = score >= np.float32(options.score_threshold)
     query, class_index, score = query[keep], class_index[keep], score[keep]

@@ -1,7 +1,7 @@
 """Semantic rule (rule 5 of the spec): class maps combined at low resolution, then upsampled.
 
-``S[c] = sum_q p[q, c] * sigmoid(m_q)`` is formed on the (h, w) grid (one matrix product), so
-only K class maps, never Q query masks, are sampled at camera resolution, in row chunks.
+``S[c] = sum_q p[q, c] * sigmoid(m_q)`` is formed on the (h, w) grid, summed query by query,
+so only K class maps, never Q query masks, are sampled at camera resolution, in row chunks.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 
 from ..labels import LabelSet
 from .frame import RuleInputs
-from .resample import DEFAULT_CHUNK_BYTES, rows_per_chunk, sigmoid, softmax
+from .resample import DEFAULT_CHUNK_BYTES, rows_per_chunk, softmax
 
 #: Pixels whose best class map value is below this are void (0): no query claims them.
 SEMANTIC_VOID_FLOOR = np.float32(0.05)
@@ -21,16 +21,32 @@ def semantic_dtype(labels: LabelSet) -> type[np.unsignedinteger]:
     return np.uint8 if max(labels.ids) <= 255 else np.uint16
 
 
-def semantic_lowres(class_logits: np.ndarray, mask_logits: np.ndarray) -> np.ndarray:
+def class_maps(class_probs: np.ndarray, mask_probs: np.ndarray) -> np.ndarray:
+    """(K, h, w) float32 ``S[c] = sum_q p[q, c] * s_q`` for (Q, K) ``p`` and (Q, h, w) ``s``.
+
+    Summed in query order, one rounded float32 multiply and add per query: the same bits on
+    every IEEE-754 machine and thread count (a threaded BLAS product's last bits depend on how
+    many threads split it), in the order the CUDA kernel sums.
+    """
+    q, h, w = mask_probs.shape
+    probs = mask_probs.reshape(q, h * w)
+    weights = np.ascontiguousarray(class_probs.T, np.float32)[:, :, None]  # (K, Q, 1)
+    maps = np.zeros((len(weights), h * w), np.float32)
+    term = np.empty_like(maps)
+    for j in range(q):
+        np.multiply(weights[:, j], probs[j], out=term)
+        maps += term
+    return maps.reshape(-1, h, w)
+
+
+def semantic_lowres(frame: RuleInputs) -> np.ndarray:
     """(K, h, w) float32 class maps ``S[c] = sum_q softmax(class)[q, c] * sigmoid(m_q)``."""
-    q, h, w = mask_logits.shape
-    p = softmax(class_logits)[:, :-1]
-    return (p.T @ sigmoid(mask_logits).reshape(q, h * w)).reshape(-1, h, w).astype(np.float32)
+    return class_maps(softmax(frame.class_logits)[:, :-1], frame.mask_probs)
 
 
 def semantic_inference(frame: RuleInputs, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> np.ndarray:
     """Rule 5: (src_h, src_w) label-id raster; argmax of upsampled S, void where max S < 0.05."""
-    maps = semantic_lowres(frame.class_logits, frame.mask_logits)
+    maps = semantic_lowres(frame)
     resampler, meta = frame.resampler(), frame.meta
     dtype = semantic_dtype(frame.labels)
     label_of = frame.labels.id_array.astype(dtype)

@@ -90,14 +90,27 @@ class CompactInstCore:
         if self.fallback:
             self.log.warning(self.fallback)
         labels = pipeline.bundle.labels
-        self.pubs = Publishers(self.node, cfg.outputs, cfg.output_reliability, labels,
-                               cfg.options.score_threshold, cfg.overlay_jpeg_quality)
+        self.pubs = Publishers(
+            self.node,
+            cfg.outputs,
+            cfg.output_reliability,
+            labels,
+            cfg.options.score_threshold,
+            cfg.overlay_jpeg_quality,
+        )
         if cfg.camera_info_topic:
-            self.camera_info = CameraInfoRelay(self.node, cfg.camera_info_topic,
-                                               cfg.camera_info_tolerance_ms, cfg.output_reliability)
+            self.camera_info = CameraInfoRelay(
+                self.node,
+                cfg.camera_info_topic,
+                cfg.camera_info_tolerance_ms,
+                cfg.output_reliability,
+            )
         self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._diag_timer = self.node.create_timer(cfg.diagnostics_period, self._publish_diagnostics,
-                                                  clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self._diag_timer = self.node.create_timer(
+            cfg.diagnostics_period,
+            self._publish_diagnostics,
+            clock=Clock(clock_type=ClockType.STEADY_TIME),
+        )
         self.timers.append(self._diag_timer)
         self.log.info(
             f"loaded {self.facts.get('model')} ({self.facts.get('input_size')}) on "
@@ -111,7 +124,8 @@ class CompactInstCore:
         self.gate = IdleGate(self.node, self.pubs.listened, self._start_input, self._stop_input)
         if self.config.input_reliability is None:
             self._match_timer = self.node.create_timer(
-                0.5, self._match_qos, clock=Clock(clock_type=ClockType.STEADY_TIME))
+                0.5, self._match_qos, clock=Clock(clock_type=ClockType.STEADY_TIME)
+            )
             self.timers.append(self._match_timer)
             self._match_qos()
         self.active = True
@@ -217,8 +231,10 @@ class CompactInstCore:
 
     def _on_incompatible_qos(self, event: Any) -> None:
         policy = qos_policy_name_from_kind(event.last_policy_kind)
-        message = (f"incompatible QoS on the input topic (policy {policy}); set "
-                   "input_reliability:=auto or match the camera's reliability")
+        message = (
+            f"incompatible QoS on the input topic (policy {policy}); set "
+            "input_reliability:=auto or match the camera's reliability"
+        )
         self.stats.on_qos_incompatible(message)
         self.log.warning(message, throttle_duration_sec=5.0)
 
@@ -232,8 +248,9 @@ class CompactInstCore:
     def _make_pipeline(self) -> Pipeline:
         cfg = self.config
         assert cfg is not None
-        return Pipeline(cfg.model, cfg.backend, cfg.options, cfg.backend_options,
-                        tracking=cfg.tracking)
+        return Pipeline(
+            cfg.model, cfg.backend, cfg.options, cfg.backend_options, tracking=cfg.tracking
+        )
 
     def _process(self, pipeline: Pipeline, frame: Frame) -> None:
         """Convert, infer and publish one frame; errors are counted, logged and reported."""

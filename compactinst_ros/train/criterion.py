@@ -69,8 +69,9 @@ class SetCriterion(nn.Module):
     def loss_labels(self, outputs: dict, targets: list[dict], indices: Indices) -> torch.Tensor:
         """Cross-entropy over K+1 classes; unmatched queries are no-object (weight 0.1)."""
         logits = outputs["pred_logits"].float()
-        target_classes = torch.full(logits.shape[:2], self.num_classes, dtype=torch.int64,
-                                    device=logits.device)
+        target_classes = torch.full(
+            logits.shape[:2], self.num_classes, dtype=torch.int64, device=logits.device
+        )
         batch, src = self._src_idx(indices)
         matched = [t["labels"][j] for t, (_, j) in zip(targets, indices, strict=True)]
         target_classes[batch, src] = torch.cat(matched).to(logits.device)
@@ -90,8 +91,9 @@ class SetCriterion(nn.Module):
             [t["masks"][j] for t, (_, j) in zip(targets, indices, strict=True)]
         ).to(src_masks)[:, None]  # (M, 1, H, W)
         with torch.no_grad():
-            coords = uncertain_point_coords(src_masks, self.num_points, self.oversample_ratio,
-                                            self.importance_sample_ratio)
+            coords = uncertain_point_coords(
+                src_masks, self.num_points, self.oversample_ratio, self.importance_sample_ratio
+            )
             labels = point_sample(tgt_masks, coords)[:, 0]
         logits = point_sample(src_masks, coords)[:, 0]  # (M, P)
         bce = F.binary_cross_entropy_with_logits(logits, labels, reduction="none").mean(1)
@@ -103,8 +105,12 @@ class SetCriterion(nn.Module):
         """Plain CE on the 1/16 proposal grid: each object's matched pixel gets its class."""
         indices = self.matcher.match_proposals(proposal_logits, targets)
         logits = proposal_logits.float().flatten(2)  # (B, K+1, hw)
-        target_classes = torch.full((logits.shape[0], logits.shape[2]), self.num_classes,
-                                    dtype=torch.int64, device=logits.device)
+        target_classes = torch.full(
+            (logits.shape[0], logits.shape[2]),
+            self.num_classes,
+            dtype=torch.int64,
+            device=logits.device,
+        )
         batch, src = self._src_idx(indices)
         matched = [t["labels"][j] for t, (_, j) in zip(targets, indices, strict=True)]
         target_classes[batch, src] = torch.cat(matched).to(logits.device)
@@ -118,8 +124,9 @@ class SetCriterion(nn.Module):
             world = dist.get_world_size()
         return max(count.item() / world, 1.0)
 
-    def _set_losses(self, outputs: dict, targets: list[dict], indices: Indices,
-                    num_masks: float) -> dict[str, torch.Tensor]:
+    def _set_losses(
+        self, outputs: dict, targets: list[dict], indices: Indices, num_masks: float
+    ) -> dict[str, torch.Tensor]:
         bce, dice = self.loss_masks(outputs, targets, indices, num_masks)
         return {"ce": self.loss_labels(outputs, targets, indices), "mask": bce, "dice": dice}
 
@@ -144,8 +151,9 @@ class SetCriterion(nn.Module):
             idx = aux.get("pred_matching_indices") or self.matcher(aux, targets)
             sets.append((f"_{i}", aux, idx))
         for i, guided in enumerate(outputs.get("guided_outputs", [])):
-            sets.append((f"_guided{i}", guided,
-                         guided.get("pred_matching_indices") or main_indices))
+            sets.append(
+                (f"_guided{i}", guided, guided.get("pred_matching_indices") or main_indices)
+            )
         losses: dict[str, torch.Tensor] = {}
         for suffix, out, idx in sets:
             for name, value in self._set_losses(out, targets, idx, num_masks).items():

@@ -157,7 +157,8 @@ class CocoPanopticDataset(_CocoBase):
         png = _read_rgb(self.panoptic_root / ann["file_name"])
         ids = rgb_to_id(png)
         segs = [
-            s for s in ann["segments_info"]
+            s
+            for s in ann["segments_info"]
             if not s.get("iscrowd", 0) and int(s["category_id"]) in self.index_of
         ]
         seg_ids = np.asarray([int(s["id"]) for s in segs], np.int64)
@@ -182,11 +183,13 @@ def open_dataset(
     if kind not in ("auto", "panoptic", "instance"):
         raise ConfigError(f"dataset kind '{kind}': choose auto, panoptic or instance")
     if kind in ("auto", "panoptic") and (root / "panoptic.json").is_file():
-        return CocoPanopticDataset(root / "panoptic.json", root / "panoptic", root / "images",
-                                   labels, transforms, seed)
+        return CocoPanopticDataset(
+            root / "panoptic.json", root / "panoptic", root / "images", labels, transforms, seed
+        )
     if kind in ("auto", "instance") and (root / "instances.json").is_file():
-        return CocoInstanceDataset(root / "instances.json", root / "images", labels,
-                                   transforms, seed)
+        return CocoInstanceDataset(
+            root / "instances.json", root / "images", labels, transforms, seed
+        )
     raise ConfigError(
         f"{root} has no {'panoptic.json' if kind == 'panoptic' else 'instances.json'}"
         f"{' or panoptic.json' if kind == 'auto' else ''}; create one with 'compactinst synth "
@@ -194,8 +197,9 @@ def open_dataset(
     )
 
 
-def collate(batch: list[dict], size_divisibility: int = 32,
-            fixed_size: tuple[int, int] | None = None) -> tuple[torch.Tensor, list[dict]]:
+def collate(
+    batch: list[dict], size_divisibility: int = 32, fixed_size: tuple[int, int] | None = None
+) -> tuple[torch.Tensor, list[dict]]:
     """Pad images (mean colour) and masks (0) to a common size divisible by 32."""
     h = max(s["image"].shape[1] for s in batch)
     w = max(s["image"].shape[2] for s in batch)

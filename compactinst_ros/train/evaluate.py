@@ -40,8 +40,10 @@ def evaluate_bundle(
     base = options or PostprocessOptions()
     ap_eval, pq_eval = Evaluator(gt), Evaluator(gt)
     start = time.perf_counter()
-    with Pipeline(bundle, backend, replace(base, score_threshold=AP_SCORE_THRESHOLD)) as ap_pipe, \
-            Pipeline(bundle, backend, base) as pq_pipe:
+    with (
+        Pipeline(bundle, backend, replace(base, score_threshold=AP_SCORE_THRESHOLD)) as ap_pipe,
+        Pipeline(bundle, backend, base) as pq_pipe,
+    ):
         for i, entry in enumerate(entries):
             image = cv2.imread(str(root / "images" / entry["file_name"]), cv2.IMREAD_COLOR)
             if image is None:
@@ -50,11 +52,19 @@ def evaluate_bundle(
             pq_eval.add(i, pq_pipe(image, "bgr8"))
             if progress and ((i + 1) % 20 == 0 or i + 1 == len(entries)):
                 rate = (i + 1) / (time.perf_counter() - start)
-                print(f"\reval: {i + 1}/{len(entries)} images  {rate:.1f} img/s", end="",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"\reval: {i + 1}/{len(entries)} images  {rate:.1f} img/s",
+                    end="",
+                    file=sys.stderr,
+                    flush=True,
+                )
     if progress:
         print(file=sys.stderr)
     ap = ap_eval.result()
     pq = pq_eval.result()
-    return {"images": len(entries), "mask_ap": ap["mask_ap"], "panoptic": pq["panoptic"],
-            "semantic": pq["semantic"]}
+    return {
+        "images": len(entries),
+        "mask_ap": ap["mask_ap"],
+        "panoptic": pq["panoptic"],
+        "semantic": pq["semantic"],
+    }

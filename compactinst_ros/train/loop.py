@@ -89,8 +89,12 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float, backbone_mult
             no_decay = isinstance(module, NORM_TYPES)
             groups.setdefault((is_backbone, no_decay), []).append(param)
     return [
-        {"params": params, "lr": lr * (backbone_mult if bb else 1.0),
-         "weight_decay": 0.0 if nd else weight_decay, "lr_scale": backbone_mult if bb else 1.0}
+        {
+            "params": params,
+            "lr": lr * (backbone_mult if bb else 1.0),
+            "weight_decay": 0.0 if nd else weight_decay,
+            "lr_scale": backbone_mult if bb else 1.0,
+        }
         for (bb, nd), params in sorted(groups.items())
     ]
 
@@ -124,8 +128,11 @@ def resolve_labels(spec: str, dataset_labels: LabelSet | None = None) -> LabelSe
 
 def _format_eta(seconds: float) -> str:
     seconds = int(max(seconds, 0))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
-        f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 class Progress:
@@ -148,12 +155,16 @@ class Progress:
         rate = (done - self.start_step) / max(time.perf_counter() - self.start_time, 1e-9)
         mean = {k: v / self.count for k, v in self.sums.items()}
         parts = " ".join(
-            f"{k[5:]}={v:.3f}" for k, v in mean.items()
+            f"{k[5:]}={v:.3f}"
+            for k, v in mean.items()
             if k.startswith("loss_") and "_" not in k[5:]
         )
-        print(f"step {done}/{self.total}  loss {mean['loss']:.3f} ({parts})  lr {lr:.2e}  "
-              f"{rate:.2f} it/s  ETA {_format_eta((self.total - done) / max(rate, 1e-9))}",
-              file=sys.stderr, flush=True)
+        print(
+            f"step {done}/{self.total}  loss {mean['loss']:.3f} ({parts})  lr {lr:.2e}  "
+            f"{rate:.2f} it/s  ETA {_format_eta((self.total - done) / max(rate, 1e-9))}",
+            file=sys.stderr,
+            flush=True,
+        )
         self.sums, self.count = {}, 0
 
 
@@ -196,13 +207,18 @@ def train(opts: TrainOptions) -> Path:
         init = load_checkpoint(opts.init)
         ours = model.state_dict()
         # Class heads differ when the label set does: keep them new (e.g. COCO -> your classes).
-        fitting = {k: v for k, v in init.model.items()
-                   if k in ours and tuple(v.shape) == tuple(ours[k].shape)}
+        fitting = {
+            k: v
+            for k, v in init.model.items()
+            if k in ours and tuple(v.shape) == tuple(ours[k].shape)
+        }
         missing, _ = model.load_state_dict(fitting, strict=False)
         if ctx.rank == 0:
-            print(f"init from {opts.init}: {len(fitting)} tensors loaded, {len(missing)} new "
-                  f"(e.g. {missing[:3]}), {len(init.model) - len(fitting)} unused",
-                  file=sys.stderr)
+            print(
+                f"init from {opts.init}: {len(fitting)} tensors loaded, {len(missing)} new "
+                f"(e.g. {missing[:3]}), {len(init.model) - len(fitting)} unused",
+                file=sys.stderr,
+            )
     criterion = SetCriterion(
         labels.num_classes,
         HungarianMatcher(num_points=opts.num_points),
@@ -216,7 +232,8 @@ def train(opts: TrainOptions) -> Path:
     net: nn.Module = model
     if ctx.world_size > 1:
         net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None,
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=True,
         )
     use_amp = (opts.amp and device.type == "cuda") or (opts.cpu_bf16 and device.type == "cpu")
@@ -237,9 +254,12 @@ def train(opts: TrainOptions) -> Path:
     deadline = time.monotonic() + 60 * opts.max_minutes if opts.max_minutes else None
     if ctx.rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
-        print(f"train {opts.config}: {n_params / 1e6:.2f} M params, {len(dataset)} images, "
-              f"world {ctx.world_size}, device {device}, steps {start_step}->{opts.steps}",
-              file=sys.stderr, flush=True)
+        print(
+            f"train {opts.config}: {n_params / 1e6:.2f} M params, {len(dataset)} images, "
+            f"world {ctx.world_size}, device {device}, steps {start_step}->{opts.steps}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # Where the data stands (epoch, samples this process has taken from it) and, last of all
     # before the first step, the generator states: both as the checkpoint left them.
@@ -261,13 +281,28 @@ def train(opts: TrainOptions) -> Path:
         # Resuming mid-epoch skips the samples already seen without loading them. The loader
         # gets its own generator: by default each new iterator draws from the global one.
         loader = torch.utils.data.DataLoader(
-            dataset, batch_size=opts.batch_size, sampler=_Skip(order, seen),
-            num_workers=opts.workers, collate_fn=collate, drop_last=True,
+            dataset,
+            batch_size=opts.batch_size,
+            sampler=_Skip(order, seen),
+            num_workers=opts.workers,
+            collate_fn=collate,
+            drop_last=True,
             generator=torch.Generator().manual_seed(opts.seed + epoch),
         )
         for images, targets in loader:
-            losses = train_step(net, model, criterion, optimizer, scaler, images, targets,
-                                device, opts, step, use_amp)
+            losses = train_step(
+                net,
+                model,
+                criterion,
+                optimizer,
+                scaler,
+                images,
+                targets,
+                device,
+                opts,
+                step,
+                use_amp,
+            )
             progress.update(step, losses, optimizer.param_groups[0]["lr"])
             step += 1
             seen += opts.batch_size
@@ -276,16 +311,16 @@ def train(opts: TrainOptions) -> Path:
             if step % opts.checkpoint_every == 0 or step == opts.steps or stop:
                 resume = _resume_state(epoch, seen, scaler, ctx)  # collective: every rank
                 if ctx.rank == 0:
-                    save_checkpoint(last, checkpoint_record(
-                        model, opts.config, labels, step, optimizer, resume))
+                    save_checkpoint(
+                        last, checkpoint_record(model, opts.config, labels, step, optimizer, resume)
+                    )
             if step >= opts.steps or stop:
                 break
         else:
             epoch, seen = epoch + 1, 0
     if stop and step < opts.steps and ctx.rank == 0:
         why = f"--max-minutes {opts.max_minutes} reached" if out_of_time else "--stop-at"
-        print(f"stopping at step {step}: {why}; rerun with --resume to continue",
-              file=sys.stderr)
+        print(f"stopping at step {step}: {why}; rerun with --resume to continue", file=sys.stderr)
     final = out / "model_final.pt"
     if ctx.rank == 0 and step >= opts.steps:
         save_checkpoint(final, checkpoint_record(model, opts.config, labels, step))
@@ -302,19 +337,24 @@ def _any_rank(flag: bool, ctx: DistContext) -> bool:
     return bool(value.item())
 
 
-def _resume_state(epoch: int, seen: int, scaler: torch.amp.GradScaler,
-                  ctx: DistContext) -> dict:
+def _resume_state(epoch: int, seen: int, scaler: torch.amp.GradScaler, ctx: DistContext) -> dict:
     """Data position, loss-scaler state and every process's generator states (rank order)."""
     rng = [capture_rng_state()]
     if ctx.world_size > 1:
         rng = [None] * ctx.world_size
         dist.all_gather_object(rng, capture_rng_state())
-    return {"epoch": epoch, "samples_seen": seen, "world_size": ctx.world_size,
-            "scaler": scaler.state_dict(), "rng": rng}
+    return {
+        "epoch": epoch,
+        "samples_seen": seen,
+        "world_size": ctx.world_size,
+        "scaler": scaler.state_dict(),
+        "rng": rng,
+    }
 
 
-def _restore_resume_state(resume: dict | None, scaler: torch.amp.GradScaler, ctx: DistContext,
-                          epoch: int, seen: int) -> tuple[int, int]:
+def _restore_resume_state(
+    resume: dict | None, scaler: torch.amp.GradScaler, ctx: DistContext, epoch: int, seen: int
+) -> tuple[int, int]:
     """Apply a checkpoint's ``resume`` entry; returns the data position (epoch, samples seen).
 
     Without the entry (older checkpoints) or with another world size, the position is derived
@@ -323,9 +363,11 @@ def _restore_resume_state(resume: dict | None, scaler: torch.amp.GradScaler, ctx
     """
     if resume is None or resume.get("world_size") != ctx.world_size:
         if ctx.rank == 0:
-            print("resume: the checkpoint holds no generator states for this world size; "
-                  "continuing with reseeded generators (not identical to an uninterrupted run)",
-                  file=sys.stderr)
+            print(
+                "resume: the checkpoint holds no generator states for this world size; "
+                "continuing with reseeded generators (not identical to an uninterrupted run)",
+                file=sys.stderr,
+            )
         return epoch, seen
     if scaler.is_enabled() and resume.get("scaler"):
         scaler.load_state_dict(resume["scaler"])
@@ -346,10 +388,19 @@ class _Skip(torch.utils.data.Sampler):
         return max(len(self.base) - self.skip, 0)
 
 
-def train_step(net: nn.Module, model: nn.Module, criterion: SetCriterion,
-               optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
-               images: torch.Tensor, targets: list[dict], device: torch.device,
-               opts: TrainOptions, step: int, use_amp: bool) -> dict[str, float]:
+def train_step(
+    net: nn.Module,
+    model: nn.Module,
+    criterion: SetCriterion,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    images: torch.Tensor,
+    targets: list[dict],
+    device: torch.device,
+    opts: TrainOptions,
+    step: int,
+    use_amp: bool,
+) -> dict[str, float]:
     """One optimisation step; returns the loss terms as floats."""
     factor = lr_factor(step, opts.steps, opts.warmup)
     for group in optimizer.param_groups:
@@ -381,18 +432,28 @@ def _scale_range(text: str) -> tuple[float, float]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst train``."""
     parser.add_argument("config", help="model config, e.g. compactinst_demo, compactinst_r50")
-    parser.add_argument("--data", required=True,
-                        help="folder with images/ and panoptic.json + panoptic/ or instances.json")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="folder with images/ and panoptic.json + panoptic/ or instances.json",
+    )
     parser.add_argument("--kind", default="auto", choices=("auto", "panoptic", "instance"))
-    parser.add_argument("--labels", default="synthetic",
-                        help="synthetic | data (the data set's categories) | labels JSON")
+    parser.add_argument(
+        "--labels",
+        default="synthetic",
+        help="synthetic | data (the data set's categories) | labels JSON",
+    )
     parser.add_argument("--out", required=True, help="checkpoint folder (last.pt, model_final.pt)")
     parser.add_argument("--steps", type=int, default=10000)
     parser.add_argument("--batch-size", type=int, default=8, help="images per process")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--weight-decay", type=float, default=0.05)
-    parser.add_argument("--backbone-lr-mult", type=float, default=0.1,
-                        help="backbone lr factor (0.1 for pretrained, 1.0 from scratch)")
+    parser.add_argument(
+        "--backbone-lr-mult",
+        type=float,
+        default=0.1,
+        help="backbone lr factor (0.1 for pretrained, 1.0 from scratch)",
+    )
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--crop", default="256x384", help="training crop HxW")
     parser.add_argument("--scale", default="0.75,1.25", help="scale jitter range")
@@ -410,9 +471,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
     parser.add_argument("--init", help="initial weights (e.g. from 'compactinst import-fastinst')")
     parser.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this")
-    parser.add_argument("--stop-at", type=int,
-                        help="stop (with a checkpoint) after this step; --resume continues on "
-                             "the schedule of --steps")
+    parser.add_argument(
+        "--stop-at",
+        type=int,
+        help="stop (with a checkpoint) after this step; --resume continues on "
+        "the schedule of --steps",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> TrainOptions:
@@ -420,15 +484,32 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
     if args.steps < 1 or args.batch_size < 1:
         raise ConfigError("--steps and --batch-size must be >= 1")
     return TrainOptions(
-        config=args.config, data=args.data, out=args.out, steps=args.steps,
-        batch_size=args.batch_size, lr=args.lr, weight_decay=args.weight_decay,
+        config=args.config,
+        data=args.data,
+        out=args.out,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
         backbone_lr_mult=args.backbone_lr_mult,
-        warmup=args.warmup, crop=parse_size(args.crop), scale=_scale_range(args.scale),
-        num_points=args.num_points, guided=not args.no_guided, workers=args.workers,
-        threads=args.threads, device=args.device, amp=not args.no_amp, cpu_bf16=args.bf16,
+        warmup=args.warmup,
+        crop=parse_size(args.crop),
+        scale=_scale_range(args.scale),
+        num_points=args.num_points,
+        guided=not args.no_guided,
+        workers=args.workers,
+        threads=args.threads,
+        device=args.device,
+        amp=not args.no_amp,
+        cpu_bf16=args.bf16,
         clip=args.clip,
-        seed=args.seed, checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-        resume=args.resume, init=args.init, max_minutes=args.max_minutes, stop_at=args.stop_at,
+        seed=args.seed,
+        checkpoint_every=args.checkpoint_every,
+        log_every=args.log_every,
+        resume=args.resume,
+        init=args.init,
+        max_minutes=args.max_minutes,
+        stop_at=args.stop_at,
         kind=args.kind,
         labels=args.labels,
     )

@@ -29,9 +29,17 @@ BUNDLE_SIZE = (256, 384)
 #: stage 1 at 128x192: each cycle lr 2e-4, then x0.1 at 89 % and x0.01 at 96 % of its end step
 CYCLES = (4000, 7000, 9500, 12000)
 RECIPE = {
-    "batch_size": 4, "crop": (128, 192), "scale": (0.4, 0.6), "lr": 2e-4,
-    "warmup": 50, "backbone_lr_mult": 1.0, "num_points": 1024, "guided": False, "threads": 2,
-    "checkpoint_every": 50, "cpu_bf16": True,
+    "batch_size": 4,
+    "crop": (128, 192),
+    "scale": (0.4, 0.6),
+    "lr": 2e-4,
+    "warmup": 50,
+    "backbone_lr_mult": 1.0,
+    "num_points": 1024,
+    "guided": False,
+    "threads": 2,
+    "checkpoint_every": 50,
+    "cpu_bf16": True,
 }
 #: stage 2: fine-tune the stage-1 weights at the bundle size (same milestones, one cycle)
 FINETUNE = {**RECIPE, "crop": BUNDLE_SIZE, "scale": (0.8, 1.2), "lr": 1e-4, "steps": 4400}
@@ -42,10 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", default="out/default_train", help="data and checkpoints")
     parser.add_argument("--out", default="models/default", help="bundle folder")
-    parser.add_argument("--steps", type=int, default=CYCLES[-1],
-                        help="end of the last 128x192 cycle")
-    parser.add_argument("--finetune-steps", type=int, default=FINETUNE["steps"],
-                        help="steps at 256x384 (0: export the 128x192 stage at 128x192)")
+    parser.add_argument(
+        "--steps", type=int, default=CYCLES[-1], help="end of the last 128x192 cycle"
+    )
+    parser.add_argument(
+        "--finetune-steps",
+        type=int,
+        default=FINETUNE["steps"],
+        help="steps at 256x384 (0: export the 128x192 stage at 128x192)",
+    )
     parser.add_argument("--max-minutes", type=float, help="stop training early (resumable)")
     parser.add_argument("--eval-images", type=int, default=200)
     args = parser.parse_args(argv)
@@ -61,9 +74,15 @@ def main(argv: list[str] | None = None) -> int:
         if not (work / name / "panoptic.json").is_file():
             generate(work / name, num, seed, 256, 384)
     for end in [c for c in CYCLES if c < args.steps] + [args.steps]:
-        opts = TrainOptions(config="compactinst_demo", data=str(work / "data_train"),
-                            out=str(work / "ckpt"), resume=True, max_minutes=args.max_minutes,
-                            steps=end, **RECIPE)
+        opts = TrainOptions(
+            config="compactinst_demo",
+            data=str(work / "data_train"),
+            out=str(work / "ckpt"),
+            resume=True,
+            max_minutes=args.max_minutes,
+            steps=end,
+            **RECIPE,
+        )
         checkpoint = train(opts)
         if checkpoint.name != "model_final.pt":
             print(f"stopped before step {end}; rerun the same command to resume", file=sys.stderr)
@@ -71,14 +90,21 @@ def main(argv: list[str] | None = None) -> int:
     size = RECIPE["crop"]
     if args.finetune_steps > 0:
         size = BUNDLE_SIZE
-        opts = TrainOptions(config="compactinst_demo", data=str(work / "data_train"),
-                            out=str(work / "ckpt_ft"), resume=True, init=str(checkpoint),
-                            max_minutes=args.max_minutes,
-                            **{**FINETUNE, "steps": args.finetune_steps})
+        opts = TrainOptions(
+            config="compactinst_demo",
+            data=str(work / "data_train"),
+            out=str(work / "ckpt_ft"),
+            resume=True,
+            init=str(checkpoint),
+            max_minutes=args.max_minutes,
+            **{**FINETUNE, "steps": args.finetune_steps},
+        )
         checkpoint = train(opts)
         if checkpoint.name != "model_final.pt":
-            print("stopped during the 256x384 fine-tune; rerun the same command to resume",
-                  file=sys.stderr)
+            print(
+                "stopped during the 256x384 fine-tune; rerun the same command to resume",
+                file=sys.stderr,
+            )
             return 1
     train_s = time.perf_counter() - start
     model, labels, source = build_for_export("compactinst_demo", SYNTHETIC_LABELS, checkpoint, 0)
@@ -92,14 +118,16 @@ def main(argv: list[str] | None = None) -> int:
         "bundle_mb": round(size_mb, 2),
         "wall_minutes_this_run": round(train_s / 60, 1),
         "machine": f"{platform.machine()} {platform.processor() or ''} "
-                   f"{torch.get_num_threads()} threads",
+        f"{torch.get_num_threads()} threads",
         **metrics,
     }
     (work / "metrics.json").write_text(json.dumps(record, indent=2) + "\n")
     ap = metrics["mask_ap"] or {}
     pq = (metrics["panoptic"] or {}).get("all", {})
-    print(f"default model: step {record['step']}, {size_mb:.1f} MB, mask AP {ap.get('AP')}, "
-          f"PQ {pq.get('PQ')} on {metrics['images']} held-out images (seed 1)")
+    print(
+        f"default model: step {record['step']}, {size_mb:.1f} MB, mask AP {ap.get('AP')}, "
+        f"PQ {pq.get('PQ')} on {metrics['images']} held-out images (seed 1)"
+    )
     return 0
 
 

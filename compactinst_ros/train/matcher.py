@@ -54,8 +54,12 @@ def batch_bce_cost(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 class HungarianMatcher:
     """One-to-one assignment of queries to objects per image (FastInst's matcher)."""
 
-    def __init__(self, weights: TermWeights | None = None, cost_location: float = 1000.0,
-                 num_points: int = 12544) -> None:
+    def __init__(
+        self,
+        weights: TermWeights | None = None,
+        cost_location: float = 1000.0,
+        num_points: int = 12544,
+    ) -> None:
         self.weights = weights or TermWeights()
         self.cost_location = cost_location
         self.num_points = num_points
@@ -89,8 +93,9 @@ class HungarianMatcher:
         for b in range(outputs["pred_logits"].shape[0]):
             cost = self.cost_matrix(outputs, targets, b).cpu()
             rows, cols = linear_sum_assignment(cost.numpy())
-            indices.append((torch.as_tensor(rows, dtype=torch.int64),
-                            torch.as_tensor(cols, dtype=torch.int64)))
+            indices.append(
+                (torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64))
+            )
         return indices
 
     @torch.no_grad()
@@ -108,6 +113,7 @@ class HungarianMatcher:
             inside = (F.adaptive_avg_pool2d(tgt[None], (h, w))[0] > 0).flatten(1).T.float()
             cost = -self.weights.ce * probs[:, target["labels"]] - self.cost_location * inside
             rows, cols = linear_sum_assignment(cost.cpu().numpy())
-            indices.append((torch.as_tensor(rows, dtype=torch.int64),
-                            torch.as_tensor(cols, dtype=torch.int64)))
+            indices.append(
+                (torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64))
+            )
         return indices

@@ -113,8 +113,15 @@ def _draw_thing(rng: np.random.Generator, cls: int, height: int) -> tuple[np.nda
         m = np.zeros((hh, w), np.uint8)
         head_r = max(hh // 9, 2)
         cv2.circle(m, (w // 2, head_r), head_r, 1, -1, cv2.LINE_8)
-        torso = np.array([[w * 0.1, hh * 0.22], [w * 0.9, hh * 0.22], [w * 0.8, hh * 0.58],
-                          [w * 0.2, hh * 0.58]], np.int32)
+        torso = np.array(
+            [
+                [w * 0.1, hh * 0.22],
+                [w * 0.9, hh * 0.22],
+                [w * 0.8, hh * 0.58],
+                [w * 0.2, hh * 0.58],
+            ],
+            np.int32,
+        )
         cv2.fillPoly(m, [torso], 2, cv2.LINE_8)
         legw = max(int(w * 0.22), 1)
         cv2.rectangle(m, (int(w * 0.22), int(hh * 0.58)), (int(w * 0.22) + legw, hh - 1), 3, -1)
@@ -124,11 +131,25 @@ def _draw_thing(rng: np.random.Generator, cls: int, height: int) -> tuple[np.nda
         w = max(int(hh * rng.uniform(1.6, 2.2)), 8)
         m = np.zeros((hh, w), np.uint8)
         cv2.rectangle(m, (0, int(hh * 0.4)), (w - 1, int(hh * 0.85)), 1, -1)
-        cab = np.array([[w * 0.2, hh * 0.42], [w * 0.3, hh * 0.05], [w * 0.7, hh * 0.05],
-                        [w * 0.82, hh * 0.42]], np.int32)
+        cab = np.array(
+            [
+                [w * 0.2, hh * 0.42],
+                [w * 0.3, hh * 0.05],
+                [w * 0.7, hh * 0.05],
+                [w * 0.82, hh * 0.42],
+            ],
+            np.int32,
+        )
         cv2.fillPoly(m, [cab], 1, cv2.LINE_8)
-        win = np.array([[w * 0.27, hh * 0.38], [w * 0.34, hh * 0.12], [w * 0.66, hh * 0.12],
-                        [w * 0.75, hh * 0.38]], np.int32)
+        win = np.array(
+            [
+                [w * 0.27, hh * 0.38],
+                [w * 0.34, hh * 0.12],
+                [w * 0.66, hh * 0.12],
+                [w * 0.75, hh * 0.38],
+            ],
+            np.int32,
+        )
         cv2.fillPoly(m, [win], 2, cv2.LINE_8)
         r = max(int(hh * 0.17), 2)
         for cx in (int(w * 0.22), int(w * 0.78)):
@@ -154,8 +175,16 @@ def _draw_thing(rng: np.random.Generator, cls: int, height: int) -> tuple[np.nda
         if round_bale:
             cv2.ellipse(m, (w // 2, hh // 2), (w // 2 - 1, hh // 2 - 1), 0, 0, 360, 1, -1)
             for k in (0.55, 0.3):
-                cv2.ellipse(m, (w // 2, hh // 2), (max(int(w * k / 2), 1), max(int(hh * k / 2), 1)),
-                            0, 0, 360, 2, max(hh // 24, 1))
+                cv2.ellipse(
+                    m,
+                    (w // 2, hh // 2),
+                    (max(int(w * k / 2), 1), max(int(hh * k / 2), 1)),
+                    0,
+                    0,
+                    360,
+                    2,
+                    max(hh // 24, 1),
+                )
         else:
             m[:] = 1
             m[:: max(hh // 5, 2)] = 2
@@ -197,8 +226,9 @@ def _rasterise(objects: list, height: int, width: int) -> np.ndarray:
     return raster
 
 
-def _composite(rng: np.random.Generator, rgb: np.ndarray, stuff: np.ndarray,
-               objects: list) -> tuple[Scene, list[int]]:
+def _composite(
+    rng: np.random.Generator, rgb: np.ndarray, stuff: np.ndarray, objects: list
+) -> tuple[Scene, list[int]]:
     """Paint ``objects`` (bottom, cls, x0, y0, mask, colours; far to near) over the stuff.
 
     Objects with fewer than MIN_AREA visible pixels are dropped before painting. Returns the
@@ -241,8 +271,15 @@ def _composite(rng: np.random.Generator, rgb: np.ndarray, stuff: np.ndarray,
     return Scene(image=image, panoptic=panoptic, segments=segments), kept
 
 
-def _moving_object(rng: np.random.Generator, cls: int, role: str, horizon: int, height: int,
-                   width: int, frames: int) -> tuple:
+def _moving_object(
+    rng: np.random.Generator,
+    cls: int,
+    role: str,
+    horizon: int,
+    height: int,
+    width: int,
+    frames: int,
+) -> tuple:
     """(bottom, cls, left x at frame 0, x step per frame, mask, colours) of one moving object.
 
     Speeds are 4-12 % of the object's width per frame, so consecutive masks overlap well.
@@ -271,8 +308,7 @@ def _moving_object(rng: np.random.Generator, cls: int, role: str, horizon: int, 
     return bottom, cls, float(x_start), float(direction * speed), mask, colours
 
 
-def render_sequence(seed: int, index: int, frames: int, height: int,
-                    width: int) -> list[Scene]:
+def render_sequence(seed: int, index: int, frames: int, height: int, width: int) -> list[Scene]:
     """Render sequence ``index`` of ``seed``: ``frames`` scenes of one place with moving things.
 
     A static camera over one stuff layout; two objects cross each other mid-sequence, one enters
@@ -301,8 +337,7 @@ def render_sequence(seed: int, index: int, frames: int, height: int,
             objects.append((bottom, cls, x0, bottom - mask.shape[0], mask, colours))
         scene, kept = _composite(rng, rgb.copy(), stuff, objects)
         things = iter(order[i] + 1 for i in kept)
-        segments = [{**s, "track_id": next(things)} if s["isthing"] else s
-                    for s in scene.segments]
+        segments = [{**s, "track_id": next(things)} if s["isthing"] else s for s in scene.segments]
         scenes.append(Scene(image=scene.image, panoptic=scene.panoptic, segments=segments))
     return scenes
 
@@ -332,8 +367,9 @@ def coco_categories(labels: LabelSet) -> list[dict]:
     ]
 
 
-def _scenes(num: int, seed: int, height: int, width: int,
-            sequence: int) -> Iterator[tuple[Scene, dict]]:
+def _scenes(
+    num: int, seed: int, height: int, width: int, sequence: int
+) -> Iterator[tuple[Scene, dict]]:
     """(scene, extra image fields) of the ``num`` images :func:`generate` writes, in order.
 
     Sequence scenes get ``video_id`` and ``frame_index``, and their thing segments a data-set
@@ -347,14 +383,25 @@ def _scenes(num: int, seed: int, height: int, width: int,
         frames = min(sequence, num - video * sequence)
         base = (video + 1) * TRACKS_PER_VIDEO
         for frame, scene in enumerate(render_sequence(seed, video, frames, height, width)):
-            segments = [{**s, "track_id": base + s["track_id"]} if s["isthing"] else s
-                        for s in scene.segments]
-            yield (Scene(image=scene.image, panoptic=scene.panoptic, segments=segments),
-                   {"video_id": video + 1, "frame_index": frame})
+            segments = [
+                {**s, "track_id": base + s["track_id"]} if s["isthing"] else s
+                for s in scene.segments
+            ]
+            yield (
+                Scene(image=scene.image, panoptic=scene.panoptic, segments=segments),
+                {"video_id": video + 1, "frame_index": frame},
+            )
 
 
-def generate(out: str | Path, num: int, seed: int, height: int, width: int,
-             progress: bool = True, sequence: int = 0) -> dict:
+def generate(
+    out: str | Path,
+    num: int,
+    seed: int,
+    height: int,
+    width: int,
+    progress: bool = True,
+    sequence: int = 0,
+) -> dict:
     """Write ``num`` scenes with COCO instance + panoptic annotations under ``out``.
 
     With ``sequence`` > 0 the images are videos of ``sequence`` frames (the last may be shorter)
@@ -367,8 +414,10 @@ def generate(out: str | Path, num: int, seed: int, height: int, width: int,
     from pycocotools import mask as mask_utils
 
     if height < MIN_SIDE or width < MIN_SIDE:
-        raise ConfigError(f"size {height}x{width} is too small for the synthetic scenes; use at "
-                          f"least {MIN_SIDE}x{MIN_SIDE}")
+        raise ConfigError(
+            f"size {height}x{width} is too small for the synthetic scenes; use at "
+            f"least {MIN_SIDE}x{MIN_SIDE}"
+        )
     out = Path(out)
     (out / "images").mkdir(parents=True, exist_ok=True)
     (out / "panoptic").mkdir(parents=True, exist_ok=True)
@@ -377,44 +426,98 @@ def generate(out: str | Path, num: int, seed: int, height: int, width: int,
     start = time.perf_counter()
     for index, (scene, video_fields) in enumerate(_scenes(num, seed, height, width, sequence)):
         name = f"{index:06d}"
-        cv2.imwrite(str(out / "images" / f"{name}.jpg"), scene.image[..., ::-1],
-                    [cv2.IMWRITE_JPEG_QUALITY, 95])
+        cv2.imwrite(
+            str(out / "images" / f"{name}.jpg"),
+            scene.image[..., ::-1],
+            [cv2.IMWRITE_JPEG_QUALITY, 95],
+        )
         cv2.imwrite(str(out / "panoptic" / f"{name}.png"), id_to_rgb(scene.panoptic)[..., ::-1])
-        images.append({"id": index + 1, "file_name": f"{name}.jpg", "height": height,
-                       "width": width, **video_fields})
+        images.append(
+            {
+                "id": index + 1,
+                "file_name": f"{name}.jpg",
+                "height": height,
+                "width": width,
+                **video_fields,
+            }
+        )
         seg_info = []
         for seg in scene.segments:
             mask = scene.panoptic == seg["id"]
             area, box = int(mask.sum()), _bbox(mask)
             track = {"track_id": seg["track_id"]} if "track_id" in seg else {}
-            seg_info.append({"id": seg["id"], "category_id": seg["category_id"], "area": area,
-                             "bbox": box, "iscrowd": 0, **track})
+            seg_info.append(
+                {
+                    "id": seg["id"],
+                    "category_id": seg["category_id"],
+                    "area": area,
+                    "bbox": box,
+                    "iscrowd": 0,
+                    **track,
+                }
+            )
             if seg["isthing"]:
                 ann_id += 1
                 rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
                 rle["counts"] = str(rle["counts"], "ascii")
-                instances.append({"id": ann_id, "image_id": index + 1,
-                                  "category_id": seg["category_id"], "segmentation": rle,
-                                  "area": area, "bbox": box, "iscrowd": 0, **track})
-        pan_annos.append({"image_id": index + 1, "file_name": f"{name}.png",
-                          "segments_info": seg_info})
+                instances.append(
+                    {
+                        "id": ann_id,
+                        "image_id": index + 1,
+                        "category_id": seg["category_id"],
+                        "segmentation": rle,
+                        "area": area,
+                        "bbox": box,
+                        "iscrowd": 0,
+                        **track,
+                    }
+                )
+        pan_annos.append(
+            {"image_id": index + 1, "file_name": f"{name}.png", "segments_info": seg_info}
+        )
         if progress and ((index + 1) % 50 == 0 or index + 1 == num):
             rate = (index + 1) / max(time.perf_counter() - start, 1e-9)
-            print(f"\rsynth: {index + 1}/{num} images  {rate:.0f} img/s  "
-                  f"ETA {(num - index - 1) / rate:.0f} s", end="", file=sys.stderr, flush=True)
+            print(
+                f"\rsynth: {index + 1}/{num} images  {rate:.0f} img/s  "
+                f"ETA {(num - index - 1) / rate:.0f} s",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
     if progress:
         print(file=sys.stderr)
     cats = coco_categories(SYNTHETIC_LABELS)
     info = {"description": f"compactinst synthetic scenes seed={seed}", "seed": seed}
-    videos = {"videos": [{"id": v, "name": f"{v:06d}"}
-                         for v in sorted({img["video_id"] for img in images})]} if sequence else {}
-    (out / "instances.json").write_text(json.dumps({
-        "info": info, "images": images, "annotations": instances,
-        "categories": [c for c in cats if c["isthing"]], **videos}))
-    (out / "panoptic.json").write_text(json.dumps({
-        "info": info, "images": images, "annotations": pan_annos, "categories": cats, **videos}))
-    return {"images": num, "instances": len(instances),
-            "seconds": round(time.perf_counter() - start, 2)}
+    videos = (
+        {
+            "videos": [
+                {"id": v, "name": f"{v:06d}"} for v in sorted({img["video_id"] for img in images})
+            ]
+        }
+        if sequence
+        else {}
+    )
+    (out / "instances.json").write_text(
+        json.dumps(
+            {
+                "info": info,
+                "images": images,
+                "annotations": instances,
+                "categories": [c for c in cats if c["isthing"]],
+                **videos,
+            }
+        )
+    )
+    (out / "panoptic.json").write_text(
+        json.dumps(
+            {"info": info, "images": images, "annotations": pan_annos, "categories": cats, **videos}
+        )
+    )
+    return {
+        "images": num,
+        "instances": len(instances),
+        "seconds": round(time.perf_counter() - start, 2),
+    }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -423,9 +526,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num", type=int, default=1000, help="number of images")
     parser.add_argument("--seed", type=int, default=0, help="scene seed (held-out sets: another)")
     parser.add_argument("--size", default="256x384", help="image size HxW")
-    parser.add_argument("--sequence", type=int, default=0, metavar="N",
-                        help="write videos of N frames with moving objects and a track_id per "
-                             "object (0: independent scenes)")
+    parser.add_argument(
+        "--sequence",
+        type=int,
+        default=0,
+        metavar="N",
+        help="write videos of N frames with moving objects and a track_id per "
+        "object (0: independent scenes)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -434,6 +542,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--num {args.num}: need at least one image")
     h, w = parse_size(args.size)
     summary = generate(args.out, args.num, args.seed, h, w, sequence=args.sequence)
-    print(f"wrote {summary['images']} images, {summary['instances']} instances to {args.out} "
-          f"in {summary['seconds']} s")
+    print(
+        f"wrote {summary['images']} images, {summary['instances']} instances to {args.out} "
+        f"in {summary['seconds']} s"
+    )
     return 0

@@ -92,4 +92,3 @@ def train_transforms(
     if flip:
         ops.append(RandomFlip())
     return Compose(ops)
-

@@ -34,8 +34,11 @@ def test_conv3x3_256_on_64x128_matches_the_hand_count(fastinst_512: list) -> Non
 
 def test_layer_norm_over_pixel_tokens_is_bandwidth_bound(fastinst_512: list) -> None:
     tokens = 64 * 128
-    norms = [op for op in fastinst_512
-             if op.kind == "native_layer_norm" and op.bytes_written >= tokens * 256 * 2]
+    norms = [
+        op
+        for op in fastinst_512
+        if op.kind == "native_layer_norm" and op.bytes_written >= tokens * 256 * 2
+    ]
     assert norms, "the pixel path has LayerNorms over H/8 x W/8 tokens"
     t, bw_bound = op_time(norms[0], DEVICES["orin-nano"])
     assert bw_bound and t == pytest.approx(op_bytes(norms[0]) / 68e9)
@@ -46,7 +49,8 @@ def test_stages_sum_to_total_and_match_the_model_counts(fastinst_512: list) -> N
     total = costs["total"]
     assert sum(costs[s].bytes for s in STAGES) == total.bytes
     assert sum(costs[s].time_ms["orin-nano"] for s in STAGES) == pytest.approx(
-        total.time_ms["orin-nano"])
+        total.time_ms["orin-nano"]
+    )
     per_component = macs_by_component(fastinst_512)
     assert costs["backbone"].fvcore_macs == per_component["backbone"] + per_component["normalize"]
     assert costs["pixel_decoder"].fvcore_macs == per_component["pixel_decoder"]
@@ -63,8 +67,17 @@ def test_pooling_cuts_decoder_bytes_not_backbone_bytes(fastinst_512: list) -> No
 
 
 def test_cli_writes_speedups_per_device(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    argv = ["costmodel", "--configs", "fastinst_r18_d3,compactinst_r18", "--sizes", "250x320",
-            "--devices", "orin-nano,lab:100:20:2", "--out", str(tmp_path)]
+    argv = [
+        "costmodel",
+        "--configs",
+        "fastinst_r18_d3,compactinst_r18",
+        "--sizes",
+        "250x320",
+        "--devices",
+        "orin-nano,lab:100:20:2",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "256x320" in text and "predicted decoder speed-up" in text
@@ -73,8 +86,18 @@ def test_cli_writes_speedups_per_device(tmp_path: Path, capsys: pytest.CaptureFi
     rows = result["rows"]
     assert {r["device"] for r in rows} == {"orin-nano", "lab"}
     row = rows[0]
-    for key in ("config", "size", "requested_size", "device", "decoder_ms", "model_ms",
-                "decoder_speedup", "model_speedup", "decoder_bw_bound_share", "stages"):
+    for key in (
+        "config",
+        "size",
+        "requested_size",
+        "device",
+        "decoder_ms",
+        "model_ms",
+        "decoder_speedup",
+        "model_speedup",
+        "decoder_bw_bound_share",
+        "stages",
+    ):
         assert key in row
     assert row["size"] == [256, 320] and row["requested_size"] == [250, 320]
     assert set(row["stages"]) == {*STAGES, "total"}

@@ -41,16 +41,33 @@ def test_trials_alternate_the_config_order() -> None:
     times = measure(runners, warmup=1, iters=2, trials=3, progress=lambda _: None)
     assert all(len(v) == 3 and all(t >= 0 for t in v) for v in times.values())
     timed = calls[3:]  # after one warm-up call each
-    rounds = [timed[i:i + 6:2] for i in range(0, len(timed), 6)]
+    rounds = [timed[i : i + 6 : 2] for i in range(0, len(timed), 6)]
     assert rounds == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
 
 
 def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    argv = ["bench", "--configs", "fastinst_r18_d3,compactinst_r18", "--sizes", "250x320",
-            "--backends", "onnxruntime,torch-cuda,tensorrt", "--decoder-only", "--trials", "2",
-            "--iters", "1", "--warmup", "1", "--threads", "1", "--out", str(tmp_path)]
+    argv = [
+        "bench",
+        "--configs",
+        "fastinst_r18_d3,compactinst_r18",
+        "--sizes",
+        "250x320",
+        "--backends",
+        "onnxruntime,torch-cuda,tensorrt",
+        "--decoder-only",
+        "--trials",
+        "2",
+        "--iters",
+        "1",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "padded from 250x320" in text
@@ -106,10 +123,12 @@ def test_gpu_script_cpu_parts(capsys: pytest.CaptureFixture) -> None:
     gpu_bench = _gpu_bench()
     assert gpu_bench.device_preset("NVIDIA H200").name.startswith("NVIDIA H200")
     assert gpu_bench.device_preset("NVIDIA RTX A4000").bandwidth_gbs == 448.0
-    record = {"results": [
-        {"scope": "decoder", "config": c, "size": [1088, 1920], "median_ms": ms, "speedup": s}
-        for c, ms, s in (("fastinst_r18_d3", 4.0, 1.0), ("compactinst_r18", 2.0, 2.0))
-    ]}
+    record = {
+        "results": [
+            {"scope": "decoder", "config": c, "size": [1088, 1920], "median_ms": ms, "speedup": s}
+            for c, ms, s in (("fastinst_r18_d3", 4.0, 1.0), ("compactinst_r18", 2.0, 2.0))
+        ]
+    }
     lines = gpu_bench.speedup_table(record)
     assert lines[0].startswith("decoder") and "2.00x" in lines[1] and "1088x1920" in lines[1]
     import torch

@@ -39,9 +39,27 @@ def test_tensorrt_sweep_runs_the_runtime_backend_on_the_stand_ins(
     pycuda_emu.install(monkeypatch, emu_lib)
     tensorrt_emu.install(monkeypatch)
     cache = tmp_path / "engines"
-    argv = ["bench", "--backends", "tensorrt", "--configs", ",".join(CONFIGS), "--sizes",
-            "160x160", "--num-classes", "8", "--trials", "2", "--iters", "1", "--warmup", "1",
-            "--engine-cache", str(cache), "--out", str(tmp_path / "out")]
+    argv = [
+        "bench",
+        "--backends",
+        "tensorrt",
+        "--configs",
+        ",".join(CONFIGS),
+        "--sizes",
+        "160x160",
+        "--num-classes",
+        "8",
+        "--trials",
+        "2",
+        "--iters",
+        "1",
+        "--warmup",
+        "1",
+        "--engine-cache",
+        str(cache),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     for scope in ("decoder", "model"):

@@ -48,8 +48,14 @@ def _read_ids(path: Path) -> np.ndarray:
     return rgb[..., 0] + 256 * rgb[..., 1] + 256 * 256 * rgb[..., 2]
 
 
-def _score_image(gt_ann: dict, pred_ann: dict, gt_folder: Path, pred_folder: Path,
-                 categories: dict[int, dict], counts: dict[int, _CategoryCounts]) -> None:
+def _score_image(
+    gt_ann: dict,
+    pred_ann: dict,
+    gt_folder: Path,
+    pred_folder: Path,
+    categories: dict[int, dict],
+    counts: dict[int, _CategoryCounts],
+) -> None:
     gt_ids = _read_ids(gt_folder / gt_ann["file_name"])
     pred_ids = _read_ids(pred_folder / pred_ann["file_name"])
     gt_segments = {s["id"]: s for s in gt_ann["segments_info"]}
@@ -60,20 +66,27 @@ def _score_image(gt_ann: dict, pred_ann: dict, gt_folder: Path, pred_folder: Pat
         if label not in pred_segments:
             if label == VOID:
                 continue
-            raise KeyError(f"image {gt_ann['image_id']}: segment {label} is in the PNG, not the "
-                           "JSON")
+            raise KeyError(
+                f"image {gt_ann['image_id']}: segment {label} is in the PNG, not the JSON"
+            )
         pred_segments[label]["area"] = area
         not_in_png.remove(label)
         if pred_segments[label]["category_id"] not in categories:
-            raise KeyError(f"image {gt_ann['image_id']}: segment {label} has unknown category "
-                           f"{pred_segments[label]['category_id']}")
+            raise KeyError(
+                f"image {gt_ann['image_id']}: segment {label} has unknown category "
+                f"{pred_segments[label]['category_id']}"
+            )
     if not_in_png:
-        raise KeyError(f"image {gt_ann['image_id']}: segments {sorted(not_in_png)} are in the "
-                       "JSON, not the PNG")
+        raise KeyError(
+            f"image {gt_ann['image_id']}: segments {sorted(not_in_png)} are in the "
+            "JSON, not the PNG"
+        )
 
     joint = gt_ids.astype(np.uint64) * OFFSET + pred_ids.astype(np.uint64)
-    overlap = {(int(label) // OFFSET, int(label) % OFFSET): int(n)
-               for label, n in zip(*np.unique(joint, return_counts=True), strict=True)}
+    overlap = {
+        (int(label) // OFFSET, int(label) % OFFSET): int(n)
+        for label, n in zip(*np.unique(joint, return_counts=True), strict=True)
+    }
 
     gt_matched, pred_matched = set(), set()
     for (gt_label, pred_label), intersection in overlap.items():
@@ -82,8 +95,9 @@ def _score_image(gt_ann: dict, pred_ann: dict, gt_folder: Path, pred_folder: Pat
         gt_seg, pred_seg = gt_segments[gt_label], pred_segments[pred_label]
         if gt_seg["iscrowd"] == 1 or gt_seg["category_id"] != pred_seg["category_id"]:
             continue
-        union = (pred_seg["area"] + gt_seg["area"] - intersection
-                 - overlap.get((VOID, pred_label), 0))
+        union = (
+            pred_seg["area"] + gt_seg["area"] - intersection - overlap.get((VOID, pred_label), 0)
+        )
         iou = intersection / union
         if iou > 0.5:
             counts[gt_seg["category_id"]].tp += 1
@@ -111,8 +125,9 @@ def _score_image(gt_ann: dict, pred_ann: dict, gt_folder: Path, pred_folder: Pat
         counts[pred_seg["category_id"]].fp += 1
 
 
-def _average(counts: dict[int, _CategoryCounts], categories: dict[int, dict],
-             isthing: bool | None) -> dict:
+def _average(
+    counts: dict[int, _CategoryCounts], categories: dict[int, dict], isthing: bool | None
+) -> dict:
     pq = sq = rq = 0.0
     n = 0
     for label, info in categories.items():
@@ -138,10 +153,18 @@ def pq_compute(gt_json: Path, pred_json: Path, gt_folder: Path, pred_folder: Pat
     for gt_ann in gt["annotations"]:
         if gt_ann["image_id"] not in pred_by_image:
             raise KeyError(f"no prediction for the image with id {gt_ann['image_id']}")
-        _score_image(gt_ann, pred_by_image[gt_ann["image_id"]], Path(gt_folder),
-                     Path(pred_folder), categories, counts)
-    return {name: _average(counts, categories, isthing)
-            for name, isthing in (("All", None), ("Things", True), ("Stuff", False))}
+        _score_image(
+            gt_ann,
+            pred_by_image[gt_ann["image_id"]],
+            Path(gt_folder),
+            Path(pred_folder),
+            categories,
+            counts,
+        )
+    return {
+        name: _average(counts, categories, isthing)
+        for name, isthing in (("All", None), ("Things", True), ("Stuff", False))
+    }
 
 
 def ids_to_rgb(ids: np.ndarray) -> np.ndarray:
@@ -150,8 +173,9 @@ def ids_to_rgb(ids: np.ndarray) -> np.ndarray:
     return np.stack([ids % 256, ids // 256 % 256, ids // 65536], axis=-1).astype(np.uint8)
 
 
-def write_panoptic(root: Path, name: str, images: list[tuple[np.ndarray, list[dict]]],
-                   categories: dict[int, bool]) -> tuple[Path, Path]:
+def write_panoptic(
+    root: Path, name: str, images: list[tuple[np.ndarray, list[dict]]], categories: dict[int, bool]
+) -> tuple[Path, Path]:
     """COCO panoptic JSON + PNG folder; each segment's ``area`` is counted from its raster."""
     folder = root / name
     folder.mkdir(parents=True)
@@ -159,24 +183,39 @@ def write_panoptic(root: Path, name: str, images: list[tuple[np.ndarray, list[di
     for image_id, (ids, segments) in enumerate(images, start=1):
         Image.fromarray(ids_to_rgb(ids)).save(folder / f"{image_id}.png")
         infos = [{"iscrowd": 0, "area": int((ids == s["id"]).sum()), **s} for s in segments]
-        annotations.append({"image_id": image_id, "file_name": f"{image_id}.png",
-                            "segments_info": infos})
+        annotations.append(
+            {"image_id": image_id, "file_name": f"{image_id}.png", "segments_info": infos}
+        )
     cats = [{"id": c, "name": str(c), "isthing": int(t)} for c, t in categories.items()]
     path = root / f"{name}.json"
-    path.write_text(json.dumps({"annotations": annotations, "categories": cats,
-                                "images": [{"id": i} for i in range(1, len(images) + 1)]}))
+    path.write_text(
+        json.dumps(
+            {
+                "annotations": annotations,
+                "categories": cats,
+                "images": [{"id": i} for i in range(1, len(images) + 1)],
+            }
+        )
+    )
     return path, folder
 
 
 def reference(tmp_path: Path, frames: list[Frame], categories: dict[int, bool]) -> dict:
     """panopticapi on ``frames`` written out as COCO panoptic files; percent like ours."""
-    gt = [(g, [{"id": i, "category_id": c, "iscrowd": int(k)} for i, (c, k) in segs.items()])
-          for g, segs, _, _ in frames]
-    pred = [(p, [{"id": i, "category_id": c} for i, c in segs.items()])
-            for _, _, p, segs in frames]
+    gt = [
+        (g, [{"id": i, "category_id": c, "iscrowd": int(k)} for i, (c, k) in segs.items()])
+        for g, segs, _, _ in frames
+    ]
+    pred = [(p, [{"id": i, "category_id": c} for i, c in segs.items()]) for _, _, p, segs in frames]
     gt_json, gt_dir = write_panoptic(tmp_path, "gt", gt, categories)
     pred_json, pred_dir = write_panoptic(tmp_path, "pred", pred, categories)
     result = pq_compute(gt_json, pred_json, gt_dir, pred_dir)
-    return {name: {"PQ": 100 * result[key]["pq"], "SQ": 100 * result[key]["sq"],
-                   "RQ": 100 * result[key]["rq"], "n": result[key]["n"]}
-            for name, key in (("all", "All"), ("things", "Things"), ("stuff", "Stuff"))}
+    return {
+        name: {
+            "PQ": 100 * result[key]["pq"],
+            "SQ": 100 * result[key]["sq"],
+            "RQ": 100 * result[key]["rq"],
+            "n": result[key]["n"],
+        }
+        for name, key in (("all", "All"), ("things", "Things"), ("stuff", "Stuff"))
+    }

@@ -84,9 +84,15 @@ def test_pq_matches_panopticapi_reference(tmp_path) -> None:
     # panopticapi refuses the unknown category 42 and the sky segment listed after it was
     # painted over; ours scores them as void and drops the empty one (documented), so the
     # reference gets the prediction cleaned that way.
-    cleaned = [(gt, gt_segs, np.where(pred == 9999, 0, pred),
-                {k: c for k, c in pred_segs.items() if k != 9999 and (pred == k).any()})
-               for gt, gt_segs, pred, pred_segs in images]
+    cleaned = [
+        (
+            gt,
+            gt_segs,
+            np.where(pred == 9999, 0, pred),
+            {k: c for k, c in pred_segs.items() if k != 9999 and (pred == k).any()},
+        )
+        for gt, gt_segs, pred, pred_segs in images
+    ]
     ref = reference(tmp_path, cleaned, categories)
     for name in ("all", "things", "stuff"):
         assert ref[name]["n"] == res[name]["n"] > 0

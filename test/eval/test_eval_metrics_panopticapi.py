@@ -25,6 +25,8 @@ from compactinst_ros.pipeline import Pipeline
 
 THING, OTHER_THING, STUFF = 1, 2, 5
 CATEGORIES = {THING: True, OTHER_THING: True, STUFF: False}
+
+
 def ours(frames: list, categories: dict[int, bool]) -> dict:
     pq = PanopticQuality(categories)
     for frame in frames:
@@ -48,6 +50,7 @@ def test_demo_predictions_agree(tmp_path: Path) -> None:
     gt = GroundTruth(paths["gt_instances"], paths["gt_panoptic"], paths["gt_panoptic_dir"])
     results = {}
     with Pipeline(bundle, "onnxruntime") as pipeline, ImageBag(paths["bag"]) as bag:
+
         def recording(image, encoding, outputs):
             result = pipeline(image, encoding, outputs)
             results[len(results)] = result
@@ -64,20 +67,25 @@ def test_demo_predictions_agree(tmp_path: Path) -> None:
     for index, image_id in gt.frame_to_image.items():
         result = results[index]
         Image.fromarray(ids_to_rgb(result.panoptic_raster)).save(pred_dir / f"{image_id}.png")
-        segments = [{"id": int(i), "category_id": int(c)}
-                    for i, c in zip(result.segments.ids, result.segments.label_id, strict=True)]
-        annotations.append({"image_id": image_id, "file_name": f"{image_id}.png",
-                            "segments_info": segments})
+        segments = [
+            {"id": int(i), "category_id": int(c)}
+            for i, c in zip(result.segments.ids, result.segments.label_id, strict=True)
+        ]
+        annotations.append(
+            {"image_id": image_id, "file_name": f"{image_id}.png", "segments_info": segments}
+        )
     pred_json = tmp_path / "pred.json"
-    pred_json.write_text(json.dumps({"annotations": annotations,
-                                     "categories": gt_json["categories"]}))
+    pred_json.write_text(
+        json.dumps({"annotations": annotations, "categories": gt_json["categories"]})
+    )
     theirs = pq_compute(paths["gt_panoptic"], pred_json, paths["gt_panoptic_dir"], pred_dir)
 
     for name, key in (("all", "All"), ("things", "Things"), ("stuff", "Stuff")):
         assert mine[name]["n"] == theirs[key]["n"]
         for metric in ("PQ", "SQ", "RQ"):
-            assert mine[name][metric] == pytest.approx(100 * theirs[key][metric.lower()],
-                                                       abs=1e-3), (name, metric)
+            assert mine[name][metric] == pytest.approx(
+                100 * theirs[key][metric.lower()], abs=1e-3
+            ), (name, metric)
     assert 50 < mine["all"]["PQ"] < 100  # a trained model: real matches and real misses
 
 
@@ -136,8 +144,9 @@ def test_several_crowd_regions_of_a_category_all_count(tmp_path: Path) -> None:
 
     result = ours(frames, CATEGORIES)
     assert result["per_class"][str(THING)]["fp"] == 0
-    assert_same(result, reference(tmp_path / "merged", [(merged, merged_segs, pred, pred_segs)],
-                                  CATEGORIES))
+    assert_same(
+        result, reference(tmp_path / "merged", [(merged, merged_segs, pred, pred_segs)], CATEGORIES)
+    )
     as_listed = reference(tmp_path / "listed", frames, CATEGORIES)
     assert as_listed["things"]["RQ"] < result["things"]["RQ"]  # there 1002 is a false positive
 
@@ -169,9 +178,15 @@ def test_what_panopticapi_refuses_is_scored_as_void(tmp_path: Path) -> None:
         "not the JSON": clean[3],
         "unknown category": {**clean[3], 4001: 4},
     }
-    rasters = {"not the PNG": clean[2], "not the JSON": pred, "unknown category": np.where(
-        pred == 4001, 4001, clean[2])}
+    rasters = {
+        "not the PNG": clean[2],
+        "not the JSON": pred,
+        "unknown category": np.where(pred == 4001, 4001, clean[2]),
+    }
     for message, segs in cases.items():
         with pytest.raises(KeyError, match=message):
-            reference(tmp_path / message.replace(" ", "_"),
-                      [(gt, gt_segs, rasters[message], segs)], CATEGORIES)
+            reference(
+                tmp_path / message.replace(" ", "_"),
+                [(gt, gt_segs, rasters[message], segs)],
+                CATEGORIES,
+            )

@@ -45,8 +45,11 @@ def test_swapped_ids_and_false_positives():
     """Two objects whose predicted ids swap: a switch each; an extra prediction is a FP."""
     gt = [_raster((1, 0, 8), (2, 20, 8))] * 3
     tracks = [{1: 11, 2: 12}] * 3
-    pred = [_raster((4, 0, 8), (6, 20, 8)), _raster((6, 0, 8), (4, 20, 8), (9, 32, 6)),
-            _raster((6, 0, 8), (4, 20, 8))]
+    pred = [
+        _raster((4, 0, 8), (6, 20, 8)),
+        _raster((6, 0, 8), (4, 20, 8), (9, 32, 6)),
+        _raster((6, 0, 8), (4, 20, 8)),
+    ]
     counts = tracking_counts(gt, tracks, pred)
     assert (counts.id_switches, counts.false_positives, counts.misses) == (2, 1, 0)
 

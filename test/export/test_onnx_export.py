@@ -113,8 +113,17 @@ def test_checkpoint_export_cli_with_check(tmp_path, capsys) -> None:
     )
     out = tmp_path / "bundle"
     code = main(
-        ["export", "compactinst_demo", "--size", "128x128", "--checkpoint", str(ckpt),
-         "--out", str(out), "--check"]
+        [
+            "export",
+            "compactinst_demo",
+            "--size",
+            "128x128",
+            "--checkpoint",
+            str(ckpt),
+            "--out",
+            str(out),
+            "--check",
+        ]
     )
     captured = capsys.readouterr()
     printed = captured.out
@@ -172,9 +181,15 @@ def test_labels_by_name_and_file(tmp_path) -> None:
         resolve_labels(str(path))
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("512", "HxW"), ("axb", "HxW"), ("0x64", "positive"), ("500x1024", "multiple of 32"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("512", "HxW"),
+        ("axb", "HxW"),
+        ("0x64", "positive"),
+        ("500x1024", "multiple of 32"),
+    ],
+)
 def test_bad_sizes(text, problem, tmp_path, capsys) -> None:
     out = tmp_path / "bundle"
     assert main(["export", "compactinst_demo", "--size", text, "--out", str(out)]) == 1

@@ -51,9 +51,13 @@ def tiny_bundle(root: Path, body: list, inits: list) -> ModelBundle:
     root.mkdir(parents=True)
     image = helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, SIZE, SIZE])
     e3 = helper.make_tensor_value_info("e3", TensorProto.FLOAT, [1, 3, SIZE, SIZE])
-    save_graph(root / "encoder.onnx", [helper.make_node("Mul", ["image", "inv255"], ["e3"],
-                                                        name="/enc/Mul")],
-               [image], [e3], [constant("inv255", 1 / 255)])
+    save_graph(
+        root / "encoder.onnx",
+        [helper.make_node("Mul", ["image", "inv255"], ["e3"], name="/enc/Mul")],
+        [image],
+        [e3],
+        [constant("inv255", 1 / 255)],
+    )
     head = [
         helper.make_node("MaxPool", ["out"], ["pooled"], name="/head/MaxPool",
                          kernel_shape=[8, 8], strides=[8, 8]),
@@ -74,9 +78,13 @@ def tiny_bundle(root: Path, body: list, inits: list) -> ModelBundle:
     )  # fmt: skip
 
     def stage(name: str, inputs: list, outputs: list) -> dict:
-        return {"name": name, "file": f"{name}.onnx", "sha256": sha256_file(root / f"{name}.onnx"),
-                "inputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in inputs],
-                "outputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in outputs]}
+        return {
+            "name": name,
+            "file": f"{name}.onnx",
+            "sha256": sha256_file(root / f"{name}.onnx"),
+            "inputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in inputs],
+            "outputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in outputs],
+        }
 
     feature = ("e3", [1, 3, SIZE, SIZE])
     meta = {

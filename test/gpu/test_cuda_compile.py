@@ -46,12 +46,10 @@ def test_nvcc_rejects_broken_source(tmp_path: Path) -> None:
 def test_tables_layout_matches_host_dtype(tmp_path: Path) -> None:
     """sizeof/offsetof of PPTables (compiled by nvcc, run on the CPU) equal TABLES_DTYPE's."""
     fields = TABLES_DTYPE.names
-    prints = "\n".join(
-        f'  std::printf("{f} %zu\\n", offsetof(PPTables, {f}));' for f in fields
-    )
+    prints = "\n".join(f'  std::printf("{f} %zu\\n", offsetof(PPTables, {f}));' for f in fields)
     prog = tmp_path / "layout.cu"
     prog.write_text(
-        "#include <cstddef>\n#include <cstdio>\n#include \"postprocess.cu\"\n"
+        '#include <cstddef>\n#include <cstdio>\n#include "postprocess.cu"\n'
         "int main() {\n"
         '  std::printf("sizeof %zu\\n", sizeof(PPTables));\n'
         f"{prints}\n  return 0;\n}}\n"

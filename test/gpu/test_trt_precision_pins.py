@@ -64,8 +64,13 @@ def two_nodes_named_alike(tmp_path: Path) -> StageSpec:
     graph = helper.make_graph(nodes, "g", [x], [y], [k])
     path = tmp_path / "stage.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return StageSpec("decoder", path, "", (TensorSpec("x", (1, 4), "float32"),),
-                     (TensorSpec("y", (1, 4), "bool"),))
+    return StageSpec(
+        "decoder",
+        path,
+        "",
+        (TensorSpec("x", (1, 4), "float32"),),
+        (TensorSpec("y", (1, 4), "bool"),),
+    )
 
 
 def built_layers(trt, stage: StageSpec, tmp_path: Path, precision: str, pins: tuple[str, ...]):

@@ -39,7 +39,7 @@ def _official_key(key: str) -> str:
     if key.startswith("pixel_decoder."):
         return "sem_seg_head." + key
     if key.startswith("decoder."):
-        return _official_predictor_key(key[len("decoder."):])
+        return _official_predictor_key(key[len("decoder.") :])
     raise KeyError(f"no official FastInst name for '{key}' (a CompactInst-only tensor?)")
 
 

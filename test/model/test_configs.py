@@ -8,8 +8,16 @@ from model_helpers import token_stride
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.model.configs import CONFIGS, get_config
 
-EXPECTED = {"fastinst_r18_d3", "fastinst_r50_d3", "fastinst_r50_d1", "compactinst_r18",
-            "compactinst_r50", "compactinst_r18_pf32", "compactinst_r18_m4", "compactinst_demo"}
+EXPECTED = {
+    "fastinst_r18_d3",
+    "fastinst_r50_d3",
+    "fastinst_r50_d1",
+    "compactinst_r18",
+    "compactinst_r50",
+    "compactinst_r18_pf32",
+    "compactinst_r18_m4",
+    "compactinst_demo",
+}
 
 
 def test_all_named_configs_exist() -> None:

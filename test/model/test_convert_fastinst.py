@@ -69,9 +69,11 @@ def official_state(backbone: str, k: int, layers: int, d: int = 256) -> dict:
     sd[p + "query_proposal.conv_proposal_cls_logits.2.weight"] = t(k + 1, d, 1, 1)
     sd[p + "query_proposal.conv_proposal_cls_logits.2.bias"] = t(k + 1)
     for i in range(layers):
-        for block, attn in (("transformer_query_cross_attention_layers", "multihead_attn"),
-                            ("transformer_query_self_attention_layers", "self_attn"),
-                            ("transformer_mask_cross_attention_layers", "multihead_attn")):
+        for block, attn in (
+            ("transformer_query_cross_attention_layers", "multihead_attn"),
+            ("transformer_query_self_attention_layers", "self_attn"),
+            ("transformer_mask_cross_attention_layers", "multihead_attn"),
+        ):
             sd[f"{p}{block}.{i}.{attn}.in_proj_weight"] = t(3 * d, d)
             sd[f"{p}{block}.{i}.{attn}.in_proj_bias"] = t(3 * d)
             sd[f"{p}{block}.{i}.{attn}.out_proj.weight"] = t(d, d)
@@ -113,8 +115,9 @@ def test_official_names_load_without_missing_or_unexpected(r18_official):
     missing, unexpected = model.load_state_dict(state, strict=True), None
     assert not missing.missing_keys and not missing.unexpected_keys and unexpected is None
     ours = build_model("fastinst_r18_d3", num_classes=8).state_dict()
-    assert set(to_official(ours)) | {"pixel_mean", "pixel_std", "criterion.empty_weight"} == \
-        set(r18_official)
+    assert set(to_official(ours)) | {"pixel_mean", "pixel_std", "criterion.empty_weight"} == set(
+        r18_official
+    )
 
 
 def test_r50_names_and_shapes():
@@ -163,8 +166,10 @@ def test_pkl_numpy_only(r18_official, tmp_path):
     with open(good, "wb") as fh:
         pickle.dump({"model": {k: v.numpy() for k, v in r18_official.items()}}, fh)
     loaded = load_official(good)
-    assert np.array_equal(loaded["backbone.stem.conv1.weight"].numpy(),
-                          r18_official["backbone.stem.conv1.weight"].numpy())
+    assert np.array_equal(
+        loaded["backbone.stem.conv1.weight"].numpy(),
+        r18_official["backbone.stem.conv1.weight"].numpy(),
+    )
 
     class Evil:
         def __reduce__(self):

@@ -21,8 +21,9 @@ def test_attention_matches_torch_multihead_attention() -> None:
     for m in (None, mask):
         got = ours(q, kv, kv, m)
         ref_mask = None if m is None else m.repeat_interleave(4, dim=0)
-        want = ref(q.transpose(0, 1), kv.transpose(0, 1), kv.transpose(0, 1),
-                   attn_mask=ref_mask)[0].transpose(0, 1)
+        want = ref(q.transpose(0, 1), kv.transpose(0, 1), kv.transpose(0, 1), attn_mask=ref_mask)[
+            0
+        ].transpose(0, 1)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -32,9 +33,17 @@ def _reference_topk(probs_all: torch.Tensor, k: int) -> torch.Tensor:
     one_hot = F.one_hot(probs_all[:, :-1].max(1)[1], num_classes=num_fg + 1).permute(0, 3, 1, 2)
     x = probs_all * one_hot
     p = F.pad(x, (1, 1, 1, 1))
-    peak = ((x >= p[:, :, :-2, 1:-1]) & (x >= p[:, :, 2:, 1:-1]) & (x >= p[:, :, 1:-1, :-2])
-            & (x >= p[:, :, 1:-1, 2:]) & (x >= p[:, :, :-2, :-2]) & (x >= p[:, :, :-2, 2:])
-            & (x >= p[:, :, 2:, :-2]) & (x >= p[:, :, 2:, 2:]) & (x >= 1e-6))
+    peak = (
+        (x >= p[:, :, :-2, 1:-1])
+        & (x >= p[:, :, 2:, 1:-1])
+        & (x >= p[:, :, 1:-1, :-2])
+        & (x >= p[:, :, 1:-1, 2:])
+        & (x >= p[:, :, :-2, :-2])
+        & (x >= p[:, :, :-2, 2:])
+        & (x >= p[:, :, 2:, :-2])
+        & (x >= p[:, :, 2:, 2:])
+        & (x >= 1e-6)
+    )
     x = x + peak.to(x)
     return torch.topk(x[:, :-1].flatten(2).max(1)[0], k, dim=1)[1]
 

@@ -17,14 +17,21 @@ from compactinst_ros.model.pixel_decoder import PyramidPoolingModule
 
 ort = pytest.importorskip("onnxruntime")
 
-SMALL = {"backbone_width": 16, "hidden_dim": 64, "nheads": 4, "dim_feedforward": 128,
-         "gn_groups": 16, "num_queries": 30, "dec_layers": 2, "num_classes": 8}
+SMALL = {
+    "backbone_width": 16,
+    "hidden_dim": 64,
+    "nheads": 4,
+    "dim_feedforward": 128,
+    "gn_groups": 16,
+    "num_queries": 30,
+    "dec_layers": 2,
+    "num_classes": 8,
+}
 
 
 def _run_onnx(module: nn.Module, trace_args: tuple, run_args: tuple, names: list[str]) -> list:
     buf = io.BytesIO()
-    torch.onnx.export(module, trace_args, buf, opset_version=17, dynamo=False,
-                      input_names=names)
+    torch.onnx.export(module, trace_args, buf, opset_version=17, dynamo=False, input_names=names)
     session = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"])
     return session.run(None, {n: a.numpy() for n, a in zip(names, run_args, strict=True)})
 
@@ -62,8 +69,15 @@ def test_ppm_exports_at_cityscapes_coarse_size() -> None:
     (got,) = _run_onnx(ppm, (x,), (other,), ["x"])
 
     def reference(t: torch.Tensor) -> torch.Tensor:  # the upstream module: adaptive pooling
-        priors = [F.interpolate(F.relu(s[1](F.adaptive_avg_pool2d(t, s[0].size))), size=(32, 64),
-                                mode="bilinear", align_corners=False) for s in ppm.stages]
+        priors = [
+            F.interpolate(
+                F.relu(s[1](F.adaptive_avg_pool2d(t, s[0].size))),
+                size=(32, 64),
+                mode="bilinear",
+                align_corners=False,
+            )
+            for s in ppm.stages
+        ]
         return F.relu(ppm.bottleneck(torch.cat([*priors, t], 1)))
 
     with torch.no_grad():

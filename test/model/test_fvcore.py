@@ -33,9 +33,9 @@ def _fvcore_count(name: str) -> FlopCountAnalysis:
     return analysis
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=() if n in DEFAULT_RUN else pytest.mark.slow) for n in CONFIGS
-])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=() if n in DEFAULT_RUN else pytest.mark.slow) for n in CONFIGS]
+)
 def test_macs_agree_with_fvcore(name: str) -> None:
     torch.set_num_threads(min(2, torch.get_num_threads()))
     ours = macs_by_component(count_ops(name, SIZE, num_classes=NUM_CLASSES))

@@ -65,8 +65,7 @@ def test_batch_items_are_independent() -> None:
     with torch.no_grad():
         both = model(images)
         second = model(images[1:])
-    torch.testing.assert_close(both["pred_masks"][1:], second["pred_masks"], rtol=1e-4,
-                               atol=1e-4)
+    torch.testing.assert_close(both["pred_masks"][1:], second["pred_masks"], rtol=1e-4, atol=1e-4)
 
 
 def test_backbone_loads_torchvision_style_state_dict() -> None:
@@ -74,8 +73,13 @@ def test_backbone_loads_torchvision_style_state_dict() -> None:
     by FrozenBatchNorm2d, so only ``fc`` remains unexpected."""
     src = build_model("compactinst_demo").backbone
     state = dict(src.state_dict())
-    state.update({k.replace("running_var", "num_batches_tracked"): torch.tensor(7)
-                  for k in list(state) if k.endswith("running_var")})
+    state.update(
+        {
+            k.replace("running_var", "num_batches_tracked"): torch.tensor(7)
+            for k in list(state)
+            if k.endswith("running_var")
+        }
+    )
     state["fc.weight"] = torch.zeros(1000, 256)
     dst = build_model("compactinst_demo").backbone
     result = dst.load_state_dict(state, strict=False)

@@ -22,8 +22,10 @@ def _targets(h: int, w: int) -> list[dict]:
     m = torch.zeros(2, h, w, dtype=torch.bool)
     m[0, : h // 2, : w // 2] = True
     m[1, h // 2 :, w // 2 :] = True
-    return [{"labels": torch.tensor([1, 3]), "masks": m},
-            {"labels": torch.zeros(0, dtype=torch.long), "masks": torch.zeros(0, h, w)}]
+    return [
+        {"labels": torch.tensor([1, 3]), "masks": m},
+        {"labels": torch.zeros(0, dtype=torch.long), "masks": torch.zeros(0, h, w)},
+    ]
 
 
 @pytest.mark.parametrize("name", ["compactinst_demo", "fastinst_r18_d3"])
@@ -70,9 +72,13 @@ def test_gt_attention_mask_follows_matched_masks() -> None:
     model = build_model("compactinst_demo")
     targets = _targets(*SIZE)
     grid = (SIZE[0] // 16, SIZE[1] // 16)
-    mask = model.decoder._gt_attention_mask(targets, diagonal_matcher({"pred_logits": 0,
-                                            "pred_masks": 0, "query_locations": 0}, targets),
-                                            2, grid, torch.zeros(1))
+    mask = model.decoder._gt_attention_mask(
+        targets,
+        diagonal_matcher({"pred_logits": 0, "pred_masks": 0, "query_locations": 0}, targets),
+        2,
+        grid,
+        torch.zeros(1),
+    )
     assert mask.shape == (2, model.cfg.num_queries + model.cfg.num_aux_queries, grid[0] * grid[1])
     q0 = mask[0, 0].view(grid)
     assert not q0[: grid[0] // 2, : grid[1] // 2].any() and q0[grid[0] // 2 :].all()

@@ -17,7 +17,13 @@ from postprocess_scenes import (
 )
 
 from compactinst_ros.labels import LabelSet
-from compactinst_ros.postprocess import SEMANTIC_VOID_FLOOR, postprocess, semantic_lowres
+from compactinst_ros.postprocess import (
+    SEMANTIC_VOID_FLOOR,
+    RuleInputs,
+    class_maps,
+    postprocess,
+    semantic_lowres,
+)
 from compactinst_ros.structures import OutputSet, PostprocessOptions
 
 GRID = (8, 16)
@@ -64,7 +70,8 @@ def test_all_no_object_is_void() -> None:
 
 
 def test_low_probability_everywhere_is_void() -> None:
-    maps = semantic_lowres(class_logits([PERSON]), np.full((1, *GRID), -4.0, np.float32))
+    frame = raw(class_logits([PERSON]), np.full((1, *GRID), -4.0, np.float32))
+    maps = semantic_lowres(RuleInputs.of(frame, identity_meta(*GRID), LABELS, PostprocessOptions()))
     assert maps.max() < SEMANTIC_VOID_FLOOR
     assert not run(class_logits([PERSON]), np.full((1, *GRID), -4.0, np.float32)).any()
 
@@ -75,3 +82,21 @@ def test_label_ids_above_255_give_uint16() -> None:
     raster = run(cls, rect_masks(*GRID, [(0, 8, 0, 8), (0, 8, 8, 16)]), labels)
     assert raster.dtype == np.uint16
     assert (raster[:, :60] == 300).all() and (raster[:, 68:] == 7).all()
+
+
+def test_class_maps_sum_in_query_order() -> None:
+    """S is the float32 sum of the per-query terms taken in query order, whatever the sizes.
+
+    A BLAS product splits and reorders the sum (its last bits follow its thread count); the
+    rule fixes the order so every machine and the CUDA kernel's loop agree.
+    """
+    rng = np.random.default_rng(3)
+    probs = rng.random((50, 9), dtype=np.float32)
+    masks = rng.random((50, 32, 48), dtype=np.float32)
+    expected = masks[0][None] * probs[0][:, None, None]
+    for q in range(1, 50):
+        expected = expected + masks[q][None] * probs[q][:, None, None]
+    np.testing.assert_array_equal(class_maps(probs, masks), expected)
+    np.testing.assert_allclose(
+        class_maps(probs, masks), np.einsum("qc,qhw->chw", probs, masks), rtol=1e-5
+    )

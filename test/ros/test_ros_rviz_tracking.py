@@ -36,8 +36,25 @@ from sensor_msgs.msg import Image
 #: rviz_default_plugins/src/rviz_default_plugins/displays/image/ros_image_texture.cpp (ros2/rviz,
 #: humble, 9b35482); anything else throws UnsupportedImageEncoding. mono8 is drawn unnormalised.
 RVIZ_HUMBLE_ENCODINGS = frozenset(
-    ("rgb8", "rgba8", "8UC4", "8SC4", "bgra8", "8UC3", "8SC3", "bgr8", "8UC1", "8SC1", "mono8",
-     "16UC1", "16SC1", "mono16", "32FC1", "yuv422", "yuv422_yuy2")
+    (
+        "rgb8",
+        "rgba8",
+        "8UC4",
+        "8SC4",
+        "bgra8",
+        "8UC3",
+        "8SC3",
+        "bgr8",
+        "8UC1",
+        "8SC1",
+        "mono8",
+        "16UC1",
+        "16SC1",
+        "mono16",
+        "32FC1",
+        "yuv422",
+        "yuv422_yuy2",
+    )
 )  # plus every encoding that starts with "bayer"
 NAMESPACE, NODE, CAMERA, FRAME = "/front", "seg", "cam/image", "front_camera_optical"
 FRAMES = 8
@@ -87,13 +104,15 @@ def test_rviz_topics_encodings_track_ids_and_the_gpu_fallback_warning(tmp_path: 
                 out = client.stamped(topic, sec)
                 assert out.encoding in RVIZ_HUMBLE_ENCODINGS, (name, out.encoding)
                 assert out.header.frame_id == FRAME and (out.height, out.width) == (256, 384)
-            masks.append(raster_from_image(client.stamped(topics["Instance mask (mono16 ids)"],
-                                                          sec)))
+            masks.append(
+                raster_from_image(client.stamped(topics["Instance mask (mono16 ids)"], sec))
+            )
         colour = client.stamped(topics["Panoptic (colour)"], sec)
         pixels = np.frombuffer(bytes(colour.data), np.uint8).reshape(256, 384, 3)
         assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 2  # classes in colour, not black
-        gt_tracks = [{s["id"]: s["track_id"] for s in sc.segments if "track_id" in s}
-                     for sc in scenes]
+        gt_tracks = [
+            {s["id"]: s["track_id"] for s in sc.segments if "track_id" in s} for sc in scenes
+        ]
         counts = tracking_counts([sc.panoptic for sc in scenes], gt_tracks, masks)
         print(counts)
         assert counts.matches > 0.8 * counts.gt_objects
@@ -102,11 +121,14 @@ def test_rviz_topics_encodings_track_ids_and_the_gpu_fallback_warning(tmp_path: 
         with lockstep:
             for scene, mask in zip(scenes, masks, strict=True):
                 alone = OutputSet(panoptic=False, semantic=False)
-                np.testing.assert_array_equal(lockstep(scene.image, "rgb8", alone).instance_raster,
-                                              mask)  # the node and replay see the same ids
+                np.testing.assert_array_equal(
+                    lockstep(scene.image, "rgb8", alone).instance_raster, mask
+                )  # the node and replay see the same ids
         report = client.wait_for(
-            lambda: client.latest_diagnostics().get("frames_processed") == str(FRAMES)
-            and client.latest_diagnostics(),
+            lambda: (
+                client.latest_diagnostics().get("frames_processed") == str(FRAMES)
+                and client.latest_diagnostics()
+            ),
             20,
             "diagnostics after the video",
         )

@@ -43,8 +43,10 @@ def test_node_runs_the_tensorrt_backend_and_renders_the_overlay_on_the_device(tm
             client.subscribe(Image, f"{NS}/{name}")
         raw = client.publisher(Image, TOPIC)
         facts = client.wait_for(
-            lambda: client.latest_diagnostics().get("backend") == "tensorrt"
-            and client.latest_diagnostics(),
+            lambda: (
+                client.latest_diagnostics().get("backend") == "tensorrt"
+                and client.latest_diagnostics()
+            ),
             60,
             f"node up on the tensorrt backend:\n{node.tail()}",
         )

@@ -15,8 +15,15 @@ from compactinst_ros.train.distributed import cleanup, init_distributed
 from compactinst_ros.train.loop import TrainOptions, param_groups, train_step
 from compactinst_ros.train.matcher import HungarianMatcher
 
-TINY = {"backbone_width": 16, "hidden_dim": 64, "num_queries": 16, "dec_layers": 1,
-        "nheads": 4, "dim_feedforward": 128, "gn_groups": 16}
+TINY = {
+    "backbone_width": 16,
+    "hidden_dim": 64,
+    "num_queries": 16,
+    "dec_layers": 1,
+    "nheads": 4,
+    "dim_feedforward": 128,
+    "gn_groups": 16,
+}
 
 
 def main(data: str, out: str) -> None:
@@ -33,13 +40,26 @@ def main(data: str, out: str) -> None:
     optimizer = torch.optim.AdamW(param_groups(model, 1e-3, 0.05, 1.0), lr=1e-3, fused=True)
     dataset = open_dataset(data, kind="panoptic")
     images, targets = collate([dataset[ctx.rank]])
-    opts = TrainOptions(config="compactinst_demo", data=data, out=out, steps=1, warmup=0,
-                        lr=1e-3, guided=True)
+    opts = TrainOptions(
+        config="compactinst_demo", data=data, out=out, steps=1, warmup=0, lr=1e-3, guided=True
+    )
     scaler = torch.amp.GradScaler("cuda", enabled=False)
-    losses = train_step(net, model, criterion, optimizer, scaler, images, targets,
-                        torch.device("cpu"), opts, 0, False)
-    torch.save({"model": model.state_dict(), "loss": losses["loss"]},
-               Path(out) / f"rank{ctx.rank}.pt")
+    losses = train_step(
+        net,
+        model,
+        criterion,
+        optimizer,
+        scaler,
+        images,
+        targets,
+        torch.device("cpu"),
+        opts,
+        0,
+        False,
+    )
+    torch.save(
+        {"model": model.state_dict(), "loss": losses["loss"]}, Path(out) / f"rank{ctx.rank}.pt"
+    )
     cleanup()
 
 

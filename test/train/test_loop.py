@@ -36,10 +36,20 @@ def test_few_steps_reduce_loss(tmp_path, tiny):
 
 def test_train_checkpoint_and_resume(tmp_path, tiny):
     generate(tmp_path / "data", 4, seed=1, height=96, width=128, progress=False)
-    opts = TrainOptions(config="compactinst_demo", data=str(tmp_path / "data"),
-                        out=str(tmp_path / "run"), steps=2, batch_size=2, crop=(96, 128),
-                        scale=(0.9, 1.1), num_points=256, threads=1, checkpoint_every=1,
-                        log_every=1, model_overrides=tiny)
+    opts = TrainOptions(
+        config="compactinst_demo",
+        data=str(tmp_path / "data"),
+        out=str(tmp_path / "run"),
+        steps=2,
+        batch_size=2,
+        crop=(96, 128),
+        scale=(0.9, 1.1),
+        num_points=256,
+        threads=1,
+        checkpoint_every=1,
+        log_every=1,
+        model_overrides=tiny,
+    )
     final = train(opts)
     record = load_checkpoint(final)
     assert record.step == 2 and record.config == "compactinst_demo"

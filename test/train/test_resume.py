@@ -31,10 +31,24 @@ def data(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _options(data, out, tiny: dict, **changes) -> TrainOptions:
-    opts = TrainOptions(config="compactinst_demo", data=str(data), out=str(out), steps=STEPS,
-                        batch_size=2, crop=(96, 128), scale=(0.8, 1.2), num_points=256,
-                        guided=True, warmup=2, lr=1e-3, backbone_lr_mult=1.0, threads=1,
-                        checkpoint_every=100, log_every=100, model_overrides=tiny)
+    opts = TrainOptions(
+        config="compactinst_demo",
+        data=str(data),
+        out=str(out),
+        steps=STEPS,
+        batch_size=2,
+        crop=(96, 128),
+        scale=(0.8, 1.2),
+        num_points=256,
+        guided=True,
+        warmup=2,
+        lr=1e-3,
+        backbone_lr_mult=1.0,
+        threads=1,
+        checkpoint_every=100,
+        log_every=100,
+        model_overrides=tiny,
+    )
     return dataclasses.replace(opts, **changes)
 
 

@@ -47,8 +47,12 @@ def test_annotations_equal_rasters(tmp_path):
             assert ann["area"] == decoded.sum()
             x, y, w, h = ann["bbox"]
             ys, xs = np.nonzero(decoded)
-            assert (x, y, w, h) == (xs.min(), ys.min(), xs.max() - xs.min() + 1,
-                                    ys.max() - ys.min() + 1)
+            assert (x, y, w, h) == (
+                xs.min(),
+                ys.min(),
+                xs.max() - xs.min() + 1,
+                ys.max() - ys.min() + 1,
+            )
         image = cv2.imread(str(tmp_path / "images" / img["file_name"]))[..., ::-1]
         assert np.abs(image.astype(int) - scene.image.astype(int)).mean() < 4  # JPEG q95
 

@@ -58,14 +58,40 @@ def test_sequence_is_deterministic_and_checked():
 
 
 def test_generate_writes_videos_with_track_ids(tmp_path):
-    assert main(["synth", "--out", str(tmp_path), "--num", "7", "--seed", "2", "--size",
-                 "96x128", "--sequence", "4"]) == 0
+    assert (
+        main(
+            [
+                "synth",
+                "--out",
+                str(tmp_path),
+                "--num",
+                "7",
+                "--seed",
+                "2",
+                "--size",
+                "96x128",
+                "--sequence",
+                "4",
+            ]
+        )
+        == 0
+    )
     inst = json.loads((tmp_path / "instances.json").read_text())
     pan = json.loads((tmp_path / "panoptic.json").read_text())
-    assert inst["videos"] == pan["videos"] == [{"id": 1, "name": "000001"},
-                                               {"id": 2, "name": "000002"}]
+    assert (
+        inst["videos"]
+        == pan["videos"]
+        == [{"id": 1, "name": "000001"}, {"id": 2, "name": "000002"}]
+    )
     assert [(i["video_id"], i["frame_index"]) for i in inst["images"]] == [
-        (1, 0), (1, 1), (1, 2), (1, 3), (2, 0), (2, 1), (2, 2)]  # the last video is shorter
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (2, 0),
+        (2, 1),
+        (2, 2),
+    ]  # the last video is shorter
     rendered = render_sequence(2, 0, 4, 96, 128) + render_sequence(2, 1, 3, 96, 128)
     by_image: dict[int, list[dict]] = {}
     for ann in inst["annotations"]:
@@ -77,8 +103,9 @@ def test_generate_writes_videos_with_track_ids(tmp_path):
         anns = by_image.get(img["id"], [])
         assert [a["track_id"] for a in anns] == [s["track_id"] for s in things]
         assert len({a["track_id"] for a in anns}) == len(anns)
-        for ann, seg, local in zip(anns, things, [s for s in scene.segments if s["isthing"]],
-                                   strict=True):
+        for ann, seg, local in zip(
+            anns, things, [s for s in scene.segments if s["isthing"]], strict=True
+        ):
             assert ann["track_id"] == img["video_id"] * TRACKS_PER_VIDEO + local["track_id"]
             decoded = mask_utils.decode(ann["segmentation"]).astype(bool)
             np.testing.assert_array_equal(decoded, ids == seg["id"])

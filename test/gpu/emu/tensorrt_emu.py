@@ -80,9 +80,7 @@ class IProgressMonitor:
 class Tensor:
     """A network tensor: name, static shape (-1 where unknown) and type."""
 
-    def __init__(
-        self, name: str, shape: tuple[int, ...], dtype: DataType = DataType.FLOAT
-    ) -> None:
+    def __init__(self, name: str, shape: tuple[int, ...], dtype: DataType = DataType.FLOAT) -> None:
         self.name, self.shape, self.dtype = name, shape, dtype
 
 
