@@ -7,7 +7,9 @@ onnxruntime backend (non-spinning sessions, tiled post-processing ``postprocess/
 Frames are held-out demo scenes (the ``make demo`` seed) rendered at the model's input size and
 resized to each camera size. Old and new alternate frame by frame so that load from other
 processes hits both alike; every frame is also checked: new post-processing bit-identical to
-the reference on the same decoder outputs, and new decoder outputs within 1e-4 of old.
+the reference on the same decoder outputs, and new decoder outputs within 1e-4 of old. Ends with
+the targets (post-processing at 384x256 and 1920x1080, end-to-end frame rate at 1920x1080), each
+marked met or not met.
 
     .venv/bin/python scripts/bench_cpu.py [--model models/default] [--frames 6] \
         [--sizes 384x256 1280x720 1920x1080] [--scenes 3]
@@ -46,6 +48,10 @@ STAGES = ("preprocess", "encoder", "decoder", "postprocess", INFERENCE)
 DEMO_SEED = 1000
 #: Largest allowed |new - old| decoder output (FP32).
 DECODER_TOLERANCE = 1e-4
+#: Camera size -> (post-processing ms at most, speed-up over the reference at least) targets.
+POSTPROCESS_TARGETS = {"384x256": (5.0, None), "1920x1080": (41.0, 10.0)}
+#: End-to-end target through Pipeline: frames per second at 1920x1080.
+PIPELINE_FPS_TARGET = ("1920x1080", 10.0)
 
 
 class OldPath:
@@ -145,6 +151,36 @@ def postprocess_only(new: Pipeline, frames: list[np.ndarray], repeats: int) -> d
     return times
 
 
+def print_targets(rows: list) -> None:
+    """One line per target whose camera size was measured: the median, the target, met or not.
+
+    Post-processing is judged on the medians of the post-processing-alone runs (same decoder
+    outputs, wall time), the frame rate on the new path's median ``inference`` time.
+    """
+    print("\ntargets (medians of this run):")
+    for size, times, _, alone in rows:
+        ms = statistics.median(alone["new", "wall"])
+        speedup = statistics.median(alone["old", "wall"]) / ms
+        limit, factor = POSTPROCESS_TARGETS.get(size, (None, None))
+        if limit is not None:
+            print(
+                f"  {size} post-processing {ms:.1f} ms <= {limit:.0f} ms: "
+                f"{'met' if ms <= limit else 'not met'}"
+            )
+        if factor is not None:
+            print(
+                f"  {size} post-processing {speedup:.1f}x the reference >= {factor:.0f}x: "
+                f"{'met' if speedup >= factor else 'not met'}"
+            )
+        if size == PIPELINE_FPS_TARGET[0]:
+            fps = 1e3 / statistics.median(times["new"][INFERENCE])
+            target = PIPELINE_FPS_TARGET[1]
+            print(
+                f"  {size} end to end {fps:.1f} FPS >= {target:.0f} FPS: "
+                f"{'met' if fps >= target else 'not met'}"
+            )
+
+
 def main() -> int:
     """Time old and new alternately per camera size and print the Markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -209,6 +245,7 @@ def main() -> int:
             spread(alone[impl, clock]) for clock in ("wall", "cpu") for impl in ("old", "new")
         )
         print(f"| {size} | {cells} | {speedup:.1f}x |")
+    print_targets(rows)
     print("\nall frames: new post-processing bit-identical to the reference, decoder within 1e-4")
     new.close()
     return 0
