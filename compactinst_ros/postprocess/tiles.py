@@ -50,6 +50,8 @@ class AxisTiles:
     texel0: np.ndarray  # (n,) texel idx0 of every pixel of the tile
     texel1: np.ndarray  # (n,) texel idx1 of every pixel of the tile
     weight: np.ndarray  # (length,) float32 weight of idx1 at every camera pixel (rule 1)
+    padded_pixel: np.ndarray  # (n, span) pixels of each tile, span = largest size; -1 past its end
+    padded_weight: np.ndarray  # (n, span) float32 their weights, NaN past the tile's end
 
     @classmethod
     def of(cls, taps: Taps, tile: int = TILE) -> AxisTiles:
@@ -67,15 +69,19 @@ class AxisTiles:
         piece = np.arange(len(cell)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
         lo = cell_start[cell] + piece * cell_size[cell] // pieces[cell]
         hi = cell_start[cell] + (piece + 1) * cell_size[cell] // pieces[cell]
-        return cls(lo, hi - lo, idx0[lo], idx1[lo], weight)
+        size = hi - lo
+        inside = size[:, None] > np.arange(int(size.max()))
+        padded_pixel = np.where(inside, lo[:, None] + np.arange(inside.shape[1]), -1)
+        padded_weight = np.where(inside, weight[np.maximum(padded_pixel, 0)], np.float32(np.nan))
+        return cls(lo, size, idx0[lo], idx1[lo], weight, padded_pixel, padded_weight)
 
     def __len__(self) -> int:
         return int(self.start.shape[0])
 
-    def pixels(self, index: np.ndarray, width: int) -> np.ndarray:
-        """(n, width) camera pixels of tiles ``index``, past a tile's end repeating its last."""
-        offset = np.minimum(np.arange(width), self.size[index, None] - 1)
-        return self.start[index, None] + offset
+    @property
+    def length(self) -> int:
+        """Camera pixels along the axis."""
+        return int(self.weight.shape[0])
 
     def ends(self) -> np.ndarray:
         """(n, 2) first and last pixel of every tile."""
@@ -105,45 +111,72 @@ class TileGrid:
         """(tile rows, tile cols)."""
         return len(self.rows), len(self.cols)
 
+    @functools.cached_property
     def pixel_counts(self) -> np.ndarray:
         """(R, C) int64 camera pixels per tile."""
         return self.rows.size[:, None] * self.cols.size[None, :]
 
+    @property
+    def raster_size(self) -> int:
+        """Camera pixels in the frame (H * W): also the raster offset that padding writes to."""
+        return self.rows.length * self.cols.length
+
+    @functools.cached_property
+    def padded_offsets(self) -> tuple[np.ndarray, np.ndarray]:
+        """Raster offsets of ``padded_pixel``: (R, span) rows * W and (C, span) columns.
+
+        Both are ``raster_size`` past a tile's end, so a sum is >= ``raster_size`` exactly at
+        padding.
+        """
+        rows, cols = self.rows.padded_pixel, self.cols.padded_pixel
+        padding = self.raster_size
+        return (
+            np.where(rows >= 0, rows * self.cols.length, padding),
+            np.where(cols >= 0, cols, padding),
+        )
+
+    def flat_index(self, tile_rows: np.ndarray, tile_cols: np.ndarray) -> np.ndarray:
+        """(n, a, b) raster offsets of the padded pixels of tiles (tile_rows, tile_cols).
+
+        Padding pixels get ``raster_size`` (one past the raster), so callers can drop them.
+        """
+        row_offset, col_offset = self.padded_offsets
+        index = row_offset[tile_rows][:, :, None] + col_offset[tile_cols][:, None, :]
+        return np.minimum(index, self.raster_size, out=index)
+
     def expand(self, values: np.ndarray) -> np.ndarray:
         """(R, C) per-tile values -> (H, W) camera raster, each tile filled with its value.
 
-        One camera row per tile row is gathered, then copied as whole rows.
+        Two ``np.repeat`` (columns, then whole rows): faster than any gather.
         """
-        tile_of_x = np.repeat(np.arange(len(self.cols)), self.cols.size)
-        return np.repeat(np.take(values, tile_of_x, axis=1), self.rows.size, axis=0)
+        return np.repeat(np.repeat(values, self.cols.size, axis=1), self.rows.size, axis=0)
 
-    def sample(
-        self,
-        grids: np.ndarray,
-        tile_rows: np.ndarray,
-        tile_cols: np.ndarray,
-        ys: np.ndarray,
-        xs: np.ndarray,
+    def sample_pairs(
+        self, grids: np.ndarray, maps: np.ndarray, tile_rows: np.ndarray, tile_cols: np.ndarray
     ) -> np.ndarray:
-        """(N, n, a, b) samples of (N, h, w) grids in tiles (tile_rows, tile_cols) at camera
-        rows ``ys`` (n, a) and columns ``xs`` (n, b) of each tile.
+        """(p, a, b) samples of map ``grids[maps[i]]`` at the padded pixels of tile
+        (tile_rows[i], tile_cols[i]); NaN at padding (NaN weights), so padding is never above
+        a threshold, never a maximum of ``fmax`` and never equal to anything.
 
         The float32 operations are the reference's (``Resampler.sample``): the vertical blend
         ``top + (bottom - top) * wy`` at the tile's two texel columns, then the horizontal one.
         """
-        r0, r1 = self.rows.texel0[tile_rows], self.rows.texel1[tile_rows]
+        h, w = grids.shape[1:]
+        flat = grids.reshape(-1)
+        r0 = maps * (h * w) + self.rows.texel0[tile_rows] * w
+        r1 = r0 + (self.rows.texel1[tile_rows] - self.rows.texel0[tile_rows]) * w
         c0, c1 = self.cols.texel0[tile_cols], self.cols.texel1[tile_cols]
-        wy = self.rows.weight[ys]
-        wx = self.cols.weight[xs][:, None, :]
-        top = grids[:, r0, c0][..., None]
-        left = (grids[:, r1, c0][..., None] - top) * wy
+        wy = self.rows.padded_weight[tile_rows]  # (p, a)
+        wx = self.cols.padded_weight[tile_cols][:, None, :]  # (p, 1, b)
+        top = flat[r0 + c0][:, None]
+        left = (flat[r1 + c0][:, None] - top) * wy
         left += top
-        top = grids[:, r0, c1][..., None]
-        right = (grids[:, r1, c1][..., None] - top) * wy
+        top = flat[r0 + c1][:, None]
+        right = (flat[r1 + c1][:, None] - top) * wy
         right += top
         right -= left
-        out = right[..., None] * wx
-        out += left[..., None]
+        out = right[:, :, None] * wx
+        out += left[:, :, None]
         return out
 
 

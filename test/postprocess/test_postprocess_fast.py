@@ -2,7 +2,7 @@
 
 Frames: the default model's outputs on demo scenes at three camera sizes, random letterboxed
 frames, constructed scenes with saturated logits (+-1000) and frames built for exact ties
-(integer logits, equal scores, samples exactly at T). Tile sizes and batch merging vary; none
+(integer logits, equal scores, samples exactly at T). Tile sizes and sample blocks vary; none
 may change a result. Also the per-tile bounds on their own: no sample may leave them.
 """
 
@@ -110,11 +110,13 @@ def test_default_model_on_demo_scene(demo_outputs: dict, size: tuple, tile: int)
     assert len(reference.instances) >= 3 and len(reference.segments) >= 4  # a real scene
 
 
-@pytest.mark.parametrize("overhead", [0, 10**12], ids=["no-merging", "one-batch"])
-def test_batch_merging_does_not_change_results(
-    demo_outputs: dict, overhead: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "block_samples", [0, 5000, 10**12], ids=["tile-per-block", "small-blocks", "one-block"]
+)
+def test_block_size_does_not_change_results(
+    demo_outputs: dict, block_samples: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fast, "BATCH_OVERHEAD", overhead)
+    monkeypatch.setattr(fast, "BLOCK_SAMPLES", block_samples)
     raw, meta, labels = demo_outputs[720, 1280]
     check(raw, meta, labels, PostprocessOptions())
 
