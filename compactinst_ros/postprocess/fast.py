@@ -52,17 +52,16 @@ class TiledRaster:
 
     def compose(self, lut: np.ndarray) -> np.ndarray:
         """(H, W) raster of ``lut[code]``."""
-        raster = self.tiles.expand(lut[self.codes])
-        flat = raster.reshape(-1)
+        # One extra camera row takes the writes of tile padding (offset H * W, flat_index).
+        padded = self.tiles.expand(lut[self.codes], extra_row=True)
+        flat = padded.reshape(-1)
         for index, codes in self.pixels:
             flat[index] = lut[codes]
-        return raster
+        return padded[:-1]
 
     def add_pixels(self, block: TileSamples, codes: np.ndarray) -> None:
-        """Per-pixel codes (t, a, b) of a block's tiles; padding pixels are dropped."""
-        index = self.tiles.flat_index(block.tile_rows, block.tile_cols)
-        real = index < self.tiles.raster_size
-        self.pixels.append((index[real], codes[real]))
+        """Per-pixel codes (t, a, b) of a block's tiles (padding goes past the raster)."""
+        self.pixels.append((self.tiles.flat_index(block.tile_rows, block.tile_cols), codes))
 
 
 @dataclass(frozen=True)
@@ -88,32 +87,37 @@ class TileSamples:
         return array[self.stops[j] : self.stops[j + 1]]
 
     def first(self, mask: np.ndarray, none: int) -> np.ndarray:
-        """(t, a, b) intp lowest map whose pair is true at the pixel, ``none`` where none is."""
-        out = np.full((len(self.tile_rows), *mask.shape[1:]), none, np.intp)
+        """(t, a, b) lowest map whose pair is true at the pixel, ``none`` where none is.
+
+        Unsigned, the smallest type that holds ``none + 1`` (less memory traffic per pass).
+        """
+        maps = self.maps.astype(np.min_scalar_type(none + 1))
+        out = np.full((len(self.tile_rows), *mask.shape[1:]), none, maps.dtype)
         for j in range(len(self.stops) - 2, -1, -1):
             hit = self.slot(mask, j)
-            np.copyto(out[: len(hit)], self.slot(self.maps, j)[:, None, None], where=hit)
+            np.copyto(out[: len(hit)], self.slot(maps, j)[:, None, None], where=hit)
         return out
 
     def first_max(
         self, values: np.ndarray, none: int, carry: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """(t, a, b) map of the first pair at the tile's maximum at the pixel (``none`` where
-        all are NaN or -inf) and the maximum, or with ``carry`` ((p, a, b) bool) its value
-        there (False at ``none``).
+        all are NaN or -inf; type as in ``first``) and the maximum, or with ``carry``
+        ((p, a, b) bool) its value there (False at ``none``).
 
         Slots are visited in map order and a later one takes over only when strictly greater,
         so ties keep the lower map, like ``argmax``.
         """
+        maps = self.maps.astype(np.min_scalar_type(none + 1))
         shape = (len(self.tile_rows), *values.shape[1:])
         best = np.full(shape, -np.inf, np.float32)
-        index = np.full(shape, none, np.intp)
+        index = np.full(shape, none, maps.dtype)
         carried = None if carry is None else np.zeros(shape, bool)
         for j in range(len(self.stops) - 1):
             value = self.slot(values, j)
             n = len(value)
             better = value > best[:n]
-            np.copyto(index[:n], self.slot(self.maps, j)[:, None, None], where=better)
+            np.copyto(index[:n], self.slot(maps, j)[:, None, None], where=better)
             np.copyto(best[:n], value, where=better)
             if carried is not None:
                 np.copyto(carried[:n], self.slot(carry, j), where=better)

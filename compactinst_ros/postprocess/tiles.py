@@ -138,18 +138,22 @@ class TileGrid:
     def flat_index(self, tile_rows: np.ndarray, tile_cols: np.ndarray) -> np.ndarray:
         """(n, a, b) raster offsets of the padded pixels of tiles (tile_rows, tile_cols).
 
-        Padding pixels get ``raster_size`` (one past the raster), so callers can drop them.
+        Padding pixels get ``raster_size``, one past the raster (a row that ``compose`` drops).
         """
         row_offset, col_offset = self.padded_offsets
         index = row_offset[tile_rows][:, :, None] + col_offset[tile_cols][:, None, :]
         return np.minimum(index, self.raster_size, out=index)
 
-    def expand(self, values: np.ndarray) -> np.ndarray:
-        """(R, C) per-tile values -> (H, W) camera raster, each tile filled with its value.
+    def expand(self, values: np.ndarray, extra_row: bool = False) -> np.ndarray:
+        """(R, C) per-tile values -> (H, W) camera raster, each tile filled with its value
+        (with ``extra_row``, (H + 1, W): the last row once more).
 
         Two ``np.repeat`` (columns, then whole rows): faster than any gather.
         """
-        return np.repeat(np.repeat(values, self.cols.size, axis=1), self.rows.size, axis=0)
+        row_counts = self.rows.size
+        if extra_row:
+            row_counts = np.append(row_counts[:-1], row_counts[-1] + 1)
+        return np.repeat(np.repeat(values, self.cols.size, axis=1), row_counts, axis=0)
 
     def sample_pairs(
         self, grids: np.ndarray, maps: np.ndarray, tile_rows: np.ndarray, tile_cols: np.ndarray
