@@ -83,9 +83,10 @@ class AxisTiles:
         """Camera pixels along the axis."""
         return int(self.weight.shape[0])
 
-    def ends(self) -> np.ndarray:
-        """(n, 2) first and last pixel of every tile."""
-        return np.stack([self.start, self.start + self.size - 1], axis=1)
+    @functools.cached_property
+    def end_weights(self) -> np.ndarray:
+        """(n, 2) float32 weights of the first and last pixel of every tile (its corners)."""
+        return self.weight[np.stack([self.start, self.start + self.size - 1], axis=1)]
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,11 @@ class TileGrid:
     def pixel_counts(self) -> np.ndarray:
         """(R, C) int64 camera pixels per tile."""
         return self.rows.size[:, None] * self.cols.size[None, :]
+
+    @property
+    def padded_samples(self) -> int:
+        """Samples of one map in one tile padded to the largest tile."""
+        return self.rows.padded_pixel.shape[1] * self.cols.padded_pixel.shape[1]
 
     @property
     def raster_size(self) -> int:
@@ -200,7 +206,7 @@ class TileBounds:
         computed corners. The corners of all tiles form a (2R, 2C) lattice, sampled separably.
         """
         rows, cols = tiles.rows, tiles.cols
-        wy = rows.weight[rows.ends()][:, :, None]  # (R, 2, 1)
+        wy = rows.end_weights[:, :, None]  # (R, 2, 1)
         top = grids[:, rows.texel0, None]  # (N, R, 1, w)
         vert = (grids[:, rows.texel1, None] - top) * wy
         vert += top  # (N, R, 2, w): the tile rows' first and last camera rows
@@ -209,7 +215,7 @@ class TileBounds:
         left = np.take(vert, cols.texel0, axis=3)  # (N, R, 2, C)
         spread = np.take(vert, cols.texel1, axis=3)
         spread -= left
-        wx_first, wx_last = cols.weight[cols.ends()].T
+        wx_first, wx_last = cols.end_weights.T
         high = spread * wx_first
         spread *= wx_last
         low = np.minimum(high, spread)
