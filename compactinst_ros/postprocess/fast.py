@@ -209,13 +209,13 @@ def paint_instances_tiled(
         area += np.bincount(slot.ravel(), minlength=n + 1)[:n]
         # Each pair's box: rows and columns of its tile where its map is the first hit.
         mine = slot[block.pair_tile] == block.maps[:, None, None]
-        ys = rows.padded_pixel[block.tile_rows[block.pair_tile]]
-        xs = cols.padded_pixel[block.tile_cols[block.pair_tile]]
-        hit_rows, hit_cols = mine.any(axis=2), mine.any(axis=1)
-        np.minimum.at(box[:, 0], block.maps, np.where(hit_cols, xs, width).min(axis=1))
-        np.minimum.at(box[:, 1], block.maps, np.where(hit_rows, ys, height).min(axis=1))
-        np.maximum.at(box[:, 2], block.maps, np.where(hit_cols, xs, -1).max(axis=1))
-        np.maximum.at(box[:, 3], block.maps, np.where(hit_rows, ys, -1).max(axis=1))
+        ys = np.take(rows.padded_pixel, block.tile_rows[block.pair_tile], axis=1)
+        xs = np.take(cols.padded_pixel, block.tile_cols[block.pair_tile], axis=1)
+        hit_rows, hit_cols = mine.any(axis=2).T, mine.any(axis=1).T
+        np.minimum.at(box[:, 0], block.maps, np.where(hit_cols, xs, width).min(axis=0))
+        np.minimum.at(box[:, 1], block.maps, np.where(hit_rows, ys, height).min(axis=0))
+        np.maximum.at(box[:, 2], block.maps, np.where(hit_cols, xs, -1).max(axis=0))
+        np.maximum.at(box[:, 3], block.maps, np.where(hit_rows, ys, -1).max(axis=0))
     return tiled, area, box
 
 

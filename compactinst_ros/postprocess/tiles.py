@@ -41,6 +41,24 @@ def cull_margin(grids: np.ndarray) -> np.ndarray:
     return (np.float32(1e-4) + np.float32(1e-6) * peak).astype(np.float32)
 
 
+def transposed_outer(
+    rows: np.ndarray, cols: np.ndarray, op: np.ufunc, plus: np.ndarray | None = None
+) -> np.ndarray:
+    """(n, a, b) ``op(rows[i, n], cols[j, n]) (+ plus[i, n])`` for (a, n) ``rows`` and (b, n)
+    ``cols``: per tile (or pair) n, an operation between its rows and its columns.
+
+    Computed with n as the last axis, then copied to (n, a, b): numpy broadcasts ~3x faster
+    over one long contiguous axis than over tile-sized (8-element) inner axes, copy included.
+    ``rows`` and ``cols`` must be C-contiguous (``np.take``, not ``x[:, index]``, which is not).
+    """
+    out = op(rows[:, None, :], cols[None, :, :])
+    if plus is not None:
+        out += plus[:, None, :]
+    result = np.empty((out.shape[2], out.shape[0], out.shape[1]), out.dtype)
+    np.copyto(result, out.transpose(2, 0, 1))
+    return result
+
+
 @dataclass(frozen=True)
 class AxisTiles:
     """Tiles along one camera axis: pixel ranges inside one cell, its texels, pixel weights."""
@@ -50,8 +68,9 @@ class AxisTiles:
     texel0: np.ndarray  # (n,) texel idx0 of every pixel of the tile
     texel1: np.ndarray  # (n,) texel idx1 of every pixel of the tile
     weight: np.ndarray  # (length,) float32 weight of idx1 at every camera pixel (rule 1)
-    padded_pixel: np.ndarray  # (n, span) pixels of each tile, span = largest size; -1 past its end
-    padded_weight: np.ndarray  # (n, span) float32 their weights, NaN past the tile's end
+    # Pixel j of tile i at [j, i] (tiles last, see transposed_outer), span = largest size:
+    padded_pixel: np.ndarray  # (span, n) camera pixel, -1 past the tile's end
+    padded_weight: np.ndarray  # (span, n) float32 its weight, NaN past the tile's end
 
     @classmethod
     def of(cls, taps: Taps, tile: int = TILE) -> AxisTiles:
@@ -70,8 +89,9 @@ class AxisTiles:
         lo = cell_start[cell] + piece * cell_size[cell] // pieces[cell]
         hi = cell_start[cell] + (piece + 1) * cell_size[cell] // pieces[cell]
         size = hi - lo
-        inside = size[:, None] > np.arange(int(size.max()))
-        padded_pixel = np.where(inside, lo[:, None] + np.arange(inside.shape[1]), -1)
+        offset = np.arange(int(size.max()))[:, None]
+        inside = offset < size
+        padded_pixel = np.where(inside, lo + offset, -1)
         padded_weight = np.where(inside, weight[np.maximum(padded_pixel, 0)], np.float32(np.nan))
         return cls(lo, size, idx0[lo], idx1[lo], weight, padded_pixel, padded_weight)
 
@@ -120,7 +140,7 @@ class TileGrid:
     @property
     def padded_samples(self) -> int:
         """Samples of one map in one tile padded to the largest tile."""
-        return self.rows.padded_pixel.shape[1] * self.cols.padded_pixel.shape[1]
+        return len(self.rows.padded_pixel) * len(self.cols.padded_pixel)
 
     @property
     def raster_size(self) -> int:
@@ -129,7 +149,7 @@ class TileGrid:
 
     @functools.cached_property
     def padded_offsets(self) -> tuple[np.ndarray, np.ndarray]:
-        """Raster offsets of ``padded_pixel``: (R, span) rows * W and (C, span) columns.
+        """Raster offsets of ``padded_pixel``: (span, R) rows * W and (span, C) columns.
 
         Both are ``raster_size`` past a tile's end, so a sum is >= ``raster_size`` exactly at
         padding.
@@ -147,7 +167,9 @@ class TileGrid:
         Padding pixels get ``raster_size``, one past the raster (a row that ``compose`` drops).
         """
         row_offset, col_offset = self.padded_offsets
-        index = row_offset[tile_rows][:, :, None] + col_offset[tile_cols][:, None, :]
+        index = transposed_outer(
+            np.take(row_offset, tile_rows, axis=1), np.take(col_offset, tile_cols, axis=1), np.add
+        )
         return np.minimum(index, self.raster_size, out=index)
 
     def expand(self, values: np.ndarray, extra_row: bool = False) -> np.ndarray:
@@ -176,18 +198,16 @@ class TileGrid:
         r0 = maps * (h * w) + self.rows.texel0[tile_rows] * w
         r1 = r0 + (self.rows.texel1[tile_rows] - self.rows.texel0[tile_rows]) * w
         c0, c1 = self.cols.texel0[tile_cols], self.cols.texel1[tile_cols]
-        wy = self.rows.padded_weight[tile_rows]  # (p, a)
-        wx = self.cols.padded_weight[tile_cols][:, None, :]  # (p, 1, b)
-        top = flat[r0 + c0][:, None]
-        left = (flat[r1 + c0][:, None] - top) * wy
+        wy = np.take(self.rows.padded_weight, tile_rows, axis=1)  # (a, p)
+        top = flat[r0 + c0]
+        left = (flat[r1 + c0] - top) * wy
         left += top
-        top = flat[r0 + c1][:, None]
-        right = (flat[r1 + c1][:, None] - top) * wy
+        top = flat[r0 + c1]
+        right = (flat[r1 + c1] - top) * wy
         right += top
         right -= left
-        out = right[:, :, None] * wx
-        out += left[:, :, None]
-        return out
+        wx = np.take(self.cols.padded_weight, tile_cols, axis=1)  # (b, p)
+        return transposed_outer(right, wx, np.multiply, left)
 
 
 @dataclass(frozen=True)
