@@ -182,13 +182,15 @@ def paint_instances_tiled(
     otherwise its pixels sample the grids that may exceed T up to the first that surely does.
     """
     n = len(grids)
-    box = np.tile(np.array([width, height, -1, -1], np.int64), (n, 1))
+    box = np.empty((n, 4), np.int64)
+    box[:] = (width, height, -1, -1)
     if n == 0:
         return TiledRaster(tiles, np.zeros(tiles.shape, np.intp)), np.zeros(0, np.int64), box
     above, maybe = bounds.above(threshold), bounds.maybe_above(threshold)
     first = maybe.argmax(axis=0)
     any_maybe = maybe.any(axis=0)
-    decided_on = any_maybe & np.take_along_axis(above, first[None], axis=0)[0]
+    first_above = np.where(above.any(axis=0), above.argmax(axis=0), n)
+    decided_on = first_above == first  # the first grid that may exceed T surely does (n: none)
     undecided = any_maybe & ~decided_on
     codes = np.where(decided_on, first + 1, 0)
     area = tile_sums(codes, tiles.pixel_counts, n)
@@ -199,7 +201,6 @@ def paint_instances_tiled(
     np.minimum.at(box[:, 1], slot, rows.start[tile_r])
     np.maximum.at(box[:, 2], slot, cols.start[tile_c] + cols.size[tile_c] - 1)
     np.maximum.at(box[:, 3], slot, rows.start[tile_r] + rows.size[tile_r] - 1)
-    first_above = np.where(above.any(axis=0), above.argmax(axis=0), n)
     needed = maybe & (np.arange(n)[:, None, None] <= first_above) & undecided
     tiled = TiledRaster(tiles, codes)
     code_of = np.append(np.arange(1, n + 1), 0)  # slot n (no grid above T) -> code 0
@@ -243,7 +244,7 @@ def panoptic_slots_tiled(
     undecided = (candidate.sum(axis=0) > 1) | straddle.any(axis=0)
     counts = tiles.pixel_counts
     decided = ~undecided
-    winner_on = np.take_along_axis(above, winner[None], axis=0)[0]
+    winner_on = (above & candidate).any(axis=0)  # in decided tiles the winner is the candidate
     codes = np.where(decided & winner_on, winner + 1, 0)
     wins = np.bincount(winner[decided], counts[decided], minlength=n).astype(np.int64)
     seg = tile_sums(codes, counts, n)
@@ -274,8 +275,8 @@ def semantic_codes_tiled(maps: np.ndarray, tiles: TileGrid) -> TiledRaster:
     bounds = TileBounds.of(maps, tiles)
     candidate = semantic_candidates(bounds)
     best = candidate.argmax(axis=0)
-    best_lower = np.take_along_axis(bounds.lower, best[None], axis=0)[0]
-    solid = (candidate.sum(axis=0) == 1) & (best_lower >= SEMANTIC_VOID_FLOOR)
+    one = candidate.sum(axis=0) == 1
+    solid = one & (candidate & (bounds.lower >= SEMANTIC_VOID_FLOOR)).any(axis=0)
     void = bounds.upper.max(axis=0, initial=-np.inf) < SEMANTIC_VOID_FLOOR
     undecided = ~(solid | void)
     tiled = TiledRaster(tiles, np.where(solid, best + 1, 0))
