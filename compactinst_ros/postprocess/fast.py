@@ -69,8 +69,8 @@ class TileSamples:
     """Samples of the maps each of some tiles needs, as (map, tile) pairs in *slots*.
 
     Tiles are ordered by how many maps they need, most first; slot j holds the j-th map
-    (ascending) of every tile that needs more than j maps, which are the first ``tiles[j]``.
-    A per-pixel rule is then one numpy pass per slot over a prefix of the tiles, with no
+    (ascending) of every tile that needs more than j maps, and those tiles come first in that
+    order. A per-pixel rule is then one numpy pass per slot over a prefix of the tiles, with no
     padding pairs. Tiles are padded to the largest with NaN samples, which are never above a
     threshold nor better than anything, so padding pixels drop out of every rule.
     """
@@ -148,6 +148,7 @@ def sample_needed(grids: np.ndarray, tiles: TileGrid, needed: np.ndarray) -> Ite
         per_slot = len(order) - np.cumsum(np.bincount(block_count))[:-1]
         offsets = np.cumsum(per_slot) - per_slot
         pair_tile = np.arange(int(bounds[stop] - bounds[first])) - np.repeat(offsets, per_slot)
+        # the j-th map of a tile is pair bounds[tile] + j of the tile-major list
         pairs = bounds[first:stop][order][pair_tile] + np.repeat(np.arange(len(per_slot)), per_slot)
         block_rows, block_cols = tile_rows[first:stop][order], tile_cols[first:stop][order]
         slot_maps = maps[pairs]
