@@ -3,10 +3,10 @@
 The camera frame is cut into 16x16 tiles (``tiles.py``). For each output, the exact per-tile
 bounds decide most tiles outright (one query wins everywhere and is above or below T everywhere,
 one class wins and clears the void floor or not); those tiles are filled with one value. Only the
-remaining tiles are sampled per pixel, one tile row at a time, and only for the masks that can
-change the answer there. The per-pixel arithmetic is the reference's (``Resampler.sample``,
-``sigmoid``), so the rasters and tables are bit-identical to ``reference.postprocess``, which
-stays the specification and the test oracle.
+remaining tiles are sampled per pixel, and only for the masks that can change the answer there:
+each (map, tile) pair once (``TileSamples``). The per-pixel arithmetic is the reference's
+(``Resampler.sample``, ``sigmoid``), so the rasters and tables are bit-identical to
+``reference.postprocess``, which stays the specification and the test oracle.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from .resample import sigmoid
 from .semantic import SEMANTIC_VOID_FLOOR, semantic_dtype, semantic_lowres
 from .tiles import TILE, TileBounds, TileGrid, panoptic_candidates, semantic_candidates
 
-#: Call overhead of one batch, in samples of one map: a tile set joins another batch when that
-#: adds fewer samples than this.
-BATCH_OVERHEAD = 8192
+#: Most float32 samples in one block of sampled tiles (1 MiB): bounds memory at any camera size
+#: and keeps a block's temporaries in cache; results do not depend on it.
+BLOCK_SAMPLES = 1 << 18
 
 
 @dataclass
@@ -52,126 +52,115 @@ class TiledRaster:
 
     def compose(self, lut: np.ndarray) -> np.ndarray:
         """(H, W) raster of ``lut[code]``."""
-        raster = self.tiles.expand(lut[self.codes])
-        flat = raster.reshape(-1)
+        # One extra camera row takes the writes of tile padding (offset H * W, flat_index).
+        padded = self.tiles.expand(lut[self.codes], extra_row=True)
+        flat = padded.reshape(-1)
         for index, codes in self.pixels:
             flat[index] = lut[codes]
-        return raster
+        return padded[:-1]
+
+    def add_pixels(self, block: TileSamples, codes: np.ndarray) -> None:
+        """Per-pixel codes (t, a, b) of a block's tiles (padding goes past the raster)."""
+        self.pixels.append((self.tiles.flat_index(block.tile_rows, block.tile_cols), codes))
 
 
 @dataclass(frozen=True)
-class TileBatch:
-    """Undecided tiles sampled together at every pixel, for the maps any of them needs.
+class TileSamples:
+    """Samples of the maps each of some tiles needs, as (map, tile) pairs in *slots*.
 
-    Tiles are padded to the largest in the batch by repeating their last row/column; padded
-    pixels repeat a real pixel's value, so writing them is harmless and ``valid`` drops them
-    from counts.
+    Tiles are ordered by how many maps they need, most first; slot j holds the j-th map
+    (ascending) of every tile that needs more than j maps, and those tiles come first in that
+    order. A per-pixel rule is then one numpy pass per slot over a prefix of the tiles, with no
+    padding pairs. Tiles are padded to the largest with NaN samples, which are never above a
+    threshold nor better than anything, so padding pixels drop out of every rule.
     """
 
-    members: np.ndarray  # (u,) map indices, ascending (rank, query or class order)
-    tile_rows: np.ndarray  # (n,) tile row of each tile
-    tile_cols: np.ndarray  # (n,) tile column of each tile
-    ys: np.ndarray  # (n, a) camera rows of each tile (padded)
-    xs: np.ndarray  # (n, b) camera columns of each tile (padded)
-    valid: np.ndarray | None  # (n, a, b) bool, None when no tile is padded
+    tile_rows: np.ndarray  # (t,) tile row of each tile
+    tile_cols: np.ndarray  # (t,) tile column of each tile
+    pair_tile: np.ndarray  # (p,) position of each pair's tile in tile_rows/tile_cols
+    maps: np.ndarray  # (p,) map index of each pair
+    stops: list[int]  # slot j is pairs stops[j]..stops[j + 1]
+    values: np.ndarray  # (p, a, b) float32 samples, NaN at padding
 
-    def sample(self, grids: np.ndarray, tiles: TileGrid) -> np.ndarray:
-        """(u, n, a, b) samples of the member grids at the batch's pixels."""
-        return tiles.sample(grids[self.members], self.tile_rows, self.tile_cols, self.ys, self.xs)
+    def slot(self, array: np.ndarray, j: int) -> np.ndarray:
+        """Slot j's rows of a (p, ...) per-pair array."""
+        return array[self.stops[j] : self.stops[j + 1]]
 
-    def flat_index(self, width: int) -> np.ndarray:
-        """(n, a, b) raster offsets of the batch's pixels."""
-        return self.ys[:, :, None] * width + self.xs[:, None, :]
+    def first(self, mask: np.ndarray, none: int) -> np.ndarray:
+        """(t, a, b) lowest map whose pair is true at the pixel, ``none`` where none is.
 
-    def count(self, codes: np.ndarray, n: int) -> np.ndarray:
-        """(n,) int64 pixels per code 0..n-1 (padding excluded)."""
-        codes = codes if self.valid is None else codes[self.valid]
-        return np.bincount(codes.ravel(), minlength=n)
+        Unsigned, the smallest type that holds ``none + 1`` (less memory traffic per pass).
+        """
+        maps = self.maps.astype(np.min_scalar_type(none + 1))
+        out = np.full((len(self.tile_rows), *mask.shape[1:]), none, maps.dtype)
+        for j in range(len(self.stops) - 2, -1, -1):
+            hit = self.slot(mask, j)
+            np.copyto(out[: len(hit)], self.slot(maps, j)[:, None, None], where=hit)
+        return out
 
-    def code_lut(self) -> np.ndarray:
-        """(u + 1,) local code (0, or member j + 1) -> global code (0, or map index + 1)."""
-        return np.append(0, self.members + 1)
+    def first_max(
+        self, values: np.ndarray, none: int, carry: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(t, a, b) map of the first pair at the tile's maximum at the pixel (``none`` where
+        all are NaN or -inf; type as in ``first``) and the maximum, or with ``carry``
+        ((p, a, b) bool) its value there (False at ``none``).
 
-
-def merge_tile_sets(members: list[int], pixels: list[int]) -> tuple[list[int], list[int]]:
-    """Batch of each tile set, and each batch's maps (sets and batches as bitmasks of maps).
-
-    Sets are taken by decreasing work (pixels x maps); each joins the batch where sampling the
-    union of maps adds the fewest samples, if fewer than BATCH_OVERHEAD, else starts a batch.
-    Extra maps in a batch never change an answer, they only cost time.
-    """
-    order = sorted(range(len(members)), key=lambda g: -pixels[g] * members[g].bit_count())
-    batch_maps: list[int] = []
-    batch_pixels: list[int] = []
-    batch = [0] * len(members)
-    for g in order:
-        maps, size = members[g], members[g].bit_count()
-        best, best_extra = len(batch_maps), BATCH_OVERHEAD
-        for b, (other, other_pixels) in enumerate(zip(batch_maps, batch_pixels, strict=True)):
-            union = (other | maps).bit_count()
-            extra = (union - size) * pixels[g] + (union - other.bit_count()) * other_pixels
-            if extra < best_extra:
-                best, best_extra = b, extra
-        if best == len(batch_maps):
-            batch_maps.append(0)
-            batch_pixels.append(0)
-        batch[g] = best
-        batch_maps[best] |= maps
-        batch_pixels[best] += pixels[g]
-    return batch, batch_maps
+        Slots are visited in map order and a later one takes over only when strictly greater,
+        so ties keep the lower map, like ``argmax``.
+        """
+        maps = self.maps.astype(np.min_scalar_type(none + 1))
+        shape = (len(self.tile_rows), *values.shape[1:])
+        best = np.full(shape, -np.inf, np.float32)
+        index = np.full(shape, none, maps.dtype)
+        carried = None if carry is None else np.zeros(shape, bool)
+        for j in range(len(self.stops) - 1):
+            value = self.slot(values, j)
+            n = len(value)
+            better = value > best[:n]
+            np.copyto(index[:n], self.slot(maps, j)[:, None, None], where=better)
+            np.copyto(best[:n], value, where=better)
+            if carried is not None:
+                np.copyto(carried[:n], self.slot(carry, j), where=better)
+        return index, (best if carried is None else carried)
 
 
-def tile_batches(tiles: TileGrid, undecided: np.ndarray, needed: np.ndarray) -> Iterator[TileBatch]:
-    """Undecided tiles grouped by the set of maps they need (``needed``: (N, R, C) bool)."""
-    tile_rows, tile_cols = np.nonzero(undecided)
-    if len(tile_rows) == 0:
+def sample_needed(grids: np.ndarray, tiles: TileGrid, needed: np.ndarray) -> Iterator[TileSamples]:
+    """The (map, tile) pairs of ``needed`` ((N, R, C) bool) sampled at every tile pixel, in
+    blocks of whole tiles of at most BLOCK_SAMPLES samples (a larger tile is a block alone)."""
+    count = needed.sum(axis=0, dtype=np.intp).ravel()  # maps per tile
+    tile = np.flatnonzero(count)
+    if len(tile) == 0:
         return
-    sets = needed[:, tile_rows, tile_cols].T
-    packed = np.packbits(sets, axis=1, bitorder="little")
-    keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
-    unique, group = np.unique(keys, return_inverse=True)
-    pixels = np.bincount(group, tiles.pixel_counts()[tile_rows, tile_cols])
-    batch, batch_maps = merge_tile_sets(
-        [int.from_bytes(key.tobytes(), "little") for key in unique], pixels.astype(int).tolist()
-    )
-    group = np.asarray(batch)[group]
-    order = np.argsort(group, kind="stable")
-    stops = np.flatnonzero(np.diff(group[order])) + 1
-    for index in np.split(order, stops):
-        rows, cols = tile_rows[index], tile_cols[index]
-        height, width = int(tiles.rows.size[rows].max()), int(tiles.cols.size[cols].max())
-        full_rows = tiles.rows.size[rows, None] > np.arange(height)
-        full_cols = tiles.cols.size[cols, None] > np.arange(width)
-        valid = None
-        if not (full_rows.all() and full_cols.all()):
-            valid = full_rows[:, :, None] & full_cols[:, None, :]
-        maps = batch_maps[group[index[0]]]
-        yield TileBatch(
-            np.array([k for k in range(maps.bit_length()) if maps >> k & 1], np.intp),
-            rows,
-            cols,
-            tiles.rows.pixels(rows, height),
-            tiles.cols.pixels(cols, width),
-            valid,
+    count = count[tile]
+    # 1-D nonzero of the tile-major copy: multi-dimensional nonzero is ~10x slower.
+    maps = np.flatnonzero(needed.reshape(len(needed), -1)[:, tile].T) % len(needed)
+    bounds = np.zeros(len(tile) + 1, np.intp)  # pairs of tile i: bounds[i]..bounds[i + 1]
+    np.cumsum(count, out=bounds[1:])
+    tile_rows, tile_cols = np.divmod(tile, needed.shape[2])
+    block_pairs = max(1, BLOCK_SAMPLES // tiles.padded_samples)
+    first = 0
+    while first < len(tile):
+        stop = int(np.searchsorted(bounds, bounds[first] + block_pairs, side="right")) - 1
+        stop = max(stop, first + 1)
+        block_count = count[first:stop]
+        order = np.argsort(-block_count, kind="stable")
+        # per_slot[j]: tiles needing more than j maps (the first per_slot[j] in ``order``)
+        per_slot = len(order) - np.cumsum(np.bincount(block_count))[:-1]
+        offsets = np.cumsum(per_slot) - per_slot
+        pair_tile = np.arange(int(bounds[stop] - bounds[first])) - np.repeat(offsets, per_slot)
+        # the j-th map of a tile is pair bounds[tile] + j of the tile-major list
+        pairs = bounds[first:stop][order][pair_tile] + np.repeat(np.arange(len(per_slot)), per_slot)
+        block_rows, block_cols = tile_rows[first:stop][order], tile_cols[first:stop][order]
+        slot_maps = maps[pairs]
+        yield TileSamples(
+            block_rows,
+            block_cols,
+            pair_tile,
+            slot_maps,
+            [*offsets.tolist(), len(pairs)],
+            tiles.sample_pairs(grids, slot_maps, block_rows[pair_tile], block_cols[pair_tile]),
         )
-
-
-def first_max(values: np.ndarray, carry: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-    """``argmax(values, axis=0)`` (first on ties) and the maximum, one pass per row; with
-    ``carry`` (same shape as ``values``), also ``carry`` at the argmax.
-
-    numpy's argmax over a leading axis is slow; a strict ``>`` keeps the earlier row on ties.
-    """
-    best = values[0].copy()
-    index = np.zeros(best.shape, np.uint16)
-    carried = None if carry is None else carry[0].copy()
-    for j in range(1, len(values)):
-        better = values[j] > best
-        np.copyto(index, j, where=better)
-        np.copyto(best, values[j], where=better)
-        if carried is not None:
-            np.copyto(carried, carry[j], where=better)
-    return (index, best) if carried is None else (index, carried)
+        first = stop
 
 
 def tile_sums(codes: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
@@ -194,16 +183,18 @@ def paint_instances_tiled(
     otherwise its pixels sample the grids that may exceed T up to the first that surely does.
     """
     n = len(grids)
-    box = np.tile(np.array([width, height, -1, -1], np.int64), (n, 1))
+    box = np.empty((n, 4), np.int64)
+    box[:] = (width, height, -1, -1)
     if n == 0:
         return TiledRaster(tiles, np.zeros(tiles.shape, np.intp)), np.zeros(0, np.int64), box
     above, maybe = bounds.above(threshold), bounds.maybe_above(threshold)
     first = maybe.argmax(axis=0)
     any_maybe = maybe.any(axis=0)
-    decided_on = any_maybe & np.take_along_axis(above, first[None], axis=0)[0]
+    first_above = np.where(above.any(axis=0), above.argmax(axis=0), n)
+    decided_on = first_above == first  # the first grid that may exceed T surely does (n: none)
     undecided = any_maybe & ~decided_on
     codes = np.where(decided_on, first + 1, 0)
-    area = tile_sums(codes, tiles.pixel_counts(), n)
+    area = tile_sums(codes, tiles.pixel_counts, n)
     tile_r, tile_c = np.nonzero(codes)
     slot = codes[tile_r, tile_c] - 1
     rows, cols = tiles.rows, tiles.cols
@@ -211,25 +202,22 @@ def paint_instances_tiled(
     np.minimum.at(box[:, 1], slot, rows.start[tile_r])
     np.maximum.at(box[:, 2], slot, cols.start[tile_c] + cols.size[tile_c] - 1)
     np.maximum.at(box[:, 3], slot, rows.start[tile_r] + rows.size[tile_r] - 1)
-    first_above = np.where(above.any(axis=0), above.argmax(axis=0), n)
-    needed = maybe & (np.arange(n)[:, None, None] <= first_above)
+    needed = maybe & (np.arange(n)[:, None, None] <= first_above) & undecided
     tiled = TiledRaster(tiles, codes)
-    for batch in tile_batches(tiles, undecided, needed):
-        hit = batch.sample(grids, tiles) > threshold
-        local = np.zeros(hit.shape[1:], np.uint16)
-        for j in range(len(batch.members) - 1, -1, -1):
-            np.copyto(local, j + 1, where=hit[j])
-        tiled.pixels.append((batch.flat_index(width), batch.code_lut()[local]))
-        if batch.valid is not None:
-            local *= batch.valid
-        area[batch.members] += np.bincount(local.ravel(), minlength=len(hit) + 1)[1:]
-        for j, q in enumerate(batch.members):
-            mine = local == j + 1
-            ys = batch.ys[mine.any(axis=2)]
-            if len(ys):
-                xs = batch.xs[mine.any(axis=1)]
-                box[q, :2] = np.minimum(box[q, :2], [xs.min(), ys.min()])
-                box[q, 2:] = np.maximum(box[q, 2:], [xs.max(), ys.max()])
+    code_of = np.append(np.arange(1, n + 1), 0)  # slot n (no grid above T) -> code 0
+    for block in sample_needed(grids, tiles, needed):
+        slot = block.first(block.values > threshold, n)
+        tiled.add_pixels(block, code_of[slot])
+        area += np.bincount(slot.ravel(), minlength=n + 1)[:n]
+        # Each pair's box: rows and columns of its tile where its map is the first hit.
+        mine = slot[block.pair_tile] == block.maps[:, None, None]
+        ys = np.take(rows.padded_pixel, block.tile_rows[block.pair_tile], axis=1)
+        xs = np.take(cols.padded_pixel, block.tile_cols[block.pair_tile], axis=1)
+        hit_rows, hit_cols = mine.any(axis=2).T, mine.any(axis=1).T
+        np.minimum.at(box[:, 0], block.maps, np.where(hit_cols, xs, width).min(axis=0))
+        np.minimum.at(box[:, 1], block.maps, np.where(hit_rows, ys, height).min(axis=0))
+        np.maximum.at(box[:, 2], block.maps, np.where(hit_cols, xs, -1).max(axis=0))
+        np.maximum.at(box[:, 3], block.maps, np.where(hit_rows, ys, -1).max(axis=0))
     return tiled, area, box
 
 
@@ -255,37 +243,32 @@ def panoptic_slots_tiled(
     candidate = panoptic_candidates(bounds, scores)
     winner = candidate.argmax(axis=0)
     undecided = (candidate.sum(axis=0) > 1) | straddle.any(axis=0)
-    needed = candidate | straddle
-    counts = tiles.pixel_counts()
+    counts = tiles.pixel_counts
     decided = ~undecided
-    winner_on = np.take_along_axis(above, winner[None], axis=0)[0]
+    winner_on = (above & candidate).any(axis=0)  # in decided tiles the winner is the candidate
     codes = np.where(decided & winner_on, winner + 1, 0)
     wins = np.bincount(winner[decided], counts[decided], minlength=n).astype(np.int64)
     seg = tile_sums(codes, counts, n)
     orig = (counts * above).sum(axis=(1, 2))  # plus per-pixel counts in straddled tiles
-    weights = scores.astype(np.float32)[:, None, None, None]
+    weights = scores.astype(np.float32)[:, None, None]
     tiled = TiledRaster(tiles, codes)
-    for batch in tile_batches(tiles, undecided, needed):
-        up = batch.sample(grids, tiles)
-        on = up > threshold
-        u = len(batch.members)
-        local, won = np.zeros(up.shape[1:], np.uint16), on[0]
-        if u > 1:
-            local, won = first_max(weights[batch.members] * sigmoid(up), on)
+    for block in sample_needed(grids, tiles, (candidate | straddle) & undecided):
+        pairs = block.maps, block.tile_rows[block.pair_tile], block.tile_cols[block.pair_tile]
+        on = block.values > threshold
+        weighted = weights[block.maps] * sigmoid(block.values)
+        weighted[~candidate[pairs]] = -np.inf  # queries that cannot win take no part
+        local, won = block.first_max(weighted, n, on)  # n, False at padding
         slot = local + 1
         slot *= won
-        tiled.pixels.append((batch.flat_index(width), batch.code_lut()[slot]))
-        on &= straddle[batch.members][:, batch.tile_rows, batch.tile_cols, None, None]
-        if batch.valid is not None:
-            on &= batch.valid
-            slot *= batch.valid
-        orig[batch.members] += np.count_nonzero(on.reshape(u, -1), axis=1)
-        wins[batch.members] += batch.count(local, u)
-        seg[batch.members] += np.bincount(slot.ravel(), minlength=u + 1)[1:]
+        tiled.add_pixels(block, slot)
+        straddled = np.count_nonzero(on.reshape(len(on), -1), axis=1) * straddle[pairs]
+        orig += np.bincount(block.maps, straddled, minlength=n).astype(np.int64)
+        wins += np.bincount(local.ravel(), minlength=n + 1)[:n]
+        seg += np.bincount(slot.ravel(), minlength=n + 1)[1:]
     return tiled, wins, orig, seg
 
 
-def semantic_codes_tiled(maps: np.ndarray, tiles: TileGrid, width: int) -> TiledRaster:
+def semantic_codes_tiled(maps: np.ndarray, tiles: TileGrid) -> TiledRaster:
     """Codes ``c* + 1`` of ``argmax_c S_up[c]`` (first on ties), 0 where ``S_up[c*] < 0.05``.
 
     A tile is decided when one class can win it and clears the floor everywhere or nowhere.
@@ -293,16 +276,16 @@ def semantic_codes_tiled(maps: np.ndarray, tiles: TileGrid, width: int) -> Tiled
     bounds = TileBounds.of(maps, tiles)
     candidate = semantic_candidates(bounds)
     best = candidate.argmax(axis=0)
-    best_lower = np.take_along_axis(bounds.lower, best[None], axis=0)[0]
-    solid = (candidate.sum(axis=0) == 1) & (best_lower >= SEMANTIC_VOID_FLOOR)
+    one = candidate.sum(axis=0) == 1
+    solid = one & (candidate & (bounds.lower >= SEMANTIC_VOID_FLOOR)).any(axis=0)
     void = bounds.upper.max(axis=0, initial=-np.inf) < SEMANTIC_VOID_FLOOR
     undecided = ~(solid | void)
     tiled = TiledRaster(tiles, np.where(solid, best + 1, 0))
-    for batch in tile_batches(tiles, undecided, candidate):
-        local, top = first_max(batch.sample(maps, tiles))
+    for block in sample_needed(maps, tiles, candidate & undecided):
+        local, top = block.first_max(block.values, len(maps))
         local += 1
-        local *= top >= SEMANTIC_VOID_FLOOR
-        tiled.pixels.append((batch.flat_index(width), batch.code_lut()[local]))
+        local *= top >= SEMANTIC_VOID_FLOOR  # -inf at padding: code 0
+        tiled.add_pixels(block, local)
     return tiled
 
 
@@ -340,7 +323,7 @@ def fast_semantic(frame: RuleInputs, tiles: TileGrid) -> np.ndarray:
     """Rule 5 (``semantic_inference``) with tiled argmax."""
     maps = semantic_lowres(frame)
     lut = np.append(0, frame.labels.id_array).astype(semantic_dtype(frame.labels))
-    return semantic_codes_tiled(maps, tiles, frame.meta.src_w).compose(lut)
+    return semantic_codes_tiled(maps, tiles).compose(lut)
 
 
 def fast_postprocess(

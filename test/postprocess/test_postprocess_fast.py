@@ -2,7 +2,7 @@
 
 Frames: the default model's outputs on demo scenes at three camera sizes, random letterboxed
 frames, constructed scenes with saturated logits (+-1000) and frames built for exact ties
-(integer logits, equal scores, samples exactly at T). Tile sizes and batch merging vary; none
+(integer logits, equal scores, samples exactly at T). Tile sizes and sample blocks vary; none
 may change a result. Also the per-tile bounds on their own: no sample may leave them.
 """
 
@@ -110,11 +110,13 @@ def test_default_model_on_demo_scene(demo_outputs: dict, size: tuple, tile: int)
     assert len(reference.instances) >= 3 and len(reference.segments) >= 4  # a real scene
 
 
-@pytest.mark.parametrize("overhead", [0, 10**12], ids=["no-merging", "one-batch"])
-def test_batch_merging_does_not_change_results(
-    demo_outputs: dict, overhead: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "block_samples", [0, 5000, 10**12], ids=["tile-per-block", "small-blocks", "one-block"]
+)
+def test_block_size_does_not_change_results(
+    demo_outputs: dict, block_samples: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fast, "BATCH_OVERHEAD", overhead)
+    monkeypatch.setattr(fast, "BLOCK_SAMPLES", block_samples)
     raw, meta, labels = demo_outputs[720, 1280]
     check(raw, meta, labels, PostprocessOptions())
 
@@ -209,3 +211,25 @@ def test_tile_bounds_contain_every_sample(src: tuple) -> None:
     idx0, rows = resampler.rows_taps[0], tiles.rows
     for start, size, texel in zip(rows.start, rows.size, rows.texel0, strict=True):
         assert 1 <= size <= fast.TILE and (idx0[start : start + size] == texel).all()
+
+
+@pytest.mark.parametrize("src", [(256, 384), (333, 517), (50, 70)])
+def test_sampled_pairs_are_the_reference_samples(src: tuple) -> None:
+    # Every (map, tile) pair: its padded block holds the reference's samples bit for bit at the
+    # tile's pixels, NaN at padding, and its raster offsets point there (padding: past the end).
+    rng = np.random.default_rng(1)
+    grids = rng.normal(0, 20, (3, 32, 48)).astype(np.float32)
+    meta = FrameMeta.letterbox(*src, 256, 384)
+    resampler = Resampler(meta, 8, 32, 48)
+    tiles = TileGrid.of(resampler, tile=5)
+    expected = resampler.sample(grids, slice(0, meta.src_h)).reshape(3, -1)
+    maps, rows, cols = (a.ravel() for a in np.indices((3, *tiles.shape)))
+    values = tiles.sample_pairs(grids, maps, rows, cols)
+    index = tiles.flat_index(rows, cols)
+    real = index < tiles.raster_size
+    assert (index[~real] == tiles.raster_size).all()
+    assert np.isnan(values[~real]).all() and not np.isnan(values[real]).any()
+    pair = np.broadcast_to(maps[:, None, None], index.shape)
+    np.testing.assert_array_equal(values[real], expected[pair[real], index[real]])
+    per_pixel = np.bincount(index[real], minlength=tiles.raster_size)
+    assert (per_pixel == len(grids)).all()  # every pixel once per map
