@@ -111,13 +111,19 @@ def main() -> None:
     executor.add_node(client)
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
-    wait_until(pub.get_subscription_count, f"the node did not subscribe to {TOPIC}")
-    time.sleep(args.settle)  # the client's output subscriptions reach the node
-    without = run_phase(pub, frames, records, 1000)
-    for name in ("panoptic/color", "semantic/color"):
-        client.create_subscription(Image, f"{NS}/{name}", lambda m: None, RELIABLE)
-    time.sleep(args.settle)
-    with_colour = run_phase(pub, frames, records, 2000)
+    try:
+        wait_until(pub.get_subscription_count, f"the node did not subscribe to {TOPIC}")
+        time.sleep(args.settle)  # the client's output subscriptions reach the node
+        without = run_phase(pub, frames, records, 1000)
+        for name in ("panoptic/color", "semantic/color"):
+            client.create_subscription(Image, f"{NS}/{name}", lambda m: None, RELIABLE)
+        time.sleep(args.settle)
+        with_colour = run_phase(pub, frames, records, 2000)
+    finally:  # also on an error: a node left running aborts the interpreter at exit
+        executor.shutdown()
+        node.destroy_node()
+        client.destroy_node()
+        rclpy.try_shutdown()
     print(f"{h}x{w}, median of {args.frames - 1} frames, node stages in ms")
     print(
         f"  colour images not subscribed: publish {without['publish']:.2f}  "
@@ -127,10 +133,6 @@ def main() -> None:
         f"  colour images subscribed:     publish {with_colour['publish']:.2f}  "
         f"{INFERENCE} {with_colour[INFERENCE]:.1f}"
     )
-    executor.shutdown()
-    node.destroy_node()
-    client.destroy_node()
-    rclpy.try_shutdown()
     with Pipeline(default_model(), "onnxruntime", threads=1) as pipe:
         result = pipe(frames[0], "rgb8", OutputSet(instance=False))
         labels = pipe.bundle.labels
