@@ -93,19 +93,18 @@ def test_bench_postprocess_cpu_prints_every_output_per_size() -> None:
             assert re.search(rf"\|  fast wall +{NUMBER} ms cpu +{NUMBER} ms", line), line
 
 
-def test_bench_ort_stages_exports_both_configs_and_prints_their_ratio() -> None:
-    pytest.importorskip("torch")
+def test_bench_ort_stages_checks_both_configs_and_prints_their_ratio(paper_bundles) -> None:
+    """On the session's exported bundles (the script's export is ``bench.models.random_bundle``,
+    run by test_bench_latency); the script loads, checks and times them."""
+    for config in ("compactinst_r18", "fastinst_r18_d3"):
+        paper_bundles(config)
+    height, width = paper_bundles.size
     out = run_script(
-        "bench_ort_stages.py",
-        "--size",
-        "160x160",
-        "--runs",
-        "1",
-        "--threads",
-        "1",
-        "--classes",
-        "2",
-    )
+        "bench_ort_stages.py", "--size", f"{height}x{width}", "--classes",
+        str(paper_bundles.num_classes), "--runs", "1", "--threads", "1", "--bundles",
+        str(paper_bundles.root),
+    )  # fmt: skip
+    assert "exporting" not in out, out  # the session's bundles were found
     assert "| stage | compactinst_r18 median | fastinst_r18_d3 median | ratio |" in out
     for stage in ("preprocess", "encoder", "decoder", "postprocess", "total"):
         (row,) = table_rows(out, stage)
