@@ -38,8 +38,11 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def idle_cost(root: Path, model: Path, size: tuple[int, int], rate: float, seconds: float) -> dict:
-    """CPU ms per frame of an idle node fed ``rate`` Hz of ``size`` bgr8 frames."""
+def idle_cost(
+    root: Path, model: Path, size: tuple[int, int], rate: float, seconds: float, settle: float
+) -> dict:
+    """CPU ms per frame of an idle node fed ``rate`` Hz of ``size`` bgr8 frames for ``seconds``,
+    ``settle`` seconds after it has loaded."""
     import rclpy
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
@@ -65,7 +68,7 @@ def idle_cost(root: Path, model: Path, size: tuple[int, int], rate: float, secon
             time.sleep(0.2)
         if "loaded" not in node.log() or node.proc.poll() is not None:
             raise SystemExit(f"the node did not load its model:\n{node.tail()}")
-        time.sleep(2.0)  # discovery settles; an idle node has unsubscribed by now
+        time.sleep(settle)  # discovery settles; an idle node has unsubscribed by now
         subscribed = pub.get_subscription_count()
         start_cpu, frames = _cpu_s(node.proc.pid), 0
         start = time.monotonic()
@@ -136,10 +139,14 @@ def main() -> int:
     parser.add_argument("--size", default="1024x2048", help="camera frame HxW")
     parser.add_argument("--rate", type=float, default=10.0, help="camera Hz")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--settle", type=float, default=2.0, help="seconds between the node loading and the count"
+    )
     parser.add_argument("--skip-idle", action="store_true")
     args = parser.parse_args()
     if not args.skip_idle:
-        idle = idle_cost(args.root, args.model, parse_size(args.size), args.rate, args.seconds)
+        size = parse_size(args.size)
+        idle = idle_cost(args.root, args.model, size, args.rate, args.seconds, args.settle)
         print(f"idle node ({args.root}), {args.size} bgr8 at {args.rate:g} Hz: {idle}")
     print(f"camera_info relay, median us per frame: {camera_info_cost()}")
     return 0
