@@ -9,6 +9,8 @@ published frame. Point ``--root`` at an older checkout to compare.
 camera_info: the time of ``CameraInfoRelay.publish`` per frame in this process (stamp matching
 among 30 kept messages, exact and within the tolerance, without and with a subscriber).
 
+Both run on ROS_DOMAIN_ID (default 0), so that concurrent runs can be kept apart.
+
     . scripts/ros_env.sh
     .venv/bin/python scripts/bench_idle_and_camera_info.py --size 1024x2048 --rate 10
 """
@@ -36,14 +38,17 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def idle_cost(root: Path, model: Path, size: tuple[int, int], rate: float, seconds: float) -> dict:
-    """CPU ms per frame of an idle node fed ``rate`` Hz of ``size`` bgr8 frames."""
+def idle_cost(
+    root: Path, model: Path, size: tuple[int, int], rate: float, seconds: float, settle: float
+) -> dict:
+    """CPU ms per frame of an idle node fed ``rate`` Hz of ``size`` bgr8 frames for ``seconds``,
+    ``settle`` seconds after it has loaded."""
     import rclpy
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import Image
 
-    domain = 90 + os.getpid() % 60
-    env = {**ros_environment(domain), "PYTHONPATH": str(root)}
+    env = {**ros_environment(), "PYTHONPATH": str(root)}
+    domain = int(env["ROS_DOMAIN_ID"])
     params = {"model": str(model), "backend": "onnxruntime", "image_topic": TOPIC}
     node = NodeProcess(node_command(params), env, Path(f"/tmp/bench_idle_{domain}.log"), cwd=root)
     context = rclpy.Context()
@@ -58,8 +63,12 @@ def idle_cost(root: Path, model: Path, size: tuple[int, int], rate: float, secon
     try:
         deadline = time.monotonic() + 120
         while "loaded" not in node.log() and time.monotonic() < deadline:
+            if node.proc.poll() is not None:
+                break
             time.sleep(0.2)
-        time.sleep(2.0)  # discovery settles; an idle node has unsubscribed by now
+        if "loaded" not in node.log() or node.proc.poll() is not None:
+            raise SystemExit(f"the node did not load its model:\n{node.tail()}")
+        time.sleep(settle)  # discovery settles; an idle node has unsubscribed by now
         subscribed = pub.get_subscription_count()
         start_cpu, frames = _cpu_s(node.proc.pid), 0
         start = time.monotonic()
@@ -77,7 +86,7 @@ def idle_cost(root: Path, model: Path, size: tuple[int, int], rate: float, secon
 
 
 def camera_info_cost(repeat: int = 2000) -> dict:
-    """Median microseconds of CameraInfoRelay.publish per frame, by case."""
+    """Median microseconds of CameraInfoRelay.publish per frame, by case, on ROS_DOMAIN_ID."""
     import rclpy
     from rclpy.qos import ReliabilityPolicy
     from sensor_msgs.msg import CameraInfo
@@ -86,7 +95,7 @@ def camera_info_cost(repeat: int = 2000) -> dict:
     from compactinst_ros.ros.camera_info import CameraInfoRelay
 
     context = rclpy.Context()
-    rclpy.init(context=context, domain_id=199)
+    rclpy.init(context=context, domain_id=int(ros_environment()["ROS_DOMAIN_ID"]))
     node = rclpy.create_node("bench_camera_info", context=context)
     relay = CameraInfoRelay(node, "/bench/camera_info", 1.0, ReliabilityPolicy.RELIABLE)
     base = 1_700_000_000_000_000_000
@@ -130,10 +139,14 @@ def main() -> int:
     parser.add_argument("--size", default="1024x2048", help="camera frame HxW")
     parser.add_argument("--rate", type=float, default=10.0, help="camera Hz")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--settle", type=float, default=2.0, help="seconds between the node loading and the count"
+    )
     parser.add_argument("--skip-idle", action="store_true")
     args = parser.parse_args()
     if not args.skip_idle:
-        idle = idle_cost(args.root, args.model, parse_size(args.size), args.rate, args.seconds)
+        size = parse_size(args.size)
+        idle = idle_cost(args.root, args.model, size, args.rate, args.seconds, args.settle)
         print(f"idle node ({args.root}), {args.size} bgr8 at {args.rate:g} Hz: {idle}")
     print(f"camera_info relay, median us per frame: {camera_info_cost()}")
     return 0

@@ -1,6 +1,7 @@
 """ONNX Runtime CPU latency per stage for CompactInst-R18 vs FastInst-R18-D3 (random weights).
 
-Exports each config once (static size, K classes) into a temporary folder, checks the decoder
+Exports each config once (static size, K classes) into a temporary folder, or into ``--bundles``
+where a later run (or ``compactinst bench``, same layout) reuses it, checks the decoder
 outputs against the bundle's shapes and for finiteness, then times the OrtBackend stages
 (preprocess, encoder, decoder, postprocess) on a synthetic frame of the model's size, alternating
 the configs run by run, and prints median and min side by side with the CompactInst/FastInst ratio.
@@ -76,6 +77,9 @@ def main() -> int:
     parser.add_argument("--classes", type=int, default=8, help="K foreground classes")
     parser.add_argument("--runs", type=int, default=5, help="timed runs (after one warm-up)")
     parser.add_argument("--threads", type=int, default=2, help="ONNX Runtime intra-op threads")
+    parser.add_argument(
+        "--bundles", type=Path, default=None, help="folder of exported bundles to reuse"
+    )
     args = parser.parse_args()
 
     import onnxruntime
@@ -86,7 +90,8 @@ def main() -> int:
     size = parse_size(args.size)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     with tempfile.TemporaryDirectory() as tmp:
-        backends = {c: prepare(c, size, args.classes, args.threads, Path(tmp)) for c in CONFIGS}
+        root = args.bundles or Path(tmp)
+        backends = {c: prepare(c, size, args.classes, args.threads, root) for c in CONFIGS}
         times = time_interleaved(backends, size, args.runs)
     a, b = CONFIGS
     print(

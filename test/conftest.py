@@ -1,15 +1,24 @@
-"""Shared fixtures: a random-weight model bundle exported once per test session."""
+"""Shared fixtures: random-weight model bundles exported and the kernel emulator compiled once
+per test session."""
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from compactinst_ros.bundle import ModelBundle
 
 #: Config and static size of the shared random bundle (small: exports in a few seconds).
 RANDOM_BUNDLE_CONFIG = "compactinst_demo"
 RANDOM_BUNDLE_SIZE = (256, 320)
 RANDOM_BUNDLE_SEED = 0
+#: the CPU stand-ins of pycuda and TensorRT (imported by name: pycuda_emu, tensorrt_emu)
+EMU_DIR = Path(__file__).parent / "gpu" / "emu"
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +45,50 @@ def random_bundle(random_export: tuple) -> Path:
     Treat it as read-only; copy it (shutil.copytree) before modifying anything.
     """
     return random_export[1].root
+
+
+class PaperBundles:
+    """Random-weight bundles of the paper configs at 160x160 with K=8 placeholder labels, each
+    exported on first use into ``root`` in ``bench.models.random_bundle``'s layout
+    (``<config>_k8_160x160``), so that ``compactinst bench`` (under ``--out``/bundles) and
+    scripts/bench_ort_stages.py (``--bundles``) load them instead of exporting again."""
+
+    size = (160, 160)
+    num_classes = 8
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __call__(self, config: str) -> ModelBundle:
+        """The ModelBundle of ``config`` (exported now if this session has not yet)."""
+        from compactinst_ros.bench.models import placeholder_labels, random_bundle
+
+        labels = placeholder_labels(self.num_classes)
+        return random_bundle(config, self.size, labels, self.root, progress=print)
+
+
+@pytest.fixture(scope="session")
+def paper_bundles(tmp_path_factory: pytest.TempPathFactory) -> PaperBundles:
+    """The session's PaperBundles; read-only (copy a bundle before modifying it)."""
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    return PaperBundles(tmp_path_factory.mktemp("paper_bundles"))
+
+
+@pytest.fixture(scope="session")
+def emu_lib(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    """runner.cpp (the real kernel sources on the CPU emulator) as a loaded shared library."""
+    if str(EMU_DIR) not in sys.path:
+        sys.path.insert(0, str(EMU_DIR))
+    import pycuda_emu
+
+    return pycuda_emu.build_library(tmp_path_factory.mktemp("emu"))
+
+
+@pytest.fixture
+def emu_library_for_nodes(emu_lib: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node subprocesses started now (test/gpu/emu/emulated_node.py) load the session's emulator
+    library instead of compiling their own (~2 s each)."""
+    import pycuda_emu
+
+    monkeypatch.setenv(pycuda_emu.PREBUILT_LIBRARY_ENV, emu_lib._name)

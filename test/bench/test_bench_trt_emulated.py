@@ -1,8 +1,9 @@
 """``compactinst bench --backends tensorrt`` end to end without a GPU, on the CPU stand-ins of
 test/gpu/emu (TensorRT: a "plan" is the ONNX graph and engines run on ONNX Runtime; pycuda: the
-kernel sources on the CPU emulator, events on the host clock). The bench exports the bundles,
-the runtime's engine cache builds each engine once and serves it to the second scope, and the
-runtime's TensorRT backend binds and runs them. The times are ONNX Runtime's, and the output
+kernel sources on the CPU emulator, events on the host clock). The bench loads the session's
+exported bundles from its work folder (test_bench_latency covers its own export), the runtime's
+engine cache builds each engine once and serves it to the second scope, and the runtime's
+TensorRT backend binds and runs them. The times are ONNX Runtime's, and the output
 says so; what this proves is the wiring, not TensorRT's speed."""
 
 from __future__ import annotations
@@ -27,17 +28,21 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 CONFIGS = ("fastinst_r18_d3", "compactinst_r18")
 
 
-@pytest.fixture(scope="module")
-def emu_lib(tmp_path_factory: pytest.TempPathFactory) -> object:
-    """runner.cpp (the real kernel sources on the CPU emulator) as a loaded shared library."""
-    return pycuda_emu.build_library(tmp_path_factory.mktemp("emu"))
-
-
 def test_tensorrt_sweep_runs_the_runtime_backend_on_the_stand_ins(
-    emu_lib: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+    emu_lib: object,
+    paper_bundles: object,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
 ) -> None:
     pycuda_emu.install(monkeypatch, emu_lib)
     tensorrt_emu.install(monkeypatch)
+    workdir = tmp_path / "out" / "bundles"  # the bench's: <--out>/bundles
+    workdir.mkdir(parents=True)
+    for config in CONFIGS:
+        bundle = paper_bundles(config)
+        (workdir / bundle.root.name).symlink_to(bundle.root, target_is_directory=True)
+    height, width = paper_bundles.size
     cache = tmp_path / "engines"
     argv = [
         "bench",
@@ -46,9 +51,9 @@ def test_tensorrt_sweep_runs_the_runtime_backend_on_the_stand_ins(
         "--configs",
         ",".join(CONFIGS),
         "--sizes",
-        "160x160",
+        f"{height}x{width}",
         "--num-classes",
-        "8",
+        str(paper_bundles.num_classes),
         "--trials",
         "2",
         "--iters",
@@ -78,5 +83,5 @@ def test_tensorrt_sweep_runs_the_runtime_backend_on_the_stand_ins(
         (scope, config) for scope in ("decoder", "model") for config in CONFIGS
     ]
     for r in rows:
-        assert r["size"] == [160, 160] and len(r["trials_ms"]) == 2 and r["median_ms"] > 0
+        assert r["size"] == [height, width] and len(r["trials_ms"]) == 2 and r["median_ms"] > 0
     assert (tmp_path / "out" / "latency_model_tensorrt.png").is_file()

@@ -110,7 +110,7 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     tensorrt_emu.install(monkeypatch)
     status = gpu_check.main(
         [
-            "--quick", "--reps", "2", "--sizes", "512x1024", "--bundle", str(default_bundle_path()),
+            "--quick", "--reps", "1", "--sizes", "512x1024", "--bundle", str(default_bundle_path()),
             "--out", str(tmp_path / "check"),
         ]
     )  # fmt: skip

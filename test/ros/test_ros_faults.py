@@ -148,6 +148,7 @@ def test_model_files_damaged_while_running_then_refused_at_the_next_start(tmp_pa
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.usefixtures("emu_library_for_nodes")
 def test_corrupt_engine_keeps_the_running_node_and_is_refused_without_building(tmp_path) -> None:
     """TensorRT path on the CPU stand-ins of test/gpu/emu. The engine is deserialized at start, so
     a corrupted cache file does not disturb the running node; at the next start with building

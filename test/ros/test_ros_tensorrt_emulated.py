@@ -22,6 +22,7 @@ NS = "/compactinst"
 TOPIC = "/cam/image"
 
 
+@pytest.mark.usefixtures("emu_library_for_nodes")
 def test_node_runs_the_tensorrt_backend_and_renders_the_overlay_on_the_device(tmp_path) -> None:
     domain = next_domain()
     cache = tmp_path / "engines"

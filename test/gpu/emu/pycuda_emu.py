@@ -43,6 +43,8 @@ from compactinst_ros.gpu.images import (
 )
 
 EMU_DIR = Path(__file__).resolve().parent
+#: path of a library ``build_library`` already compiled, for emulated_node.py to load instead
+PREBUILT_LIBRARY_ENV = "COMPACTINST_TEST_EMU_LIBRARY"
 GUARD = 256
 GUARD_BYTE = 0xA5
 
@@ -57,7 +59,12 @@ def build_library(out_dir: Path) -> ctypes.CDLL:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr)
-    lib = ctypes.CDLL(str(out))
+    return load_library(out)
+
+
+def load_library(path: Path) -> ctypes.CDLL:
+    """A library ``build_library`` compiled, loaded with its entry point's argument types."""
+    lib = ctypes.CDLL(str(path))
     lib.emu_launch_packed.argtypes = [ctypes.c_char_p] + [ctypes.c_uint] * 5 + [
         ctypes.c_char_p, ctypes.c_size_t,
     ]  # fmt: skip

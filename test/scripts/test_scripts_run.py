@@ -1,0 +1,164 @@
+"""Every script in scripts/ that no other test runs, run as a subprocess with tiny arguments: the
+test fails when a script stops running or stops printing its table (a benchmark that reads a
+renamed latency name or calls a removed method otherwise breaks unnoticed). Timings are not
+judged, only that each row is there with numbers in it. The ROS scripts get their own
+ROS_DOMAIN_ID and the loopback environment of the ROS tests (test/ros/ros_harness.py)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "test" / "ros"))
+
+#: a decimal number as the scripts print it
+NUMBER = r"-?\d+(?:\.\d+)?"
+
+
+def run_script(name: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """stdout of ``scripts/<name>`` run on this checkout; fails the test on a non-zero exit."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))
+    command = [sys.executable, str(REPO / "scripts" / name), *args]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def table_rows(out: str, first_cell: str) -> list[list[str]]:
+    """Cells of the Markdown table rows of ``out`` whose first cell is ``first_cell``."""
+    rows = [line.strip("|").split("|") for line in out.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in row] for row in rows if row[0].strip() == first_cell]
+
+
+def printed_dict(out: str, prefix: str) -> dict:
+    """The dict literal a script printed after ``prefix`` on one line."""
+    line = next((line for line in out.splitlines() if line.startswith(prefix)), None)
+    assert line is not None, f"no line starting {prefix!r} in:\n{out}"
+    return ast.literal_eval(line.split(": ", 1)[1])
+
+
+@pytest.fixture
+def ros_script_env() -> dict[str, str]:
+    """Environment of a ROS script: DDS on loopback, a ROS_DOMAIN_ID no other test uses."""
+    pytest.importorskip("rclpy")
+    from ros_harness import next_domain, ros_env
+
+    return ros_env(next_domain())
+
+
+def test_bench_cpu_checks_every_frame_and_prints_both_tables() -> None:
+    out = run_script("bench_cpu.py", "--sizes", "96x64", "--frames", "1", "--scenes", "1")
+    equal = "all frames: new post-processing bit-identical to the reference, decoder within 1e-4"
+    assert equal in out, out
+    header = next(line for line in out.splitlines() if line.startswith("| camera | instances"))
+    assert "| inference |" in header
+    stages = table_rows(out, "96x64")
+    assert [row[2] for row in stages[:2]] == ["old", "new"], out
+    for row in stages[:2]:
+        assert all(re.fullmatch(rf"{NUMBER} \({NUMBER}-{NUMBER}\)", c) for c in row[3:8]), row
+    assert re.fullmatch(rf"{NUMBER}x", stages[1][8]), stages[1]
+    (alone,) = stages[2:]  # the post-processing-alone table: 4 spreads and a speed-up
+    assert len(alone) == 6 and re.fullmatch(rf"{NUMBER}x", alone[5]), alone
+
+
+def test_bench_postprocess_cpu_prints_every_output_per_size() -> None:
+    out = run_script("bench_postprocess_cpu.py", "--sizes", "64x128", "96x160", "--repeats", "1")
+    assert out.startswith("numpy ") and "median of 1 runs" in out.splitlines()[0]
+    for size, masks in (("64x128", "8x16"), ("96x160", "12x20")):
+        heading = f"\n{size}: Q=100, masks {masks}, "
+        assert heading in out, out
+        block = out.split(heading, 1)[1].split("\n\n", 1)[0]
+        lines = block.splitlines()
+        assert len(lines) == 6, block  # counts, the dense baseline, four outputs
+        assert re.fullmatch(r"\d+ instances, \d+ panoptic segments", lines[0]), block
+        assert re.fullmatch(
+            rf"  dense: 100 masks \+ sigmoid  wall +{NUMBER} ms  cpu +{NUMBER} ms", lines[1]
+        ), block
+        for line, name in zip(
+            lines[2:], ("instance", "panoptic", "semantic", "all three"), strict=True
+        ):
+            assert line.split("reference wall")[0].strip() == name, block
+            assert re.search(rf"\|  fast wall +{NUMBER} ms cpu +{NUMBER} ms", line), line
+
+
+def test_bench_ort_stages_checks_both_configs_and_prints_their_ratio(paper_bundles) -> None:
+    """On the session's exported bundles (the script's export is ``bench.models.random_bundle``,
+    run by test_bench_latency); the script loads, checks and times them."""
+    for config in ("compactinst_r18", "fastinst_r18_d3"):
+        paper_bundles(config)
+    height, width = paper_bundles.size
+    out = run_script(
+        "bench_ort_stages.py", "--size", f"{height}x{width}", "--classes",
+        str(paper_bundles.num_classes), "--runs", "1", "--threads", "1", "--bundles",
+        str(paper_bundles.root),
+    )  # fmt: skip
+    assert "exporting" not in out, out  # the session's bundles were found
+    assert "| stage | compactinst_r18 median | fastinst_r18_d3 median | ratio |" in out
+    for stage in ("preprocess", "encoder", "decoder", "postprocess", "total"):
+        (row,) = table_rows(out, stage)
+        assert len(row) == 7 and all(re.fullmatch(NUMBER, c) for c in row[1:]), row
+
+
+def test_bench_colour_outputs_times_both_phases(ros_script_env: dict[str, str]) -> None:
+    out = run_script(
+        "bench_colour_outputs.py", "--size", "64x96", "--frames", "2", "--settle", "0.5",
+        env=ros_script_env,
+    )  # fmt: skip
+    assert "64x96, median of 1 frames, node stages in ms" in out
+    for phase in ("not subscribed", "subscribed"):
+        pattern = rf"colour images {phase}: +publish {NUMBER}  inference {NUMBER}"
+        assert re.search(pattern, out), out
+    for render in ("panoptic_color", "semantic_color"):
+        assert re.search(rf"{render} alone: {NUMBER} ms", out), out
+
+
+def test_bench_idle_and_camera_info_measures_both(ros_script_env: dict[str, str]) -> None:
+    out = run_script(
+        "bench_idle_and_camera_info.py", "--size", "64x96", "--rate", "5", "--seconds", "0.5",
+        "--settle", "0.5", env=ros_script_env,
+    )  # fmt: skip
+    idle = printed_dict(out, f"idle node ({REPO}), 64x96 bgr8 at 5 Hz")
+    assert idle["frames"] >= 2 and idle["cpu_ms_per_frame"] >= 0.0, idle
+    relay = printed_dict(out, "camera_info relay, median us per frame")
+    cases = ("exact", "within_tolerance", "unmatched")
+    assert set(relay) == {*cases, *(f"{case}, subscribed" for case in cases)}, relay
+    assert all(us > 0.0 for us in relay.values()), relay
+
+
+def test_bench_node_overhead_prints_a_row_per_size(ros_script_env: dict[str, str]) -> None:
+    out = run_script(
+        "bench_node_overhead.py", "--sizes", "64x96,96x128", "--frames", "1", "--warmup", "1",
+        "--threads", "1", env=ros_script_env,
+    )  # fmt: skip
+    assert "node overhead vs bare rclpy, median of 1 frames" in out
+    for size in ("  64x96 ", "  96x128"):
+        row = next((line for line in out.splitlines() if line.startswith(size)), None)
+        assert row is not None, out
+        assert all(re.fullmatch(rf"{NUMBER}x?", c) for c in row.split()[1:]), row
+    assert re.search(rf"target: ratio <= 1.5x -> (met|NOT met) \(worst {NUMBER}x\)", out), out
+
+
+def test_api_names_lists_extension_and_python_names(tmp_path: Path) -> None:
+    """A wheel-shaped zip: registered C strings of a shared object, names a Python file defines;
+    C++ mangled symbols are left out."""
+    wheel = tmp_path / "stand_in-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("stand_in/_bindings.so", b"\x7fELF\x00get_num_errors\x00_ZN2ns3fooEv\x00")
+        archive.writestr("stand_in/__init__.py", "def build_engine(network):\n    cache = 1\n")
+    out = run_script("api_names.py", str(wheel))
+    header, *names = out.splitlines()
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert header == f"# {wheel.name} sha256 {digest}: {len(names)} names"
+    assert names == sorted(names)
+    assert {"get_num_errors", "build_engine", "network", "cache"} <= set(names)
+    assert not any(name.startswith("_Z") for name in names), names
