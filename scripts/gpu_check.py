@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench_postprocess_gpu as bench  # noqa: E402
 
-from compactinst_ros.gpu import frames, twin  # noqa: E402
+from compactinst_ros.gpu import frames, loader, twin  # noqa: E402
 from compactinst_ros.labels import SYNTHETIC_LABELS  # noqa: E402
 from compactinst_ros.postprocess import reference  # noqa: E402
 from compactinst_ros.preprocess import letterbox  # noqa: E402
@@ -331,8 +331,10 @@ def main(argv: list[str] | None = None) -> int:
         ctx.pop()
         report["checks"] = checks.rows
         report["benchmark"] = [dataclasses.asdict(row) for row in rows]
+        report["kernel_images"] = dict(loader.LOADED)
         path = write_report(args.out, report)
     print(f"written: {path}\n")
+    print("kernel images: " + ", ".join(f"{k} {v}" for k, v in sorted(loader.LOADED.items())))
     print(f"checks: {sum(row['ok'] for row in checks.rows)}/{len(checks.rows)} passed")
     for row in checks.rows:
         print(f"  {'ok  ' if row['ok'] else 'FAIL'} {row['name']}: {row['detail']}")

@@ -29,6 +29,9 @@ NVCC = "nvcc"
 #: Where nvcc is looked for after PATH: the CUDA home variables, then JetPack's install folder.
 NVCC_HOMES = ("CUDA_HOME", "CUDA_PATH")
 NVCC_DIRS = (Path("/usr/local/cuda/bin"),)
+#: Kernel source -> the image this process loaded it from (a shipped target such as ``sm_87``,
+#: or ``nvcc sm_XY``), so reports can say which way the plan took.
+LOADED: dict[str, str] = {}
 
 _FIX = (
     "install the CUDA compiler (JetPack 6: `sudo apt install nvidia-jetpack` or `cuda-nvcc-12-6`, "
@@ -156,13 +159,17 @@ def load_module(source: str) -> Any:
         try:
             if target != NVCC:
                 data = image_path(source, target).read_bytes()
-                return cuda.module_from_buffer(data if target.startswith("sm_") else data + b"\0")
+                module = cuda.module_from_buffer(data if target.startswith("sm_") else data + b"\0")
+                LOADED[source] = target
+                return module
             nvcc = find_nvcc()
             if nvcc is None:
                 places = ", ".join(["PATH", "$CUDA_HOME/bin", *map(str, NVCC_DIRS)])
                 reasons.append(f"nvcc: not found ({places})")
                 continue
-            return cuda.module_from_buffer(compile_cached(source, sm_arch(capability), nvcc))
+            module = cuda.module_from_buffer(compile_cached(source, sm_arch(capability), nvcc))
+            LOADED[source] = f"{NVCC} {sm_arch(capability)}"
+            return module
         except (cuda.Error, BackendError, OSError) as exc:
             reasons.append(f"{target}: {exc}")
     raise BackendError(

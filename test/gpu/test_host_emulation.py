@@ -125,6 +125,9 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     assert set(driver.launches) == KERNELS | {"empty_kernel"}
     report = json.loads((tmp_path / "check" / "gpu_check.json").read_text())
     assert report["gpu"] == "CPU kernel emulator" and len(report["checks"]) == 7
+    shipped = {source: "sm_87" for source in ("overlay", "postprocess", "preprocess")}
+    assert report["kernel_images"] == shipped
+    assert "kernel images: overlay sm_87, postprocess sm_87, preprocess sm_87" in out
     assert all(row["ok"] for row in report["checks"])
     (trt_row,) = [row for row in report["checks"] if "tensorrt_stand_in" in row]
     assert trt_row["name"] == gpu_check.STAND_IN_ROW and trt_row["tensorrt_stand_in"] is True

@@ -131,8 +131,10 @@ def test_device_choice_without_a_forced_target(emu_lib, monkeypatch) -> None:
     monkeypatch.setattr(pycuda_emu.Device, "compute_capability", lambda self: (8, 9))
     monkeypatch.setattr(driver, "get_driver_version", lambda: CUDA_12_6)
     assert loader.load_module("overlay").image.target == "compute_87"
+    assert loader.LOADED["overlay"] == "compute_87"  # what reports say was loaded
     monkeypatch.setattr(pycuda_emu.Device, "compute_capability", lambda self: (8, 7))
     assert loader.load_module("overlay").image.target == "sm_87"
+    assert loader.LOADED["overlay"] == "sm_87"
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
