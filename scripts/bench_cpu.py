@@ -29,6 +29,7 @@ import numpy as np
 import onnxruntime
 
 from compactinst_ros.bundle import DECODER_OUTPUTS, ModelBundle, default_bundle_path
+from compactinst_ros.eval.plots import latency_breakdown
 from compactinst_ros.pipeline import Pipeline
 from compactinst_ros.postprocess.fast import fast_postprocess
 from compactinst_ros.postprocess.reference import postprocess
@@ -151,6 +152,21 @@ def postprocess_only(new: Pipeline, frames: list[np.ndarray], repeats: int) -> d
     return times
 
 
+def plot_stages(rows: list, path: Path) -> str:
+    """Stacked per-stage bars (median and p90) of old and new at every camera size."""
+    modes = {}
+    for size, times, _, _ in rows:
+        for path_name in ("old", "new"):
+            latency = {}
+            for stage in STAGES[:-1]:  # the stages add up to the whole call
+                values = times[path_name][stage]
+                deciles = statistics.quantiles(values, n=10) if len(values) > 1 else values * 9
+                latency[stage] = {"p50": statistics.median(values), "p90": deciles[-1]}
+            modes[f"{size} {path_name}"] = {"latency": latency}
+    title = "CPU path per stage, old vs new (ms per frame)"
+    return latency_breakdown(modes, path, stats=("p50", "p90"), title=title)
+
+
 def print_targets(rows: list) -> None:
     """One line per target whose camera size was measured: the median, the target, met or not.
 
@@ -190,6 +206,7 @@ def main() -> int:
     )
     parser.add_argument("--frames", type=int, default=6, help="timed frames per size and path")
     parser.add_argument("--scenes", type=int, default=3, help="demo scenes to cycle through")
+    parser.add_argument("--plot", type=Path, help="also draw the per-stage medians to this PNG")
     args = parser.parse_args()
 
     bundle = ModelBundle.load(args.model or default_bundle_path())
@@ -246,6 +263,8 @@ def main() -> int:
         )
         print(f"| {size} | {cells} | {speedup:.1f}x |")
     print_targets(rows)
+    if args.plot:
+        print(f"\nplot: {plot_stages(rows, args.plot)}")
     print("\nall frames: new post-processing bit-identical to the reference, decoder within 1e-4")
     new.close()
     return 0

@@ -44,14 +44,19 @@ def write_plots(report: dict, out_dir: str | Path) -> list[str]:
     return [Path(n).name for n in names]
 
 
-def latency_breakdown(modes: dict, path: Path) -> str:
-    """Stacked bars of mean and p90 time per stage, one bar pair per mode."""
+def latency_breakdown(
+    modes: dict,
+    path: Path,
+    stats: tuple[str, str] = ("mean", "p90"),
+    title: str = "Per-stage latency (warm-up excluded)",
+) -> str:
+    """Stacked bars of two statistics (``stats``) of the time per stage, one bar pair per mode."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.9 * len(modes)))
     colours = plt.get_cmap("tab10")
     labels, labelled = [], set()
     for row, (mode, block) in enumerate(modes.items()):
-        for j, stat in enumerate(("mean", "p90")):
+        for j, stat in enumerate(stats):
             y = row * 2.4 + j
             left = 0.0
             for k, stage in enumerate(BREAKDOWN):
@@ -65,7 +70,7 @@ def latency_breakdown(modes: dict, path: Path) -> str:
             labels.append((y, f"{mode} {stat}"))
     ax.set_yticks([y for y, _ in labels], [t for _, t in labels])
     ax.set_xlabel("ms per frame")
-    ax.set_title("Per-stage latency (warm-up excluded)")
+    ax.set_title(title)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
     return _save(plt, fig, path)
 

@@ -56,8 +56,11 @@ def ros_script_env() -> dict[str, str]:
     return ros_env(next_domain())
 
 
-def test_bench_cpu_checks_every_frame_and_prints_both_tables() -> None:
-    out = run_script("bench_cpu.py", "--sizes", "96x64", "--frames", "1", "--scenes", "1")
+def test_bench_cpu_checks_every_frame_and_prints_both_tables(tmp_path: Path) -> None:
+    plot = tmp_path / "stages.png"
+    out = run_script(
+        "bench_cpu.py", "--sizes", "96x64", "--frames", "1", "--scenes", "1", "--plot", str(plot)
+    )
     equal = "all frames: new post-processing bit-identical to the reference, decoder within 1e-4"
     assert equal in out, out
     header = next(line for line in out.splitlines() if line.startswith("| camera | instances"))
@@ -69,6 +72,7 @@ def test_bench_cpu_checks_every_frame_and_prints_both_tables() -> None:
     assert re.fullmatch(rf"{NUMBER}x", stages[1][8]), stages[1]
     (alone,) = stages[2:]  # the post-processing-alone table: 4 spreads and a speed-up
     assert len(alone) == 6 and re.fullmatch(rf"{NUMBER}x", alone[5]), alone
+    assert f"plot: {plot}" in out and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_bench_postprocess_cpu_prints_every_output_per_size() -> None:
