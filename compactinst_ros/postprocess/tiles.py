@@ -188,7 +188,7 @@ class TileGrid:
     ) -> np.ndarray:
         """(p, a, b) samples of map ``grids[maps[i]]`` at the padded pixels of tile
         (tile_rows[i], tile_cols[i]); NaN at padding (NaN weights), so padding is never above
-        a threshold, never a maximum of ``fmax`` and never equal to anything.
+        a threshold, never greater than a running maximum and never equal to anything.
 
         The float32 operations are the reference's (``Resampler.sample``): the vertical blend
         ``top + (bottom - top) * wy`` at the tile's two texel columns, then the horizontal one.
