@@ -19,7 +19,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent / "emu"))
 
-import pycuda_emu  # noqa: E402
 import tensorrt_emu  # noqa: E402
 
 from compactinst_ros.backends.engine_cache import EngineCache  # noqa: E402
@@ -42,16 +41,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
 
 
-@pytest.fixture
-def gpu(emu_lib, monkeypatch, tmp_path):
-    """Both stand-ins installed and the engine cache in a temporary folder."""
-    monkeypatch.setenv("COMPACTINST_ENGINE_CACHE", str(tmp_path / "engines"))
-    driver = pycuda_emu.install(monkeypatch, emu_lib)
-    tensorrt_emu.install(monkeypatch)
-    return driver
-
-
-def test_build_engine_cli_builds_caches_and_rebuilds_corrupt(gpu, tmp_path, capsys) -> None:
+def test_build_engine_cli_builds_caches_and_rebuilds_corrupt(
+    emulated_gpu, tmp_path, capsys
+) -> None:
     cache_dir = tmp_path / "engines"
     bundle = default_bundle_path()
     assert cli_main(["build-engine", str(bundle), "--cache-dir", str(cache_dir)]) == 0
@@ -73,7 +65,7 @@ def test_build_engine_cli_builds_caches_and_rebuilds_corrupt(gpu, tmp_path, caps
     assert "building TensorRT engine for 'decoder' (corrupt" in capsys.readouterr().out
 
 
-def test_foreign_engine_is_refused_when_building_is_disabled(gpu, tmp_path) -> None:
+def test_foreign_engine_is_refused_when_building_is_disabled(emulated_gpu, tmp_path) -> None:
     bundle = ModelBundle.load(default_bundle_path())
     cache = EngineCache(tmp_path / "engines")
     with pytest.raises(BackendError, match="building is disabled; run 'compactinst build-engine"):
@@ -102,7 +94,7 @@ def cpu_frame_result(bundle: ModelBundle, tensor: np.ndarray, meta, outputs: Out
 
 
 @pytest.mark.parametrize(("encoding", "levels"), [("bgr8", 0.76), ("yuyv", 1.2)])
-def test_tensorrt_backend_frame_path(gpu, encoding: str, levels: float) -> None:
+def test_tensorrt_backend_frame_path(emulated_gpu, encoding: str, levels: float) -> None:
     """The whole GPU frame path on the default model. Given the encoder input the kernel made,
     the rasters and tables equal ONNX Runtime + the numpy reference; that input is within the
     documented grey levels of the CPU letterbox (docs/gpu.md); stage times come from events;
@@ -134,7 +126,7 @@ def test_tensorrt_backend_frame_path(gpu, encoding: str, levels: float) -> None:
         described = trt_pipe.backend.describe()
         assert described["tensorrt"] == "10.3.0"
         assert described["gpu_memory_total_mib"] == 1024
-    assert set(gpu.launches) >= {"pre_letterbox", "pp_fused", "pp_finalize", "ov_instance"}
+    assert set(emulated_gpu.launches) >= {"pre_letterbox", "pp_fused", "pp_finalize", "ov_instance"}
     with pytest.raises(BackendError, match="closed"):
         trt_pipe(frame, encoding)
 
@@ -145,7 +137,7 @@ class Terminal(io.StringIO):
 
 
 def test_build_progress_rewrites_a_line_on_a_terminal_and_logs_lines_otherwise(
-    gpu, monkeypatch
+    emulated_gpu, monkeypatch
 ) -> None:
     """The node builds at start with stderr going to a log: whole lines, throttled, no \\r."""
     from compactinst_ros.backends import trt_build

@@ -9,9 +9,7 @@ import shutil
 from dataclasses import replace
 
 import numpy as np
-import pycuda_emu
 import pytest
-import tensorrt_emu
 
 from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.gpu.frames import smooth_rgb
@@ -22,16 +20,7 @@ from compactinst_ros.structures import OutputSet
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 
 
-@pytest.fixture
-def gpu(emu_lib, monkeypatch, tmp_path):
-    """Both stand-ins installed and the engine cache in a temporary folder."""
-    monkeypatch.setenv("COMPACTINST_ENGINE_CACHE", str(tmp_path / "engines"))
-    driver = pycuda_emu.install(monkeypatch, emu_lib)
-    tensorrt_emu.install(monkeypatch)
-    return driver
-
-
-def test_gpu_overlay_follows_track_ids(gpu) -> None:
+def test_gpu_overlay_follows_track_ids(emulated_gpu) -> None:
     bundle = ModelBundle.load(default_bundle_path())
     frame = np.ascontiguousarray(smooth_rgb(120, 168, 5)[..., ::-1])
     asked = OutputSet(instance=True, panoptic=False, semantic=False, overlay=True)
@@ -43,7 +32,7 @@ def test_gpu_overlay_follows_track_ids(gpu) -> None:
     assert n > 1
     assert sorted(first.instances.ids.tolist()) == list(range(1, n + 1))
     assert sorted(second.instances.ids.tolist()) == list(range(n + 1, 2 * n + 1))
-    assert "ov_instance" in gpu.launches
+    assert "ov_instance" in emulated_gpu.launches
     for result in (first, second):
         cpu = overlay_bgr(frame, "bgr8", replace(result, overlay=None), bundle.labels, 0.5)
         diff = np.abs(result.overlay.astype(int) - cpu.astype(int))

@@ -1,17 +1,10 @@
 """Fixtures of the training tests."""
 
 import pytest
+from tiny_model import TINY
 
 
 @pytest.fixture
 def tiny() -> dict:
     """ModelConfig overrides for a tiny compactinst_demo (fast on 2 CPU cores)."""
-    return {
-        "backbone_width": 16,
-        "hidden_dim": 64,
-        "num_queries": 16,
-        "dec_layers": 1,
-        "nheads": 4,
-        "dim_feedforward": 128,
-        "gn_groups": 16,
-    }
+    return dict(TINY)

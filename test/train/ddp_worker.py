@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import torch
+from tiny_model import TINY
 from torch import nn
 
 from compactinst_ros.model import build_model
@@ -14,16 +15,6 @@ from compactinst_ros.train.dataset import collate, open_dataset
 from compactinst_ros.train.distributed import cleanup, init_distributed
 from compactinst_ros.train.loop import TrainOptions, param_groups, train_step
 from compactinst_ros.train.matcher import HungarianMatcher
-
-TINY = {
-    "backbone_width": 16,
-    "hidden_dim": 64,
-    "num_queries": 16,
-    "dec_layers": 1,
-    "nheads": 4,
-    "dim_feedforward": 128,
-    "gn_groups": 16,
-}
 
 
 def main(data: str, out: str) -> None:
