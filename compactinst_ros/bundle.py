@@ -36,8 +36,11 @@ import hashlib
 import json
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from .errors import BundleError
 from .labels import LabelSet
@@ -47,6 +50,10 @@ METADATA_FILE = "bundle.json"
 STAGE_ORDER = ("encoder", "decoder")
 DECODER_OUTPUTS = ("pred_logits", "pred_masks")
 HASH_COMMAND = "compactinst bundle-hash"
+#: the precisions a stage graph can be typed in; fp32 is the exported graph itself
+PRECISIONS = ("fp32", "fp16", "int8")
+#: golden inputs and the typed graphs' CPU outputs for them, the engines' acceptance check
+GOLDEN_FILE = "golden.npz"
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,32 @@ class StageSpec:
 
 
 @dataclass(frozen=True)
+class StageGraph:
+    """One stage's ONNX graph in one precision: the bytes a backend loads and their sha256."""
+
+    stage: str
+    precision: str
+    model_bytes: bytes
+    sha256: str
+
+
+@dataclass(frozen=True)
+class GoldenCase:
+    """A golden model input and one precision's CPU decoder outputs for it (the acceptance
+    reference an engine built from that precision's graph must agree with)."""
+
+    image: np.ndarray
+    outputs: dict[str, np.ndarray]
+
+
+def check_precision(precision: str) -> str:
+    """``precision`` if it is one of PRECISIONS; BundleError naming the choices otherwise."""
+    if precision not in PRECISIONS:
+        raise BundleError(f"unknown precision '{precision}'; choose one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+@dataclass(frozen=True)
 class ModelBundle:
     """A validated bundle on disk."""
 
@@ -112,6 +145,28 @@ class ModelBundle:
             if stage.name == name:
                 return stage
         raise BundleError(f"bundle {self.root} has no stage '{name}'")
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The precisions whose stage graphs this bundle carries (fp32 always)."""
+        return ("fp32",)
+
+    def stage_graph(self, stage: str, precision: str = "fp32") -> StageGraph:
+        """Stage ``stage``'s graph typed in ``precision``; BundleError where the bundle has no
+        such variant (the message names the command that adds it)."""
+        spec = self.stage(stage)
+        if check_precision(precision) not in self.precisions:
+            raise BundleError(
+                f"bundle {self.root} has no {precision} graphs (it has "
+                f"{', '.join(self.precisions)}); add them with 'compactinst precision' "
+                f"or choose another precision"
+            )
+        data = spec.path.read_bytes()
+        return StageGraph(stage, precision, data, spec.sha256 or hashlib.sha256(data).hexdigest())
+
+    def golden_cases(self, precision: str = "fp32") -> tuple[GoldenCase, ...]:
+        """The bundle's golden inputs with ``precision``'s CPU outputs; () where it has none."""
+        return read_golden(self.root, check_precision(precision))
 
     @property
     def fingerprint(self) -> str:
@@ -239,6 +294,47 @@ def default_bundle_path() -> Path | None:
     from .resources import default_model
 
     return default_model()
+
+
+def read_golden(root: str | Path, precision: str) -> tuple[GoldenCase, ...]:
+    """The golden cases of ``precision`` stored in ``root/golden.npz``; () where there are none.
+
+    Layout: ``image/<i>`` (1, 3, H, W) float32 and ``<precision>/<output>/<i>`` per case.
+    """
+    path = Path(root) / GOLDEN_FILE
+    if not path.is_file():
+        return ()
+    with np.load(path) as data:
+        keys = set(data.files)
+        count = sum(1 for k in keys if k.startswith("image/"))
+        cases = []
+        for i in range(count):
+            prefix = f"{precision}/"
+            outputs = {
+                k[len(prefix) :].rsplit("/", 1)[0]: data[k]
+                for k in keys
+                if k.startswith(prefix) and k.endswith(f"/{i}")
+            }
+            if outputs:
+                cases.append(GoldenCase(image=data[f"image/{i}"], outputs=outputs))
+    return tuple(cases)
+
+
+def write_golden(root: str | Path, cases_by_precision: dict[str, Sequence[GoldenCase]]) -> Path:
+    """Write ``root/golden.npz``: the cases of every precision, which share their images."""
+    arrays: dict[str, np.ndarray] = {}
+    for precision, cases in cases_by_precision.items():
+        check_precision(precision)
+        for i, case in enumerate(cases):
+            image = np.ascontiguousarray(case.image, dtype=np.float32)
+            if f"image/{i}" in arrays and not np.array_equal(arrays[f"image/{i}"], image):
+                raise BundleError(f"golden case {i} has different images across precisions")
+            arrays[f"image/{i}"] = image
+            for name, value in case.outputs.items():
+                arrays[f"{precision}/{name}/{i}"] = np.asarray(value)
+    path = Path(root) / GOLDEN_FILE
+    np.savez_compressed(path, **arrays)
+    return path
 
 
 def sha256_file(path: str | Path) -> str:

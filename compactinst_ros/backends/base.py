@@ -46,6 +46,18 @@ class BackendOptions:
     allow_build: bool = True
     #: tensorrt: precision and workspace of engines built here; None = the defaults
     build_options: BuildOptions | None = None
+    #: stage graph precision (bundle.PRECISIONS); None = the backend's default
+    #: (onnxruntime: fp32, tensorrt: fp16)
+    precision: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.precision is not None:
+            from ..bundle import PRECISIONS
+
+            if self.precision not in PRECISIONS:
+                raise ConfigError(
+                    f"unknown precision '{self.precision}'; choose one of {', '.join(PRECISIONS)}"
+                )
 
     @classmethod
     def of(cls, options: BackendOptions | None = None, **overrides: Any) -> BackendOptions:
