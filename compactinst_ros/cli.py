@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Iterator
 
 from .errors import CompactInstError
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "info": ("compactinst_ros.model.info", "parameters and GFLOPs per component of a config"),
+    "info": ("compactinst_ros.model.info", "parameters and GMACs per component of a config"),
     "export": ("compactinst_ros.export.onnx_export", "export a checkpoint to a model bundle"),
     "bundle-hash": ("compactinst_ros.bundle", "record stage file hashes in bundle.json"),
     "infer": ("compactinst_ros.infer", "segment images with a bundle; writes overlays and JSON"),
@@ -30,6 +31,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def shows_default(action: argparse.Action) -> bool:
+    """Whether ``--help`` must show ``action``'s default: every option and optional positional
+    except required ones and flags (store_true/false, count, help, version take no value)."""
+    if action.required or action.nargs == 0 or action.default == argparse.SUPPRESS:
+        return False
+    return bool(action.option_strings) or action.nargs in ("?", "*")
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to every option's help that does not already name its default;
+    an option whose default is None must say in words what happens without it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or not shows_default(action) or action.default is None:
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
+
+
+def iter_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """``parser`` and every sub-command parser below it, depth first."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                yield from iter_parsers(child)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Top-level parser; only ``command``'s module is imported to add its arguments."""
     parser = argparse.ArgumentParser(prog="compactinst", description=__doc__.splitlines()[0])
@@ -38,6 +67,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
             importlib.import_module(module).add_arguments(p)
+    for p in iter_parsers(parser):
+        p.formatter_class = DefaultsHelpFormatter
     return parser
 
 

@@ -348,7 +348,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{default_cache_dir()})",
     )
     parser.add_argument("--device", type=int, default=0, help="CUDA device index")
-    parser.add_argument("--opt-level", type=int, default=3, choices=range(6), metavar="0-5")
+    parser.add_argument(
+        "--opt-level",
+        type=int,
+        default=3,
+        choices=range(6),
+        metavar="0-5",
+        help="TensorRT builder optimization level: 0 builds fastest, 5 tries the most tactics",
+    )
     parser.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace cap")
     parser.add_argument("--fp32", action="store_true", help="build FP32 engines (parity checks)")
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")

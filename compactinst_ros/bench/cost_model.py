@@ -277,7 +277,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fixed time added per op (kernel launch/tail), e.g. 5; default 0 = pure roofline",
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="directory for costmodel.json and costmodel.png"
+        "--out",
+        type=Path,
+        default=None,
+        help="directory for costmodel.json and costmodel.png (default: print only)",
     )
 
 

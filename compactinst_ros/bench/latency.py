@@ -332,7 +332,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-classes",
         type=int,
         default=None,
-        help="override K (the paper's latency models use Cityscapes, K=8)",
+        help="override K (default: the config's; the paper's latency models use Cityscapes, K=8)",
     )
     parser.add_argument(
         "--engine-cache",

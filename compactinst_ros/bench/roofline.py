@@ -217,7 +217,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "sm__ops_path_tensor_* (default: HMMA.16816 = 4096)",
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="directory for roofline.json and roofline.png"
+        "--out",
+        type=Path,
+        default=None,
+        help="directory for roofline.json and roofline.png (default: print only)",
     )
 
 

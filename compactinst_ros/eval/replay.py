@@ -245,9 +245,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", help="image topic (default: detected; raw Image preferred)")
     parser.add_argument("--mode", choices=MODES, default="lockstep", help="default: lockstep")
     parser.add_argument("--rate", type=float, default=1.0, help="realtime playback rate factor")
-    parser.add_argument("--gt-instances", type=Path, help="COCO instance JSON")
-    parser.add_argument("--gt-panoptic", type=Path, help="COCO panoptic JSON")
-    parser.add_argument("--gt-panoptic-dir", type=Path, help="folder of the panoptic PNGs")
+    parser.add_argument(
+        "--gt-instances", type=Path, help="COCO instance JSON (default: no mask AP)"
+    )
+    parser.add_argument("--gt-panoptic", type=Path, help="COCO panoptic JSON (default: no PQ)")
+    parser.add_argument(
+        "--gt-panoptic-dir",
+        type=Path,
+        help="folder of the panoptic PNGs (default: the JSON path without .json)",
+    )
     parser.add_argument(
         "--match",
         choices=MATCH_MODES,
@@ -270,7 +276,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="instance score threshold (default: the pipeline's 0.3; COCO AP favours low values)",
     )
-    parser.add_argument("--max-frames", type=int, help="replay only the first N frames")
+    parser.add_argument(
+        "--max-frames", type=int, help="replay only the first N frames (default: all)"
+    )
     parser.add_argument("--warmup", type=int, default=3, help="frames excluded from latency")
     parser.add_argument("--overlays", type=int, default=3, help="overlay images to write")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib plots")

@@ -297,7 +297,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--size", default="512x1024", help="static input size HxW (default 512x1024)"
     )
-    parser.add_argument("--checkpoint", help="training checkpoint (.pt); random init without it")
+    parser.add_argument(
+        "--checkpoint", help="training checkpoint (.pt) (default: none, random init)"
+    )
     parser.add_argument(
         "--labels",
         help="synthetic | cityscapes | coco | FILE.json (default: checkpoint's, else synthetic)",

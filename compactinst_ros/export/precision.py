@@ -583,7 +583,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SEED,
         help="seed of the scenes: one not used in training (default 2)",
     )
-    parser.add_argument("--out", type=Path, help="write the whole table as CSV")
+    parser.add_argument(
+        "--out", type=Path, help="write the whole table as CSV (default: print only)"
+    )
     parser.add_argument("--top", type=int, default=20, help="rows to print (flagged rows always)")
     parser.add_argument(
         "--write-pins",
@@ -594,9 +596,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--eval",
         metavar="DATA",
         help="also compare mask AP / PQ, FP32 vs FP16 emulation, on a COCO folder "
-        "('compactinst synth' layout)",
+        "('compactinst synth' layout; default: no accuracy comparison)",
     )
-    parser.add_argument("--eval-limit", type=int, help="evaluate only the first N images")
+    parser.add_argument(
+        "--eval-limit", type=int, help="evaluate only the first N images (default: all)"
+    )
     parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")
 
 

@@ -437,24 +437,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="folder with images/ and panoptic.json + panoptic/ or instances.json",
     )
-    parser.add_argument("--kind", default="auto", choices=("auto", "panoptic", "instance"))
+    parser.add_argument(
+        "--kind",
+        default="auto",
+        choices=("auto", "panoptic", "instance"),
+        help="annotation kind (auto: panoptic.json when present, else instances.json)",
+    )
     parser.add_argument(
         "--labels",
         default="synthetic",
         help="synthetic | data (the data set's categories) | labels JSON",
     )
     parser.add_argument("--out", required=True, help="checkpoint folder (last.pt, model_final.pt)")
-    parser.add_argument("--steps", type=int, default=10000)
+    parser.add_argument("--steps", type=int, default=10000, help="optimizer steps")
     parser.add_argument("--batch-size", type=int, default=8, help="images per process")
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--weight-decay", type=float, default=0.05)
+    parser.add_argument("--lr", type=float, default=1e-4, help="AdamW learning rate")
+    parser.add_argument("--weight-decay", type=float, default=0.05, help="AdamW weight decay")
     parser.add_argument(
         "--backbone-lr-mult",
         type=float,
         default=0.1,
         help="backbone lr factor (0.1 for pretrained, 1.0 from scratch)",
     )
-    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=100,
+        help="linear lr warm-up steps (capped at a tenth of --steps, with a warning)",
+    )
     parser.add_argument("--crop", default="256x384", help="training crop HxW")
     parser.add_argument("--scale", default="0.75,1.25", help="scale jitter range")
     parser.add_argument("--num-points", type=int, default=12544, help="points per mask loss")
@@ -465,17 +475,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-amp", action="store_true", help="fp32 on CUDA")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast on CPU")
     parser.add_argument("--clip", type=float, default=0.0, help="gradient norm clip (0 = off)")
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--checkpoint-every", type=int, default=500)
-    parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=42, help="seed of data order and init")
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=500, help="steps between OUT/last.pt saves"
+    )
+    parser.add_argument("--log-every", type=int, default=10, help="steps between log lines")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
-    parser.add_argument("--init", help="initial weights (e.g. from 'compactinst import-fastinst')")
-    parser.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this")
+    parser.add_argument(
+        "--init",
+        help="initial weights, e.g. from 'compactinst import-fastinst' (default: random init)",
+    )
+    parser.add_argument(
+        "--max-minutes", type=float, help="stop (with a checkpoint) after this (default: no limit)"
+    )
     parser.add_argument(
         "--stop-at",
         type=int,
         help="stop (with a checkpoint) after this step; --resume continues on "
-        "the schedule of --steps",
+        "the schedule of --steps (default: run to --steps)",
     )
 
 
