@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, ConfigError
+from ..progress import Progress
 from ..resources import fastdds_profile
 from ..ros.camera_info import StampMatcher
 from ..ros.params import ros_param_text
@@ -45,7 +46,7 @@ from .bags import (
     ImageBag,
     open_output_bag,
 )
-from .report import Progress, latency_stats
+from .report import latency_stats
 
 #: input topic the player publishes on (the node is pointed at it by parameter)
 INPUT_TOPIC = "/compactinst_replay/image"

@@ -21,6 +21,7 @@ import cv2
 import numpy as np
 
 from ..errors import ConfigError
+from ..progress import Progress
 from ..resources import default_model
 from ..ros.camera_info import StampMatcher
 from ..structures import STAGES, OutputSet, PostprocessOptions
@@ -28,7 +29,7 @@ from . import bags
 from .bags import BagFrame, BagWriter, ImageBag, bag_hash, default_output_bag, open_output_bag
 from .groundtruth import MATCH_MODES, GroundTruth
 from .realtime import CAMERA_INFO_TOLERANCE_NS, run_realtime
-from .report import Progress, host_info, latency_stats, now_iso, summary_text, write_report
+from .report import host_info, latency_stats, now_iso, summary_text, write_report
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline

@@ -7,7 +7,6 @@ import os
 import platform
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -209,34 +208,3 @@ def summary_text(report: dict) -> str:
             f"output {_fmt(tput.get('output_fps'))} fps"
         )
     return "\n".join(lines)
-
-
-class Progress:
-    """One self-overwriting stderr line: done/total, rate, ETA (silent when disabled)."""
-
-    def __init__(self, total: int, label: str, enabled: bool = True, every_s: float = 0.5) -> None:
-        self.total, self.label, self.enabled, self.every_s = total, label, enabled, every_s
-        self.start = time.monotonic()
-        self._last = 0.0
-
-    def update(self, done: int, extra: str = "") -> None:
-        """Redraw if ``every_s`` passed since the last redraw (or at the end)."""
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if now - self._last < self.every_s and done < self.total:
-            return
-        self._last = now
-        rate = done / max(now - self.start, 1e-9)
-        eta = (self.total - done) / rate if rate > 0 else float("nan")
-        print(
-            f"\r{self.label}: {done}/{self.total} frames  {rate:.1f} fps  ETA {eta:.0f} s  {extra}",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def close(self) -> None:
-        """End the progress line."""
-        if self.enabled:
-            print(file=sys.stderr, flush=True)

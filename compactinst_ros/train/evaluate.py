@@ -3,14 +3,13 @@ the real runtime: ``Pipeline`` (ONNX Runtime) -> mask AP (pycocotools) and PQ (e
 
 from __future__ import annotations
 
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import cv2
 
 from ..errors import ConfigError
+from ..progress import Progress
 from ..structures import PostprocessOptions
 
 #: AP needs low-scoring detections too (COCO ranks up to 100 per image); PQ uses the defaults.
@@ -39,7 +38,7 @@ def evaluate_bundle(
     gt.match(list(range(len(entries))), mode="index")
     base = options or PostprocessOptions()
     ap_eval, pq_eval = Evaluator(gt), Evaluator(gt)
-    start = time.perf_counter()
+    bar = Progress(len(entries), "eval", progress, unit="images", rate_unit="img/s")
     with (
         Pipeline(bundle, backend, replace(base, score_threshold=AP_SCORE_THRESHOLD)) as ap_pipe,
         Pipeline(bundle, backend, base) as pq_pipe,
@@ -50,16 +49,8 @@ def evaluate_bundle(
                 raise ConfigError(f"cannot read {root / 'images' / entry['file_name']}")
             ap_eval.add(i, ap_pipe(image, "bgr8"))
             pq_eval.add(i, pq_pipe(image, "bgr8"))
-            if progress and ((i + 1) % 20 == 0 or i + 1 == len(entries)):
-                rate = (i + 1) / (time.perf_counter() - start)
-                print(
-                    f"\reval: {i + 1}/{len(entries)} images  {rate:.1f} img/s",
-                    end="",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    if progress:
-        print(file=sys.stderr)
+            bar.update(i + 1)
+    bar.close()
     ap = ap_eval.result()
     pq = pq_eval.result()
     return {

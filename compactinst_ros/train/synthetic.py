@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..labels import SYNTHETIC_LABELS, LabelSet
+from ..progress import Progress
 from ..sizes import parse_size
 
 PERSON, VEHICLE, ANIMAL, BALE, FIELD, ROAD, SKY, VEGETATION = range(1, 9)
@@ -424,6 +424,7 @@ def generate(
     images, instances, pan_annos = [], [], []
     ann_id = 0
     start = time.perf_counter()
+    bar = Progress(num, "synth", progress, unit="images", rate_unit="img/s")
     for index, (scene, video_fields) in enumerate(_scenes(num, seed, height, width, sequence)):
         name = f"{index:06d}"
         cv2.imwrite(
@@ -475,17 +476,8 @@ def generate(
         pan_annos.append(
             {"image_id": index + 1, "file_name": f"{name}.png", "segments_info": seg_info}
         )
-        if progress and ((index + 1) % 50 == 0 or index + 1 == num):
-            rate = (index + 1) / max(time.perf_counter() - start, 1e-9)
-            print(
-                f"\rsynth: {index + 1}/{num} images  {rate:.0f} img/s  "
-                f"ETA {(num - index - 1) / rate:.0f} s",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-    if progress:
-        print(file=sys.stderr)
+        bar.update(index + 1)
+    bar.close()
     cats = coco_categories(SYNTHETIC_LABELS)
     info = {"description": f"compactinst synthetic scenes seed={seed}", "seed": seed}
     videos = (
