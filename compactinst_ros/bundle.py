@@ -18,7 +18,8 @@ The bundle is the only thing the runtime needs from training/export. Schema (for
          "inputs": [...], "outputs": [{"name": "pred_logits", ...}, {"name": "pred_masks", ...}]}
       ],
       "opset": 17,
-      "source": {"checkpoint_sha256": "...", "config": "compactinst_r18", "created": "..."}
+      "source": {"checkpoint_sha256": "...", "config": "compactinst_r18", "created": "...",
+                 "intended_use": "..."}
     }
 
 Normalisation happens inside the encoder graph, so the encoder input is RGB in 0..255 and the
@@ -54,6 +55,8 @@ HASH_COMMAND = "compactinst bundle-hash"
 PRECISIONS = ("fp32", "fp16", "int8")
 #: golden inputs and the typed graphs' CPU outputs for them, the engines' acceptance check
 GOLDEN_FILE = "golden.npz"
+#: key of bundle.json's "source" that says what the model is for (see ``model_caveat``)
+INTENDED_USE = "intended_use"
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,13 @@ class ModelBundle:
         path = self.root / METADATA_FILE
         path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         return path
+
+
+def model_caveat(bundle: ModelBundle) -> str | None:
+    """What the model is for, where bundle.json's ``source.intended_use`` says (the demo model
+    knows synthetic scenes only): one line for infer, replay reports and the node's log."""
+    text = bundle.source.get(INTENDED_USE)
+    return f"model {bundle.name}: {text}" if text else None
 
 
 def default_bundle_path() -> Path | None:

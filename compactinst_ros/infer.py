@@ -1,13 +1,18 @@
 """``compactinst infer``: segment image files with a bundle; writes an overlay PNG and a JSON each.
 
 For every IMAGE it writes ``<out>/<stem>_overlay.png`` and ``<out>/<stem>.json`` with the
-instances (id, label, name, score, box, area), the panoptic segments and the stage timings.
+instances (id, label, name, score, box, area), the panoptic segments and the stage timings;
+inputs from several folders keep their folders below ``<out>`` so no result replaces another.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import cv2
@@ -52,11 +57,32 @@ def result_to_json(result: FrameResult, labels: LabelSet) -> dict:
 
 
 def read_image(path: str | Path) -> np.ndarray:
-    """HxWx3 uint8 BGR image from a file; InputError when it cannot be decoded."""
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    """HxWx3 uint8 BGR image from a file; InputError when it cannot be read or decoded.
+
+    The bytes are read here and decoded with ``cv2.imdecode``, so a missing file is our error,
+    not OpenCV's ``[ WARN ]`` log line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"cannot read image {path}: no such file")
+    data = path.read_bytes()
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
     if image is None:
-        raise InputError(f"cannot read image {path}: missing file or unsupported format")
+        raise InputError(f"cannot read image {path}: empty, truncated or not an image format")
     return image
+
+
+def output_stems(paths: Sequence[str | Path]) -> list[Path]:
+    """One output stem per input, relative to the output folder, never two alike: the inputs'
+    folders are mirrored below their common folder (a/0.jpg, b/0.jpg -> a/0, b/0), and where
+    stems still collide (0.png, 0.jpg) the extension is kept (0_png, 0_jpg)."""
+    resolved = [Path(p).resolve() for p in paths]
+    common = Path(os.path.commonpath([p.parent for p in resolved])) if resolved else Path()
+    stems = [p.parent.relative_to(common) / p.stem for p in resolved]
+    counts = Counter(stems)
+    return [
+        s.with_name(f"{s.name}_{p.suffix.lstrip('.')}") if counts[s] > 1 and p.suffix else s
+        for s, p in zip(stems, resolved, strict=True)
+    ]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,27 +99,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Segment each image; print one line per image with instance count and total time."""
+    """Segment each image; print one line per image and the files written. A file that cannot
+    be read is reported and skipped; the exit status is 1 when any image failed."""
     from .backends import BackendOptions
+    from .bundle import model_caveat
     from .pipeline import Pipeline
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     options = PostprocessOptions(score_threshold=args.score_threshold, overlay_alpha=args.alpha)
     backend_options = BackendOptions(threads=args.threads or None)
+    unique: dict[Path, str] = {}
+    for p in args.images:  # a file named twice is segmented once
+        unique.setdefault(Path(p).resolve(), str(p))
+    paths = list(unique.values())
+    failed: list[str] = []
     with Pipeline(args.model, args.backend, options, backend_options) as pipeline:
         labels = pipeline.bundle.labels
         info = pipeline.describe()
+        caveat = model_caveat(pipeline.bundle)
         print(f"model {info['model']} ({info['input_size']}) on {pipeline.backend_name}")
-        for n, path in enumerate(args.images, 1):
-            image = read_image(path)
-            result = pipeline(image, "bgr8", OutputSet(overlay=True))
-            stem = Path(path).stem
-            cv2.imwrite(str(out / f"{stem}_overlay.png"), result.overlay)
-            record = {"image": str(path), **info, **result_to_json(result, labels)}
-            (out / f"{stem}.json").write_text(json.dumps(record, indent=2) + "\n")
+        if caveat:
+            print(f"note: {caveat}")
+        for n, (path, stem) in enumerate(zip(paths, output_stems(paths), strict=True), 1):
+            head = f"[{n}/{len(paths)}] {path}"
+            try:
+                result = pipeline(read_image(path), "bgr8", OutputSet(overlay=True))
+            except InputError as exc:
+                print(f"{head}: skipped: {exc}", file=sys.stderr)
+                failed.append(path)
+                continue
+            overlay, record_path = out / f"{stem}_overlay.png", out / f"{stem}.json"
+            overlay.parent.mkdir(parents=True, exist_ok=True)
+            cv2.imwrite(str(overlay), result.overlay)
+            record = {"image": path, **info, **result_to_json(result, labels)}
+            if caveat:
+                record["model_caveat"] = caveat
+            record_path.write_text(json.dumps(record, indent=2) + "\n")
             print(
-                f"[{n}/{len(args.images)}] {path}: {len(result.instances)} instances, "
-                f"{len(result.segments)} segments, {result.timings_ms.get('inference', 0.0):.1f} ms"
+                f"{head}: {len(result.instances)} instances, {len(result.segments)} segments, "
+                f"{result.timings_ms.get('inference', 0.0):.1f} ms -> {record_path}, {overlay}"
             )
+    if failed:
+        print(
+            f"compactinst infer: {len(failed)} of {len(paths)} images failed: "
+            + ", ".join(failed),
+            file=sys.stderr,
+        )
+        return 1
     return 0

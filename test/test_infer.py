@@ -8,7 +8,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from compactinst_ros.bundle import ModelBundle, default_bundle_path, model_caveat
 from compactinst_ros.cli import main
+from compactinst_ros.infer import output_stems
 
 
 def test_infer_writes_overlay_and_json(random_bundle: Path, tmp_path: Path, capsys) -> None:
@@ -53,12 +55,52 @@ def test_infer_writes_overlay_and_json(random_bundle: Path, tmp_path: Path, caps
     assert isinstance(record["segments"], list)
 
 
-def test_unreadable_image_fails_cleanly(random_bundle: Path, tmp_path: Path, capsys) -> None:
-    bad = tmp_path / "bad.png"
-    bad.write_bytes(b"not an image")
-    code = main(["infer", "--model", str(random_bundle), "--out", str(tmp_path), str(bad)])
-    assert code == 1
-    assert "cannot read image" in capsys.readouterr().err
+def test_a_batch_keeps_same_named_results_and_goes_past_a_bad_file(
+    random_bundle: Path, tmp_path: Path, capfd
+) -> None:
+    images = []
+    for folder, colour in (("a", (0, 0, 255)), ("b", (255, 0, 0))):
+        image = np.zeros((64, 96, 3), np.uint8)
+        cv2.circle(image, (40, 30), 20, colour, -1)
+        (tmp_path / folder).mkdir()
+        cv2.imwrite(str(tmp_path / folder / "000000.png"), image)
+        images.append(tmp_path / folder / "000000.png")
+    (tmp_path / "a" / "bad.png").write_bytes(b"not an image")
+    (tmp_path / "a" / "empty.jpg").write_bytes(b"")
+    batch = [images[0], tmp_path / "a" / "bad.png", tmp_path / "a" / "gone.png"]
+    batch += [tmp_path / "a" / "empty.jpg", images[1]]
+    out = tmp_path / "out"
+    code = main(["infer", "--model", str(random_bundle), "--out", str(out), *map(str, batch)])
+    printed = capfd.readouterr()
+    assert code == 1, printed
+    assert "[ WARN" not in printed.err  # OpenCV's own log stays out (fd 2 is captured)
+    assert "bad.png: skipped: cannot read image" in printed.err
+    assert "gone.png: skipped: cannot read image" in printed.err and "no such file" in printed.err
+    assert "3 of 5 images failed" in printed.err
+    first = json.loads((out / "a" / "000000.json").read_text())
+    second = json.loads((out / "b" / "000000.json").read_text())
+    assert (first["image"], second["image"]) == (str(images[0]), str(images[1]))
+    for written in ("a/000000.json", "a/000000_overlay.png", "b/000000.json"):
+        assert str(out / written) in printed.out  # every file written is printed
+
+
+def test_output_stems_never_collide() -> None:
+    stems = output_stems(["x/a/0.jpg", "x/b/0.jpg", "x/a/1.png", "x/a/1.jpg", "x/a/2.png"])
+    assert [s.as_posix() for s in stems] == ["a/0", "b/0", "a/1_png", "a/1_jpg", "a/2"]
+    assert [s.as_posix() for s in output_stems(["one/0.png"])] == ["0"]
+
+
+def test_the_demo_model_says_what_it_knows(tmp_path: Path, capsys) -> None:
+    model = default_bundle_path()
+    assert model is not None
+    caveat = model_caveat(ModelBundle.load(model, verify_hashes=False))
+    assert caveat and "synthetic field/road scenes only" in caveat
+    image = tmp_path / "photo.png"
+    cv2.imwrite(str(image), np.full((48, 64, 3), 128, np.uint8))
+    out = tmp_path / "out"
+    assert main(["infer", "--model", str(model), "--out", str(out), str(image)]) == 0
+    assert f"note: {caveat}" in capsys.readouterr().out
+    assert json.loads((out / "photo.json").read_text())["model_caveat"] == caveat
 
 
 def test_missing_bundle_fails_cleanly(tmp_path: Path, capsys) -> None:

@@ -570,14 +570,6 @@ class BagWriter(ClosedOnExit):
         self._writer.close()
 
 
-def default_output_bag(bag: str | Path) -> Path:
-    """``<bag>_compactinst`` next to the input bag folder."""
-    path = Path(bag)
-    if path.is_file():
-        path = path.parent if (path.parent / "metadata.yaml").is_file() else path.with_suffix("")
-    return path.with_name(path.name + "_compactinst")
-
-
 def open_output_bag(path: Path) -> BagWriter:
     """A fresh output bag at ``path``; an earlier replay's output bag there is replaced."""
     if path.exists():

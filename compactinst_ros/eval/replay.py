@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
+from ..bundle import ModelBundle, model_caveat
 from ..errors import ConfigError
 from ..progress import Progress
 from ..resources import default_model
 from ..ros.camera_info import StampMatcher
 from ..structures import STAGES, OutputSet, PostprocessOptions
 from . import bags
-from .bags import BagFrame, BagWriter, ImageBag, bag_hash, default_output_bag, open_output_bag
+from .bags import BagFrame, BagWriter, ImageBag, bag_hash, open_output_bag
 from .groundtruth import MATCH_MODES, GroundTruth
 from .realtime import CAMERA_INFO_TOLERANCE_NS, run_realtime
 from .report import host_info, latency_stats, now_iso, summary_text, write_report
@@ -72,6 +73,25 @@ class ReplayOptions:
             raise ConfigError(f"--rate {self.rate} must be positive (1.0 = recorded rate)")
         if self.warmup < 0 or self.overlays < 0:
             raise ConfigError("--warmup and --overlays must be >= 0")
+        if self.mode == "realtime" and (self.gt_instances or self.gt_panoptic):
+            raise ConfigError(
+                "--mode realtime times the node and computes no accuracy; use --mode both "
+                "(accuracy from lockstep, latency from both) or drop --gt-instances/--gt-panoptic"
+            )
+
+    def ignored_options(self) -> list[str]:
+        """One warning per option set to a value that has no effect in this mode."""
+        default = {f.name: f.default for f in fields(self)}
+        notes = []
+        if self.mode == "lockstep" and self.rate != default["rate"]:
+            notes.append("--rate has no effect in --mode lockstep (it paces realtime playback)")
+        if self.mode == "realtime" and self.overlays != default["overlays"]:
+            notes.append("--overlays has no effect in --mode realtime (lockstep writes them)")
+        if self.gt_instances is None and self.gt_panoptic is None and self.match != "auto":
+            notes.append("--match has no effect without --gt-instances or --gt-panoptic")
+        if self.gt_panoptic is None and self.gt_panoptic_dir is not None:
+            notes.append("--gt-panoptic-dir has no effect without --gt-panoptic")
+        return notes
 
     def load_ground_truth(self) -> GroundTruth | None:
         """The ground truth files loaded, or None when neither GT file is given."""
@@ -79,6 +99,9 @@ class ReplayOptions:
             return None
         return GroundTruth(self.gt_instances, self.gt_panoptic, self.gt_panoptic_dir)
 
+
+#: the output bag's folder under --out when --output-bag names no path
+DEFAULT_OUTPUT_BAG = "output_bag"
 
 #: JPEG quality of the overlay in output bags (the node's overlay_jpeg_quality default)
 OVERLAY_JPEG_QUALITY = 80
@@ -155,6 +178,7 @@ def run_lockstep(
     labels = getattr(getattr(pipeline, "bundle", None), "labels", None)
     samples: dict[str, list[float]] = defaultdict(list)
     bar = Progress(total, "lockstep", progress)
+    overlay_files: list[str] = []
     processed = evaluated = read = 0
     start = time.perf_counter()
     try:
@@ -180,7 +204,7 @@ def run_lockstep(
                 write_outputs(writer, frame, result, info)
             if frame.index in show and labels is not None and overlay_dir is not None:
                 name = overlay_dir / f"{frame.index:06d}.png"
-                save_overlay(image, encoding, result, labels, name)
+                overlay_files.append(str(save_overlay(image, encoding, result, labels, name)))
             bar.update(processed, f"{result.timings_ms['inference']:.0f} ms/frame")
     finally:
         bar.close()
@@ -205,6 +229,7 @@ def run_lockstep(
             "output_fps": round(processed / wall, 2) if wall > 0 else None,
         },
         "samples": {k: [round(v, 4) for v in vals] for k, vals in samples.items()},
+        "overlays": overlay_files,
         "notes": notes,
     }
 
@@ -270,7 +295,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         const="",
         default=None,
         metavar="PATH",
-        help="write the outputs to a bag (default PATH: <bag>_compactinst next to the input)",
+        help=f"write the outputs to an mcap bag (default: none; PATH defaults to "
+        f"OUT/{DEFAULT_OUTPUT_BAG})",
     )
     parser.add_argument(
         "--score-threshold",
@@ -293,7 +319,7 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
         raise ConfigError("no default model is installed; pass --model BUNDLE")
     output_bag = None
     if args.output_bag is not None:
-        output_bag = Path(args.output_bag) if args.output_bag else default_output_bag(args.bag)
+        output_bag = Path(args.output_bag) if args.output_bag else args.out / DEFAULT_OUTPUT_BAG
     flags = vars(args)
     same = {f.name: flags[f.name] for f in fields(ReplayOptions) if f.name in flags}
     return ReplayOptions(
@@ -348,6 +374,11 @@ def replay(options: ReplayOptions) -> dict:
                 max_frames=options.max_frames,
                 warmup=options.warmup,
                 progress=options.progress,
+                node_params=(
+                    None
+                    if options.score_threshold is None
+                    else {"score_threshold": options.score_threshold}
+                ),
             )
             report.setdefault("model", model)
             if bag.damage:
@@ -355,6 +386,9 @@ def replay(options: ReplayOptions) -> dict:
             modes["realtime"] = block
         if bag.damage:
             report["bag"]["damage"] = bag.damage
+    caveat = model_caveat(ModelBundle.load(options.model, verify_hashes=False))
+    if caveat:
+        report["model"]["caveat"] = caveat
     report["host"] = host_info()
     report["modes"] = modes
     if options.output_bag is not None:
@@ -370,9 +404,19 @@ def replay(options: ReplayOptions) -> dict:
 def run(args: argparse.Namespace) -> int:
     """CLI entry: replay, write the report, print the summary."""
     options = options_from_args(args)
+    for note in options.ignored_options():
+        print(f"compactinst replay: warning: {note}", file=sys.stderr)
+    if options.output_bag is not None and options.output_bag.exists():
+        print(f"replacing the earlier output bag {options.output_bag}", file=sys.stderr)
     report = replay(options)
     print(summary_text(report))
     if report["bag"].get("damage"):
         print(f"warning: {report['bag']['damage']}")
-    print(f"report: {options.out / 'report.md'}")
+    print(f"report: {options.out / 'report.md'}, {options.out / 'report.json'}")
+    for overlay in report["modes"].get("lockstep", {}).get("overlays", []):
+        print(f"overlay: {overlay}")
+    for plot in report.get("plots", []):
+        print(f"plot: {options.out / plot}")
+    if options.output_bag is not None:
+        print(f"output bag: {options.output_bag}")
     return 0

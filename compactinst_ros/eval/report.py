@@ -141,6 +141,7 @@ def markdown(report: dict) -> str:
         f"* model `{model.get('model')}` (fingerprint `{model.get('model_fingerprint')}`), "
         f"backend `{model.get('backend')}`, device `{model.get('device', 'cpu')}`, "
         f"input {model.get('input_size')}",
+        *([f"* note: {model['caveat']}"] if model.get("caveat") else []),
         f"* host {report['host'].get('hostname')} ({report['host'].get('cpu_count')} CPUs), "
         f"git `{report['host'].get('git')}`",
         "",
@@ -189,6 +190,7 @@ def summary_text(report: dict) -> str:
         f"bag {bag['path']} [{bag['hash']}] topic {bag['topic']}: {bag['frames']} frames",
         f"model {model.get('model')} [{model.get('model_fingerprint')}] on "
         f"{model.get('backend')} ({model.get('device', 'cpu')})",
+        *([f"note: {model['caveat']}"] if model.get("caveat") else []),
     ]
     for mode, block in report["modes"].items():
         lines.append(f"--- {mode} ---")

@@ -20,12 +20,18 @@ import sys
 import time
 from pathlib import Path
 
+from ..bundle import INTENDED_USE
 from ..labels import SYNTHETIC_LABELS
 from .evaluate import evaluate_bundle
 from .loop import TrainOptions, train
 from .synthetic import generate
 
 BUNDLE_SIZE = (256, 384)
+#: what the default model is for, recorded in its bundle.json and shown wherever it is used
+DEMO_INTENDED_USE = (
+    "demo model, trained on synthetic field/road scenes only; not a detector for real images "
+    "(models/README.md)"
+)
 #: stage 1 at 128x192: each cycle lr 2e-4, then x0.1 at 89 % and x0.01 at 96 % of its end step
 CYCLES = (4000, 7000, 9500, 12000)
 RECIPE = {
@@ -109,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     train_s = time.perf_counter() - start
     model, labels, source = build_for_export("compactinst_demo", SYNTHETIC_LABELS, checkpoint, 0)
     torch.set_num_threads(2)
+    source[INTENDED_USE] = DEMO_INTENDED_USE
     export_bundle(model, "compactinst_demo", size, labels, args.out, source)
     metrics = evaluate_bundle(args.out, work / "data_val", limit=args.eval_images)
     size_mb = sum(f.stat().st_size for f in Path(args.out).iterdir()) / 1e6

@@ -13,10 +13,13 @@ from compactinst_ros.errors import ConfigError
 from compactinst_ros.eval.bags import ImageBag, typestore
 from compactinst_ros.eval.groundtruth import GroundTruth
 from compactinst_ros.eval.replay import add_arguments, options_from_args, run_lockstep
+from compactinst_ros.eval.report import summary_text
 
 
 @pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
-def test_lockstep_replay_writes_report(scenes, gt_files, random_bundle, tmp_path, storage) -> None:
+def test_lockstep_replay_writes_report(
+    scenes, gt_files, random_bundle, tmp_path, storage, capsys
+) -> None:
     bag = scene_bag(scenes, tmp_path / "bag", storage)
     inst, pan, pan_dir = gt_files
     out = tmp_path / "out"
@@ -43,7 +46,13 @@ def test_lockstep_replay_writes_report(scenes, gt_files, random_bundle, tmp_path
         "2",
     ]
     assert main(args) == 0
+    printed = capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
+    assert report["output_bag"] == str(out / "output_bag")  # under --out, not next to the bag
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bag", "gt", "out"]
+    written = [out / "report.md", out / "report.json", out / "output_bag"]
+    written += [out / p for p in report["plots"]] + list((out / "overlays").glob("*.png"))
+    assert all(str(path) in printed for path in written), printed
     block = report["modes"]["lockstep"]
     assert block["frames"] == {"total": 4, "processed": 4, "dropped": 0}
     assert block["accuracy"]["frames_evaluated"] == 4
@@ -123,3 +132,36 @@ def test_bag_errors_through_the_cli(tmp_path, random_bundle, capsys) -> None:
     add_arguments(parser)
     with pytest.raises(ConfigError, match=r"--rate 0\.0 must be positive"):
         options_from_args(parser.parse_args([str(tmp_path), "--rate", "0"]))
+
+
+def _options(tmp_path, *flags: str):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return options_from_args(parser.parse_args([str(tmp_path), *flags]))
+
+
+def test_realtime_with_ground_truth_is_refused(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"--mode realtime .* no accuracy; use --mode both"):
+        _options(tmp_path, "--mode", "realtime", "--gt-instances", "gt.json")
+    assert _options(tmp_path, "--mode", "both", "--gt-instances", "gt.json").mode == "both"
+
+
+def test_options_without_effect_in_the_mode_are_warned(tmp_path) -> None:
+    notes = _options(tmp_path, "--rate", "2", "--match", "index").ignored_options()
+    assert notes == [
+        "--rate has no effect in --mode lockstep (it paces realtime playback)",
+        "--match has no effect without --gt-instances or --gt-panoptic",
+    ]
+    assert _options(tmp_path, "--mode", "realtime", "--overlays", "5").ignored_options() == [
+        "--overlays has no effect in --mode realtime (lockstep writes them)"
+    ]
+    assert _options(tmp_path, "--mode", "both", "--rate", "2").ignored_options() == []
+
+
+def test_report_header_carries_the_model_caveat() -> None:
+    report = {
+        "bag": {"path": "b", "hash": "h", "topic": "/t", "frames": 0, "msgtype": "m"},
+        "model": {"model": "compactinst_demo", "caveat": "model compactinst_demo: demo model"},
+        "modes": {},
+    }
+    assert summary_text(report).splitlines()[2] == "note: model compactinst_demo: demo model"
