@@ -14,6 +14,7 @@ import datetime
 import json
 import platform
 import statistics
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,7 +152,6 @@ def run_sweep(opts: BenchOptions, progress: Callable[[str], None] = print) -> di
 
     torch.set_num_threads(opts.threads)
     baseline = opts.configs[0]
-    opts.workdir.mkdir(parents=True, exist_ok=True)
     record: dict = {
         "protocol": {
             "batch": 1,
@@ -183,9 +183,8 @@ def run_sweep(opts: BenchOptions, progress: Callable[[str], None] = print) -> di
                 record["results"] += _sweep_backend(backend, opts, record["backends"], progress)
             except BackendError as exc:
                 reason = str(exc)
-        if reason is not None:
+        if reason is not None:  # reported once, with the tables (or alone when nothing ran)
             record["unavailable"][backend] = reason
-            progress(f"[{backend}] not available: {reason}")
     return record
 
 
@@ -372,6 +371,11 @@ def run(args: argparse.Namespace) -> int:
         print(msg, flush=True)
 
     record = run_sweep(opts, progress)
+    if not record["results"]:
+        for backend, reason in record["unavailable"].items():
+            print(f"compactinst bench: {backend} is not available: {reason}", file=sys.stderr)
+        print("compactinst bench: nothing could be timed; nothing written", file=sys.stderr)
+        return 1
     paths = write_outputs(record, args.out)
     print()
     print(format_tables(record))

@@ -110,6 +110,34 @@ def lr_factor(step: int, total: int, warmup: int) -> float:
     return warm * decay
 
 
+def capped_warmup(steps: int, warmup: int) -> int:
+    """The warm-up a run of ``steps`` gets: at most a tenth of it, so a short run leaves it."""
+    return max(0, min(warmup, steps // 10))
+
+
+#: the CPU recipe of models/README.md: 0.48 -> 5.9 it/s for compactinst_demo on 2 cores
+CPU_RECIPE = {"batch_size": 4, "num_points": 1024, "guided": False}
+
+
+def cpu_speed_hint(opts: TrainOptions) -> str | None:
+    """The flags that would make a CPU run of ``opts`` about 12x faster; None where it uses them."""
+    flags = []
+    if opts.batch_size > CPU_RECIPE["batch_size"]:
+        flags.append(f"--batch-size {CPU_RECIPE['batch_size']}")
+    if opts.num_points > CPU_RECIPE["num_points"]:
+        flags.append(f"--num-points {CPU_RECIPE['num_points']}")
+    if opts.guided:
+        flags.append("--no-guided")
+    if not opts.cpu_bf16:
+        flags.append("--bf16 (CPUs with AVX512-BF16)")
+    if not flags:
+        return None
+    return (
+        f"training on the CPU: {' '.join(flags)} run about 12x faster (0.48 -> 5.9 it/s for "
+        "compactinst_demo on 2 cores, models/README.md's recipe)"
+    )
+
+
 def resolve_labels(spec: str, dataset_labels: LabelSet | None = None) -> LabelSet:
     """``synthetic``, ``data`` (the data set's categories) or a bundle-style labels JSON file."""
     if spec == "synthetic":
@@ -500,6 +528,15 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
     """TrainOptions from parsed CLI arguments."""
     if args.steps < 1 or args.batch_size < 1:
         raise ConfigError("--steps and --batch-size must be >= 1")
+    if args.warmup < 0:
+        raise ConfigError(f"--warmup {args.warmup} must be >= 0")
+    warmup = capped_warmup(args.steps, args.warmup)
+    if warmup != args.warmup:
+        print(
+            f"compactinst train: warning: --warmup {args.warmup} would last past a tenth of "
+            f"--steps {args.steps}; warming up for {warmup} steps",
+            file=sys.stderr,
+        )
     return TrainOptions(
         config=args.config,
         data=args.data,
@@ -509,7 +546,7 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
         lr=args.lr,
         weight_decay=args.weight_decay,
         backbone_lr_mult=args.backbone_lr_mult,
-        warmup=args.warmup,
+        warmup=warmup,
         crop=parse_size(args.crop),
         scale=_scale_range(args.scale),
         num_points=args.num_points,
@@ -533,8 +570,12 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train and print where the checkpoint went."""
-    path = train(options_from_args(args))
+    """Train and print where the checkpoint went (and how to go faster on a CPU)."""
+    opts = options_from_args(args)
+    hint = cpu_speed_hint(opts) if _device(opts.device).type == "cpu" else None
+    if hint:
+        print(f"compactinst train: note: {hint}", file=sys.stderr)
+    path = train(opts)
     print(f"checkpoint: {path}")
     return 0
 

@@ -137,3 +137,15 @@ def test_gpu_script_cpu_parts(capsys: pytest.CaptureFixture) -> None:
         assert gpu_bench.main([]) == 2  # refuses to "measure" a GPU on the CPU
         gpu_bench.ncu_target("compactinst_r18", (256, 320), "cpu")
         assert "profiled one compactinst_r18" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="TensorRT is here")
+def test_an_unavailable_backend_alone_says_so_once_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "bench"
+    assert main(["bench", "--backends", "tensorrt", "--out", str(out)]) == 1
+    printed = capsys.readouterr()
+    assert (printed.out + printed.err).count("tensorrt is not available") == 1
+    assert "nothing written" in printed.err
+    assert not out.exists()

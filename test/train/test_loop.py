@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
+
 import torch
 
 from compactinst_ros.model import build_model
 from compactinst_ros.model.checkpoint import load_checkpoint
 from compactinst_ros.train.criterion import SetCriterion
 from compactinst_ros.train.dataset import collate, open_dataset
-from compactinst_ros.train.loop import TrainOptions, param_groups, train
+from compactinst_ros.train.loop import (
+    TrainOptions,
+    add_arguments,
+    cpu_speed_hint,
+    lr_factor,
+    options_from_args,
+    param_groups,
+    train,
+)
 from compactinst_ros.train.matcher import HungarianMatcher
 from compactinst_ros.train.synthetic import generate
 
@@ -73,3 +83,30 @@ def test_bad_crop_and_scale_name_the_form(tmp_path, capsys):
     assert "HxW" in capsys.readouterr().err
     assert main([*base, "--scale", "0.75x1.25"]) == 1
     assert "LOW,HIGH" in capsys.readouterr().err
+
+
+def _options(tmp_path, *flags: str) -> TrainOptions:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    base = ["compactinst_demo", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
+    return options_from_args(parser.parse_args([*base, *flags]))
+
+
+def test_a_short_run_leaves_its_warm_up(tmp_path, capsys):
+    opts = _options(tmp_path, "--steps", "20")  # the default --warmup 100
+    assert opts.warmup == 2
+    assert "--warmup 100 would last past a tenth of --steps 20" in capsys.readouterr().err
+    lrs = [lr_factor(step, opts.steps, opts.warmup) for step in range(opts.steps)]
+    assert lrs[1] == 1.0 and lrs[-1] == 0.01  # full rate after the warm-up, then the decays
+    assert _options(tmp_path, "--steps", "5000", "--warmup", "100").warmup == 100
+    assert capsys.readouterr().err == ""
+    assert _options(tmp_path, "--steps", "5").warmup == 0
+
+
+def test_a_cpu_run_is_told_the_fast_flags(tmp_path):
+    hint = cpu_speed_hint(_options(tmp_path))
+    assert hint is not None
+    for flag in ("--batch-size 4", "--num-points 1024", "--no-guided", "--bf16"):
+        assert flag in hint
+    fast = ["--batch-size", "4", "--num-points", "1024", "--no-guided", "--bf16"]
+    assert cpu_speed_hint(_options(tmp_path, *fast)) is None
