@@ -104,22 +104,57 @@ def _check_frame(image: np.ndarray, result: FrameResult) -> None:
         )
 
 
+def _apart(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    """Whether two caption boxes (x0, bottom y0, width, height; pixels inclusive) share no pixel."""
+    (ax, ay, aw, ah), (bx, by, bw, bh) = a, b
+    return ax > bx + bw or bx > ax + aw or ay - ah > by or by - bh > ay
+
+
+def place_captions(
+    anchors: list[tuple[float, float]], sizes: list[tuple[int, int]], height: int, width: int
+) -> list[tuple[int, int]]:
+    """Bottom-left corner of each caption box (``sizes``: width, height): inside the image, at
+    its box's top-left corner where free, else the nearest free row above or below; captions
+    come in priority (score) order and the later one moves. A box that finds no free row keeps
+    its anchor (overlapping beats vanishing)."""
+    placed: list[tuple[int, int, int, int]] = []
+    for (x, y), (tw, h) in zip(anchors, sizes, strict=True):
+        x0 = int(min(max(x, 0), max(width - 1 - tw, 0)))
+        top = int(min(max(y, h), height - 1))
+        steps = (k * (h + 1) for n in range(1, 2 * len(anchors) + 1) for k in (-n, n))
+        rows = [top, *(r for r in (top + d for d in steps) if h <= r <= height - 1)]
+        y0 = next((r for r in rows if all(_apart((x0, r, tw, h), p) for p in placed)), top)
+        placed.append((x0, y0, tw, h))
+    return [(x0, y0) for x0, y0, _, _ in placed]
+
+
 def draw_captions(
     canvas: np.ndarray, result: FrameResult, labels: LabelSet, bgr: bool = True
 ) -> np.ndarray:
-    """Draw the instances' class/score captions onto ``canvas`` in place and return it.
+    """Draw the instances' class/score captions onto ``canvas`` in place and return it: each
+    inside the image (a caption wider than the image is drawn smaller) and none on another.
 
     Shared by ``draw_overlay`` and ``overlay_bgr`` (a device-rendered blend has no text).
     """
     _check_frame(canvas, result)
-    scale = max(0.4, min(canvas.shape[:2]) / 800.0)
-    thickness = max(1, round(scale * 1.5))
-    for x, y, caption, colour in _caption_items(result, labels):
+    height, width = canvas.shape[:2]
+    base_scale = max(0.4, min(height, width) / 800.0)
+    thickness = max(1, round(base_scale * 1.5))
+    items, fonts, sizes = _caption_items(result, labels), [], []
+    for _, _, caption, _ in items:
+        scale = base_scale
         (tw, th), base = cv2.getTextSize(caption, _FONT, scale, thickness)
-        x0 = int(min(max(x, 0), max(canvas.shape[1] - tw, 0)))
-        y0 = int(min(max(y, th + base), canvas.shape[0] - 1))
+        if tw > width:
+            scale *= width / tw
+            (tw, th), base = cv2.getTextSize(caption, _FONT, scale, thickness)
+        fonts.append((scale, base))
+        sizes.append((tw, th + base))
+    corners = place_captions([(x, y) for x, y, _, _ in items], sizes, height, width)
+    for (_, _, caption, colour), (scale, base), (tw, h), (x0, y0) in zip(
+        items, fonts, sizes, corners, strict=True
+    ):
         fill = tuple(int(c) for c in (colour[::-1] if bgr else colour))
-        cv2.rectangle(canvas, (x0, y0 - th - base), (x0 + tw, y0), fill, cv2.FILLED)
+        cv2.rectangle(canvas, (x0, y0 - h), (x0 + tw, y0), fill, cv2.FILLED)
         cv2.putText(
             canvas, caption, (x0, y0 - base), _FONT, scale, TEXT_COLOUR, thickness, cv2.LINE_AA
         )

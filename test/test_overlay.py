@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from compactinst_ros.labels import SYNTHETIC_LABELS
-from compactinst_ros.overlay import draw_overlay
-from compactinst_ros.palette import palette
+from compactinst_ros.overlay import _apart, draw_overlay, place_captions
+from compactinst_ros.palette import palette, palette_colours
 from compactinst_ros.structures import FrameMeta, FrameResult, Instances, Segments
 
 H, W = 120, 200
@@ -75,6 +75,31 @@ def test_captions_are_drawn_at_boxes() -> None:
     plain = draw_overlay(image, result, SYNTHETIC_LABELS, alpha=0.0)
     # alpha 0 leaves only outlines and captions; the caption box sits above instance 1's box
     assert plain[:10, 10:40].any()
+
+
+def test_captions_stay_inside_and_apart() -> None:
+    # three boxes at one corner, one at the bottom-right edge, one caption wider than the image
+    anchors = [(5.0, 5.0), (6.0, 4.0), (5.0, 8.0), (195.0, 119.0), (0.0, 60.0)]
+    sizes = [(60, 14), (60, 14), (60, 14), (60, 14), (199, 14)]
+    corners = place_captions(anchors, sizes, H, W)
+    boxes = [(x, y, w, h) for (x, y), (w, h) in zip(corners, sizes, strict=True)]
+    for x, y, w, h in boxes:
+        assert x >= 0 and x + w <= W - 1 and y - h >= 0 and y <= H - 1
+    for i, a in enumerate(boxes):
+        assert all(_apart(a, b) for b in boxes[i + 1 :]), boxes
+    assert corners[0] == (5, 14)  # the first (highest score) stays at its box
+    assert not _apart((0, 14, 10, 14), (5, 20, 10, 14))  # the check can fail
+
+
+def test_drawn_captions_of_crowded_instances_do_not_cover_each_other() -> None:
+    result = _result()
+    result.instances.box[1] = result.instances.box[0]  # both captions anchored at one corner
+    out = draw_overlay(np.zeros((H, W, 3), np.uint8), result, SYNTHETIC_LABELS, 0.0, bgr=False)
+    first, second = palette_colours(result.instances.ids)
+    # above row 10 no outline is drawn, and instance 2's own outline starts at row 70: these
+    # pixels are caption fills, each caption's mostly uncovered
+    assert (out[:10] == first).all(axis=-1).sum() > 200
+    assert (out[:60] == second).all(axis=-1).sum() > 200
 
 
 def test_panoptic_used_when_no_instances() -> None:
