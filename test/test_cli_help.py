@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,17 @@ def test_the_check_fails_on_a_hidden_default() -> None:
 def test_info_help_names_gmacs() -> None:
     assert "GMACs" in build_parser().format_help()
     assert "GFLOPs" not in build_parser().format_help()
+
+
+REPO = Path(__file__).resolve().parents[1]
+#: folders the docs' commands write into on purpose (the default model is exported into models/)
+TRACKED_OUTPUTS = {"models"}
+
+
+def test_the_docs_examples_write_into_ignored_folders() -> None:
+    ignored = {line.strip().rstrip("/") for line in (REPO / ".gitignore").read_text().splitlines()}
+    pattern = re.compile(r"--(?:out|data|init|checkpoint|log-file) ([a-z_][\w.-]*)/")
+    pages = [REPO / "README.md", REPO / "models" / "README.md", *sorted(REPO.glob("docs/*.md"))]
+    used = {m.group(1) for page in pages for m in pattern.finditer(page.read_text())}
+    assert {"data", "runs", "out"} <= used  # the pattern finds the docs' folders
+    assert used - TRACKED_OUTPUTS <= ignored, f"not in .gitignore: {used - TRACKED_OUTPUTS - ignored}"
