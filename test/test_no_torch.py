@@ -5,6 +5,7 @@ import sys
 
 RUNTIME_MODULES = [
     "compactinst_ros.pipeline",
+    "compactinst_ros.progress",
     "compactinst_ros.backends.ort",
     "compactinst_ros.postprocess",
     "compactinst_ros.ros.node",

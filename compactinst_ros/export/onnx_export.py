@@ -254,7 +254,8 @@ def export_bundle(
         },
     )
     bundle.save()
-    progress(f"[4/4] wrote {out / METADATA_FILE} ({time.perf_counter() - start:.1f} s)")
+    elapsed = time.perf_counter() - start
+    progress(f"[4/4] wrote {encoder_path}, {decoder_path}, {out / METADATA_FILE} ({elapsed:.1f} s)")
     return ModelBundle.load(out, verify_hashes=True)
 
 

@@ -572,11 +572,18 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
 def run(args: argparse.Namespace) -> int:
     """Train and print where the checkpoint went (and how to go faster on a CPU)."""
     opts = options_from_args(args)
+    last = Path(opts.out) / "last.pt"
+    if last.is_file() and not opts.resume:
+        raise ConfigError(
+            f"{last} exists: pass --resume to continue that run, or another --out for a new one"
+        )
     hint = cpu_speed_hint(opts) if _device(opts.device).type == "cpu" else None
     if hint:
         print(f"compactinst train: note: {hint}", file=sys.stderr)
     path = train(opts)
     print(f"checkpoint: {path}")
+    if path != last and last.is_file():
+        print(f"checkpoint: {last} (to resume from)")
     return 0
 
 

@@ -533,9 +533,16 @@ def run(args: argparse.Namespace) -> int:
     if args.num < 1:
         raise ConfigError(f"--num {args.num}: need at least one image")
     h, w = parse_size(args.size)
-    summary = generate(args.out, args.num, args.seed, h, w, sequence=args.sequence)
+    out = Path(args.out)
+    earlier = [out / name for name in ("instances.json", "panoptic.json") if (out / name).exists()]
+    if earlier:
+        raise ConfigError(
+            f"{earlier[0]} exists: {out} holds a data set already; remove it or pick another --out"
+        )
+    summary = generate(out, args.num, args.seed, h, w, sequence=args.sequence)
     print(
-        f"wrote {summary['images']} images, {summary['instances']} instances to {args.out} "
+        f"wrote {summary['images']} images ({out / 'images'}, {out / 'panoptic'}), "
+        f"{summary['instances']} instances, {out / 'instances.json'}, {out / 'panoptic.json'} "
         f"in {summary['seconds']} s"
     )
     return 0

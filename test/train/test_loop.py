@@ -110,3 +110,14 @@ def test_a_cpu_run_is_told_the_fast_flags(tmp_path):
         assert flag in hint
     fast = ["--batch-size", "4", "--num-points", "1024", "--no-guided", "--bf16"]
     assert cpu_speed_hint(_options(tmp_path, *fast)) is None
+
+
+def test_a_new_run_does_not_overwrite_an_earlier_one(tmp_path, capsys):
+    from compactinst_ros.cli import main
+
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "last.pt").write_bytes(b"an earlier run")
+    base = ["train", "compactinst_demo", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
+    assert main(base) == 1
+    assert "last.pt exists: pass --resume" in capsys.readouterr().err
+    assert (tmp_path / "o" / "last.pt").read_bytes() == b"an earlier run"
