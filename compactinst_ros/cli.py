@@ -31,6 +31,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def warn(command: str, message: str) -> None:
+    """One warning line of sub-command ``command`` on stderr, e.g. for an option without effect."""
+    print(f"compactinst {command}: warning: {message}", file=sys.stderr)
+
+
 def shows_default(action: argparse.Action) -> bool:
     """Whether ``--help`` must show ``action``'s default: every option and optional positional
     except required ones and flags (store_true/false, count, help, version take no value)."""

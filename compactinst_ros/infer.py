@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     be read is reported and skipped; the exit status is 1 when any image failed."""
     from .backends import BackendOptions
     from .bundle import model_caveat
+    from .cli import warn
     from .pipeline import Pipeline
 
     out = Path(args.out)
@@ -118,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         info = pipeline.describe()
         caveat = model_caveat(pipeline.bundle)
         print(f"model {info['model']} ({info['input_size']}) on {pipeline.backend_name}")
+        if args.threads and pipeline.backend_name != "onnxruntime":
+            warn("infer", f"--threads has no effect on {pipeline.backend_name} (ONNX Runtime only)")
         if caveat:
             print(f"note: {caveat}")
         for n, (path, stem) in enumerate(zip(paths, output_stems(paths), strict=True), 1):
@@ -141,8 +144,7 @@ def run(args: argparse.Namespace) -> int:
             )
     if failed:
         print(
-            f"compactinst infer: {len(failed)} of {len(paths)} images failed: "
-            + ", ".join(failed),
+            f"compactinst infer: {len(failed)} of {len(paths)} images failed: " + ", ".join(failed),
             file=sys.stderr,
         )
         return 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compactinst_ros.cli import COMMANDS, build_parser, iter_parsers, shows_default
+from compactinst_ros.cli import COMMANDS, build_parser, iter_parsers, main, shows_default
 
 
 def _default_texts(default: object) -> set[str]:
@@ -74,4 +74,13 @@ def test_the_docs_examples_write_into_ignored_folders() -> None:
     pages = [REPO / "README.md", REPO / "models" / "README.md", *sorted(REPO.glob("docs/*.md"))]
     used = {m.group(1) for page in pages for m in pattern.finditer(page.read_text())}
     assert {"data", "runs", "out"} <= used  # the pattern finds the docs' folders
-    assert used - TRACKED_OUTPUTS <= ignored, f"not in .gitignore: {used - TRACKED_OUTPUTS - ignored}"
+    assert used - TRACKED_OUTPUTS <= ignored, (
+        f"not in .gitignore: {used - TRACKED_OUTPUTS - ignored}"
+    )
+
+
+def test_an_option_without_effect_is_warned(tmp_path: Path, capsys) -> None:
+    assert main(["fp16-check", str(tmp_path / "none"), "--eval-limit", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "fp16-check: warning: --eval-limit has no effect without --eval DATA" in err
+    assert "does not exist" in err  # the warning comes first; the bundle error still stops it

@@ -1,4 +1,4 @@
-"""The shared progress line: redrawn only on a terminal, a rate that is never a first-frame spike."""
+"""The shared progress line: redrawn only on a terminal, no first-frame spike in its rate."""
 
 from __future__ import annotations
 

@@ -350,6 +350,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep, print the side-by-side tables, write JSON and figures."""
+    from ..cli import warn
+
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     scopes = ("decoder",) if args.decoder_only else ("model",) if args.model_only else SCOPES
@@ -370,6 +372,8 @@ def run(args: argparse.Namespace) -> int:
     def progress(msg: str) -> None:
         print(msg, flush=True)
 
+    if args.engine_cache is not None and "tensorrt" not in backends:
+        warn("bench", "--engine-cache has no effect without --backends tensorrt")
     record = run_sweep(opts, progress)
     if not record["results"]:
         for backend, reason in record["unavailable"].items():

@@ -377,7 +377,7 @@ def replay(options: ReplayOptions) -> dict:
                 node_params=(
                     None
                     if options.score_threshold is None
-                    else {"score_threshold": options.score_threshold}
+                    else {"score_threshold": repr(float(options.score_threshold))}
                 ),
             )
             report.setdefault("model", model)
@@ -404,8 +404,10 @@ def replay(options: ReplayOptions) -> dict:
 def run(args: argparse.Namespace) -> int:
     """CLI entry: replay, write the report, print the summary."""
     options = options_from_args(args)
+    from ..cli import warn
+
     for note in options.ignored_options():
-        print(f"compactinst replay: warning: {note}", file=sys.stderr)
+        warn("replay", note)
     if options.output_bag is not None and options.output_bag.exists():
         print(f"replacing the earlier output bag {options.output_bag}", file=sys.stderr)
     report = replay(options)

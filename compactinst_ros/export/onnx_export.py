@@ -316,11 +316,14 @@ def run(args: argparse.Namespace) -> int:
     """Export one bundle; with --check, fail (exit 1) unless parity holds."""
     import torch
 
+    from ..cli import warn
     from .parity import check_parity
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     size = parse_size(args.size)
     labels = resolve_labels(args.labels)
+    if args.checkpoint and args.seed != 0:
+        warn("export", "--seed has no effect with --checkpoint (it seeds the random init)")
     model, labels, source = build_for_export(args.config, labels, args.checkpoint, args.seed)
     bundle = export_bundle(model, args.config, size, labels, args.out, source)
     if not args.check:

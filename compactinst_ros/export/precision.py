@@ -606,8 +606,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the range table (and AP/PQ); exit 1 when inf/NaN remain in FP16 with the pins."""
+    from ..cli import warn
+
     if args.frames < 0:
         raise ConfigError(f"--frames {args.frames}: need 0 or more scenes")
+    if args.eval_limit is not None and args.eval is None:
+        warn("fp16-check", "--eval-limit has no effect without --eval DATA")
     bundle = ModelBundle.load(args.bundle)
     frames = calibration_frames(bundle, args.frames, args.seed)
     start = time.perf_counter()

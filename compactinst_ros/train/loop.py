@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..cli import warn
 from ..errors import ConfigError
 from ..labels import SYNTHETIC_LABELS, LabelSet
 from ..model.checkpoint import (
@@ -532,10 +533,10 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
         raise ConfigError(f"--warmup {args.warmup} must be >= 0")
     warmup = capped_warmup(args.steps, args.warmup)
     if warmup != args.warmup:
-        print(
-            f"compactinst train: warning: --warmup {args.warmup} would last past a tenth of "
-            f"--steps {args.steps}; warming up for {warmup} steps",
-            file=sys.stderr,
+        warn(
+            "train",
+            f"--warmup {args.warmup} would last past a tenth of --steps {args.steps}; "
+            f"warming up for {warmup} steps",
         )
     return TrainOptions(
         config=args.config,
@@ -577,9 +578,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{last} exists: pass --resume to continue that run, or another --out for a new one"
         )
-    hint = cpu_speed_hint(opts) if _device(opts.device).type == "cpu" else None
+    device = _device(opts.device).type
+    hint = cpu_speed_hint(opts) if device == "cpu" else None
     if hint:
         print(f"compactinst train: note: {hint}", file=sys.stderr)
+    if device == "cpu" and not opts.amp:
+        warn("train", "--no-amp has no effect on the CPU (fp32 unless --bf16)")
+    if device != "cpu" and opts.cpu_bf16:
+        warn("train", f"--bf16 has no effect on {device} (mixed precision there: see --no-amp)")
     path = train(opts)
     print(f"checkpoint: {path}")
     if path != last and last.is_file():
