@@ -40,18 +40,19 @@ class Progress:
         self._last_draw: float | None = None
         self._drawn = False
 
-    def rate(self) -> float | None:
-        """Items per second over the last ``window_s``; None until the updates span ``min_s``."""
+    def rate(self, final: bool = False) -> float | None:
+        """Items per second over the last ``window_s``; None until the updates span ``min_s``
+        (the ``final`` rate of a job shorter than that spans all of it)."""
         if len(self._samples) < 2:
             return None
         (t0, d0), (t1, d1) = self._samples[0], self._samples[-1]
-        if t1 - t0 < self.min_s or d1 <= d0:
+        if (t1 - t0 < self.min_s and not final) or t1 <= t0 or d1 <= d0:
             return None
         return (d1 - d0) / (t1 - t0)
 
     def line(self, done: int, extra: str = "") -> str:
         """The progress text for ``done`` items (no line ending)."""
-        rate = self.rate()
+        rate = self.rate(final=done >= self.total)
         speed = f"{rate:.1f} {self.rate_unit}" if rate is not None else f"-- {self.rate_unit}"
         eta = f"ETA {(self.total - done) / rate:.0f} s" if rate else "ETA --"
         return f"{self.label}: {done}/{self.total} {self.unit}  {speed}  {eta}  {extra}".rstrip()

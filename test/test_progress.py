@@ -49,6 +49,13 @@ def test_the_first_rate_waits_for_a_window() -> None:
     assert abs(bar.rate() - 10.0) < 1e-6
 
 
+def test_a_job_shorter_than_the_window_ends_with_its_rate() -> None:
+    log = io.StringIO()
+    bar = Progress(6, "realtime x2", stream=log)
+    _feed(bar, 20.0, 6)  # 0.25 s in all
+    assert log.getvalue().splitlines()[-1].startswith("realtime x2: 6/6 frames  20.0 fps")
+
+
 def test_disabled_prints_nothing() -> None:
     log = io.StringIO()
     bar = Progress(3, "x", enabled=False, stream=log)
