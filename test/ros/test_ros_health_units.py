@@ -1,5 +1,6 @@
 """The health checks' arithmetic (FrequencyStatus / TimeStampStatus semantics), stamp
-matching and the per-reason error log and counts, without DDS; the node-level behaviour: test_ros_health.py, test_ros_camera_info.py."""
+matching and the per-reason error log and counts, without DDS; the node-level behaviour:
+test_ros_health.py, test_ros_camera_info.py."""
 
 from __future__ import annotations
 
