@@ -217,6 +217,18 @@ def test_read_config_makes_the_typed_options():
     assert config.options.overlay_alpha == 0.25
 
 
+def test_precision_parameter_picks_the_backends_graphs():
+    """auto leaves the backend its default; fp32/fp16/int8 reach BackendOptions; others fail."""
+    values = {name: spec.default for name, spec in PARAMETERS.items()} | {"model": "/m"}
+    assert values["precision"] == "auto"
+    assert read_config(values).backend_options.precision is None
+    for precision in ("fp32", "fp16", "int8"):
+        config = read_config(values | {"precision": precision})
+        assert config.backend_options.precision == precision
+    with pytest.raises(ConfigError, match=r"precision='fp64' is invalid; choose one of \['auto'"):
+        read_config(values | {"precision": "fp64"})
+
+
 def test_output_set_follows_the_subscribed_outputs():
     """The overlay alone asks for the overlay only: the Pipeline adds the instance raster."""
     assert output_set({}) == OutputSet(False, False, False, False)
