@@ -199,9 +199,12 @@ def typed_value(text: str, type_id: int) -> Any:
     from rclpy.parameter import Parameter
 
     kind = Parameter.Type(type_id)
-    parsed = yaml.safe_load(text) if text.strip() else ""
     if kind == Parameter.Type.STRING:
         return text
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        parsed = text
     if kind == Parameter.Type.DOUBLE and isinstance(parsed, int) and not isinstance(parsed, bool):
         return float(parsed)
     if kind == Parameter.Type.STRING_ARRAY and isinstance(parsed, list):
@@ -254,7 +257,12 @@ def _param_get(ros: Session, args: argparse.Namespace) -> None:
 def _state(ros: Session, node: str) -> str:
     from lifecycle_msgs.srv import GetState
 
-    response = ros.call(GetState, f"{node}/get_state", GetState.Request(), f"state of {node}")
+    try:
+        response = ros.call(GetState, f"{node}/get_state", GetState.Request(), f"state of {node}")
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc}; a plain compactinst_node has no lifecycle: start compactinst_lifecycle_node"
+        ) from None
     return str(response.current_state.label)
 
 
@@ -262,8 +270,9 @@ def _lifecycle(ros: Session, args: argparse.Namespace) -> None:
     from lifecycle_msgs.srv import ChangeState
 
     node = _absolute(args.node)
+    before = _state(ros, node)
     if args.action == "get":
-        print(f"{node}: {_state(ros, node)}")
+        print(f"{node}: {before}")
         return
     request = ChangeState.Request()
     request.transition.label = args.action
@@ -272,10 +281,10 @@ def _lifecycle(ros: Session, args: argparse.Namespace) -> None:
     after = _state(ros, node)
     if not response.success:
         raise ConfigError(
-            f"{node}: {args.action} failed, the node is '{after}' (a transition that does not "
-            "start from this state fails too); the node's log says why"
+            f"{node}: {args.action} from '{before}' failed, the node is '{after}' (a transition "
+            "that does not start from this state fails too); the node's log says why"
         )
-    print(f"{node}: {args.action}: now {after}")
+    print(f"{node}: {args.action}: {before} -> {after}")
 
 
 def _messages(

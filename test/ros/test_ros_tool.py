@@ -89,12 +89,14 @@ def ros():
 def test_lifecycle_goes_to_active(ros):
     node, _, _, tool, driven = ros
     assert driven == [
-        (0, f"{NODE}: configure: now inactive\n", ""),
-        (0, f"{NODE}: activate: now active\n", ""),
+        (0, f"{NODE}: configure: unconfigured -> inactive\n", ""),
+        (0, f"{NODE}: activate: inactive -> active\n", ""),
     ], node.tail()
     assert tool("lifecycle", NODE, "get") == (0, f"{NODE}: active\n", "")
     code, _, err = tool("lifecycle", NODE, "configure")  # no configure from active
-    assert code == 1 and "configure failed, the node is 'active'" in err
+    assert code == 1 and "configure from 'active' failed, the node is 'active'" in err
+    code, _, err = tool("lifecycle", "/nobody", "get", timeout=1.0)
+    assert code == 1 and "no node answers /nobody/get_state" in err and "no lifecycle" in err
 
 
 def test_start_up_log_names_the_resolved_input_the_outputs_made_and_the_demo_model(ros):
