@@ -39,6 +39,7 @@ PARAMETER_ARGUMENTS = {
     "model": str,
     "image_topic": str,
     "backend": str,
+    "precision": str,
     "engine_cache_dir": str,
     "use_sim_time": bool,
 }
@@ -78,6 +79,12 @@ def declared_arguments(share: str) -> list:
             ),
             ("image_topic", "", "input sensor_msgs/Image topic (default: the parameters file's)"),
             ("backend", "", "auto | tensorrt | onnxruntime (default: the parameters file's)"),
+            (
+                "precision",
+                "",
+                "auto | fp32 | fp16 | int8: the graphs the backend runs "
+                "(default: the parameters file's)",
+            ),
             (
                 "engine_cache_dir",
                 "",

@@ -41,6 +41,11 @@ CAMERA_KEYS = ("namespace", "image_topic", "camera_info_topic")
 SHARED_ARGUMENTS = (
     ("model", "", "model bundle folder (default: the parameters file's, else models/default)"),
     ("backend", "", "auto | tensorrt | onnxruntime (default: the parameters file's)"),
+    (
+        "precision",
+        "",
+        "auto | fp32 | fp16 | int8: the graphs every node runs (default: the parameters file's)",
+    ),
     ("use_sim_time", "", "true | false: follow /clock (default: the parameters file's)"),
     ("node_name", "compactinst", "name of each node (inside its camera's namespace)"),
     ("lifecycle", "false", "true: lifecycle nodes, each driven to active"),

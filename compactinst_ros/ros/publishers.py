@@ -62,6 +62,7 @@ class Publishers:
         jpeg_quality: int = 80,
     ) -> None:
         self.node = node
+        self.outputs = outputs
         self.labels = labels
         self.jpeg_quality = jpeg_quality
         out_qos = frame_qos(reliability)
@@ -108,6 +109,11 @@ class Publishers:
         header.stamp = self.node.get_clock().now().to_msg()
         info.publish(convert.label_info_msg(header, labels, score_threshold, vision_msgs))
         self.pubs["label_info"] = info
+
+    def offered(self) -> list[str]:
+        """The ``outputs`` names that have publishers (not ``detections`` without vision_msgs)."""
+        made = {*self.pubs, *(("latency",) if self.latency else ())}
+        return sorted(name for name in self.outputs if name in made)
 
     def wanted(self) -> dict[str, bool]:
         """Output name -> whether it has a subscriber now; ``latency`` for any latency topic."""

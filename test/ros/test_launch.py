@@ -281,6 +281,7 @@ def test_lifecycle_launch_reaches_active_and_arguments_override_the_yaml(
         tmp_path / "mine.yaml",
         image_topic="/yaml/image",
         backend="tensorrt",
+        precision="int8",
         ort_threads=1,
         outputs=["instance_mask"],
     )
@@ -292,6 +293,7 @@ def test_lifecycle_launch_reaches_active_and_arguments_override_the_yaml(
         model=random_bundle,
         image_topic="/cli/image",
         backend="onnxruntime",
+        precision="fp32",
         use_sim_time="true",
         lifecycle="true",
         fastdds_profile=explicit_profile,
@@ -309,10 +311,11 @@ def test_lifecycle_launch_reaches_active_and_arguments_override_the_yaml(
             return future.result().current_state.id == State.PRIMARY_STATE_ACTIVE
 
         client.wait_for(active, 90, f"the lifecycle node to become active:\n{launch.log()}")
-        names = ["image_topic", "backend", "use_sim_time"]
+        names = ["image_topic", "backend", "precision", "use_sim_time"]
         assert node_parameters(client, "/compactinst", names) == {
             "image_topic": "/cli/image",
             "backend": "onnxruntime",
+            "precision": "fp32",
             "use_sim_time": True,
         }
         mask = mask_for_frame(client, "/cli/image", "/compactinst/instance_mask", 96, 128, 5)
