@@ -38,8 +38,8 @@ EXPF_CONSTANTS = {"0f3BBB989D", "0f3FB8AA3B", "0f32A57060"}
 EXPANSION_FFMA = {"rcp.rn.f32": 2, "div.rn.f32": 5, "div.rn.f64": 1}
 #: ptxas's correctly rounded division and reciprocal subroutines, the only non-kernel functions.
 LIBRARY_ROUTINE = re.compile(r"\$__internal_\d+_\$__cuda_sm\d+x?_(rcp|div)_rn_\w+")
-#: A PTX f32 FMA: its rounding and its two multiplicands.
-FMA = r"^\s*(?:@!?%p\d+\s+)?fma\.(rn|rm|rp|rz)(?:\.ftz)?\.f32\s+[^,]+,\s*([^,]+),\s*([^,]+),"
+#: A PTX f32 or f64 FMA: its rounding and its two multiplicands.
+FMA = r"^\s*(?:@!?%p\d+\s+)?fma\.(rn|rm|rp|rz)(?:\.ftz)?\.f(?:32|64)\s+[^,]+,\s*([^,]+),\s*([^,]+),"
 CUBIN_TARGETS = [t for t in TARGETS if t.startswith("sm_")]
 PTX_TARGET = next(t for t in TARGETS if t.startswith("compute_"))
 
@@ -66,8 +66,8 @@ needs_nvdisasm = pytest.mark.skipif(
 
 def ptx_arithmetic(text: str) -> dict[str, Counter]:
     """Per kernel of a PTX text: FMAs by origin (``fma_expf``, ``fma_directed``, ``fma_other``),
-    f32 add/sub/mul without a rounding modifier (``unrounded``: the driver's JIT may contract
-    those), and the ops that ptxas expands with FMAs of its own (EXPANSION_FFMA, ``ex2``)."""
+    f32/f64 add/sub/mul without a rounding modifier (``unrounded``: the driver's JIT may
+    contract those), and the ops ptxas expands with FMAs of its own (EXPANSION_FFMA, ``ex2``)."""
     entries = [(m.group(1), m.start()) for m in re.finditer(r"\.entry\s+(\w+)", text)]
     found = {}
     for i, (name, start) in enumerate(entries):
@@ -80,7 +80,7 @@ def ptx_arithmetic(text: str) -> dict[str, Counter]:
                 counts["fma_directed"] += 1  # a contraction always rounds to nearest
             else:
                 counts["fma_expf" if operands & EXPF_CONSTANTS else "fma_other"] += 1
-        counts["unrounded"] = len(re.findall(r"\b(?:add|sub|mul)(?:\.ftz)?\.f32\b", body))
+        counts["unrounded"] = len(re.findall(r"\b(?:add|sub|mul)(?:\.ftz)?\.f(?:32|64)\b", body))
         for op in EXPANSION_FFMA:
             counts[op] = len(re.findall(rf"\b{re.escape(op)}\b", body))
         counts["ex2"] = len(re.findall(r"\bex2\.approx(?:\.ftz)?\.f32\b", body))
