@@ -106,7 +106,7 @@ def _cameras(context: LaunchContext) -> list[dict[str, str]]:
 
 def _engine_cache_dir(context: LaunchContext, params_file: str) -> str:
     """The argument, else the parameters file's value, else the backends' default folder."""
-    from compactinst_ros.backends.engine_cache import default_cache_dir
+    from compactinst_ros.private_files import default_cache_dir
 
     given = LaunchConfiguration("engine_cache_dir").perform(context)
     return given or file_parameter(params_file, "engine_cache_dir") or str(default_cache_dir())
