@@ -10,10 +10,11 @@ distributions' own sources define, read here from a git checkout (no network nee
     python scripts/ros_api_names.py msg VISION_MSGS_GIT 4.0.0 msg vision_msgs \\
         > test/fixtures/ros_api/vision_msgs-4.0.0.txt
 
-Each line is ``kind name [type]``: ``module``, ``class``, ``name`` (a function, method, class
-or module attribute, or a message constant) and ``field`` (a message field; a nested message
-field carries its type, so ``det.bbox.center.position.x`` can be followed). A class lists its
-inherited members and a re-exported class (``rclpy.lifecycle.Node``) its members too.
+Each line is ``kind name [target]``: ``module``, ``class``, ``name`` (a function, method, class
+or module attribute, or a message constant), ``alias`` (a name a module imports from its own
+package or assigns, e.g. ``rclpy.lifecycle.Node`` -> ``rclpy.lifecycle.node.LifecycleNode``:
+importable from there) and ``field`` (a message field; a nested message field carries its type,
+so ``det.bbox.center.position.x`` can be followed). A class lists its inherited members.
 """
 
 from __future__ import annotations
@@ -171,8 +172,6 @@ def python_names(repo: str, ref: str, folder: str, package: str) -> list[str]:
         )
         for rel, text in files.items()
     }
-    #: packages re-export what their __init__ imports; other modules' imports are not their API
-    packages = {module_name(package, rel) for rel in files if rel.endswith("__init__.py")}
     for info in modules.values():
         for origin in info.star:  # ``from rclpy.event_handler import *``: its public names
             source = modules.get(origin, ModuleInfo())
@@ -201,18 +200,18 @@ def python_names(repo: str, ref: str, folder: str, package: str) -> list[str]:
         if private(module):
             continue
         lines.append(f"module {module}")
-        public = info.defined | (set(info.imported) if module in packages or info.star else set())
-        for name in sorted(n for n in public if not private(n)):
+        inside = {n for n, q in info.imported.items() if q.split(".")[0] == package}
+        for name in sorted(n for n in info.defined | inside if not private(n)):
             target = resolve(f"{module}.{name}")
             owner, _, attr = target.rpartition(".")
-            if attr in modules.get(owner, ModuleInfo()).classes:
-                lines.append(f"class {module}.{name}")
+            if target != f"{module}.{name}":
+                lines.append(f"alias {module}.{name} {target}")
+            elif attr in modules.get(owner, ModuleInfo()).classes:
+                lines.append(f"class {target}")
                 public_members = sorted(m for m in members(target) if not private(m))
-                lines += [f"name {module}.{name}.{m}" for m in public_members]
-            elif target in modules:
-                lines.append(f"module {module}.{name}")
+                lines += [f"name {target}.{m}" for m in public_members]
             else:
-                lines.append(f"name {module}.{name}")
+                lines.append(f"name {target}")
     return lines
 
 
