@@ -27,6 +27,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from api_names import dotted
+
 PRIMITIVES = {
     "bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
     "uint32", "int64", "uint64", "string", "wstring",
@@ -142,16 +144,6 @@ def read_module(module: str, is_package: bool, source: str) -> ModuleInfo:
             if isinstance(target, ast.Name):  # ``Node = LifecycleNode``: an alias
                 info.imported[target.id] = qualified(module, info, node.value)
     return info
-
-
-def dotted(node: ast.expr) -> str | None:
-    """``a.b.c`` for a chain of attributes on a name, else None."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
 
 
 def qualified(module: str, info: ModuleInfo, expr: ast.expr) -> str:
