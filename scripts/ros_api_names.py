@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -33,7 +32,6 @@ PRIMITIVES = {
     "bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32",
     "uint32", "int64", "uint64", "string", "wstring",
 }  # fmt: skip
-ARRAY = re.compile(r"\[[^\]]*\]$")
 
 
 def git(repo: str, *args: str) -> str:
@@ -223,9 +221,9 @@ def msg_fields(text: str, package: str) -> list[tuple[str, str, str | None]]:
         if "=" in name or "=" in line.split(None, 2)[-1][:1]:
             out.append(("name", name.split("=")[0], None))
             continue
-        base = kind.split("<=")[0]
+        base = kind.split("[")[0].split("<=")[0]  # float64[<=3], string<=10
         nested = None
-        if not ARRAY.search(base) and base not in PRIMITIVES:
+        if "[" not in kind and base not in PRIMITIVES:
             pkg, _, msg = base.rpartition("/")
             nested = f"{pkg or package}.msg.{msg}"
         out.append(("field", name, nested))

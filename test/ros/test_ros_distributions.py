@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "test" / "fixtures" / "ros_api"
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from ros_api_names import class_members, dotted  # noqa: E402
+from ros_api_names import class_members, dotted, msg_fields  # noqa: E402
 
 #: the packages whose names the fixtures record
 CHECKED = ("rclpy", "launch", "launch_ros", "vision_msgs")
@@ -440,6 +440,23 @@ def test_fixtures_know_what_differs_between_distributions() -> None:
     assert old.missing("vision_msgs.msg.Detection2D.bbox.center.x") == (
         "vision_msgs.msg.Pose2D.x"
     )
+
+
+def test_msg_fields_reads_fields_constants_and_nested_message_types() -> None:
+    text = (
+        "# a comment\nstd_msgs/Header header\nBoundingBox2D bbox  # the box\n"
+        "ObjectHypothesisWithPose[] results\nuint8 FOO=1\nint8 BAR = -1\n"
+        'string id "x"\nfloat64[<=3] values\n'
+    )
+    assert msg_fields(text, "vision_msgs") == [
+        ("field", "header", "std_msgs.msg.Header"),
+        ("field", "bbox", "vision_msgs.msg.BoundingBox2D"),
+        ("field", "results", None),
+        ("name", "FOO", None),
+        ("name", "BAR", None),
+        ("field", "id", None),
+        ("field", "values", None),
+    ]
 
 
 GUARDED = '''
