@@ -116,6 +116,11 @@ class FrameStats:
                 self.errors += 1
             return self._count_reason(message)
 
+    def on_failure(self, message: str) -> None:
+        """A lifecycle transition failed: ``last_error`` says why in every later report."""
+        with self._lock:
+            self.last_error = message
+
     def on_qos_incompatible(self, message: str) -> None:
         """The middleware reported a publisher whose QoS cannot match the subscription."""
         with self._lock:

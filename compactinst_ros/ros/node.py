@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import ReliabilityPolicy, qos_policy_name_from_kind
@@ -204,6 +204,16 @@ class CompactInstCore:
             self.camera_info.destroy()
             self.camera_info = None
 
+    def report_failure(self, what: str, exc: Exception) -> None:
+        """Log a failed transition, with the traceback unless it is a CompactInstError (whose
+        message names the fix), and report it on /diagnostics at once where that exists."""
+        ours = isinstance(exc, CompactInstError)
+        message = f"{what} failed: {exc}" if ours else f"{what} failed: {type(exc).__name__}: {exc}"
+        self.log.error(message if ours else f"{message}\n{traceback.format_exc()}")
+        self.stats.on_failure(message)
+        if self.diag_pub is not None and self.config is not None:
+            self._publish_diagnostics(failure=message)
+
     def _apply_config(self, cfg: NodeConfig) -> None:
         """A run-time parameter change (only while configured): the worker's next frame uses it."""
         assert self.worker is not None
@@ -344,7 +354,8 @@ class CompactInstCore:
         log = self.log.warning if input_error else self.log.error
         log(f"{line}{more}" + (f"\n{detail}" if detail else ""))
 
-    def _publish_diagnostics(self) -> None:
+    def _publish_diagnostics(self, failure: str | None = None) -> None:
+        """One /diagnostics report; ``failure`` (a transition that failed) makes it ERROR."""
         cfg = self.config
         assert cfg is not None
         idle = self.gate is not None and self.gate.idle
@@ -355,6 +366,8 @@ class CompactInstCore:
         checks = [self.health.check(report["to_output"], report["processed"], state == "active")]
         if self.camera_info is not None:
             checks.append(self.camera_info.check())
+        if failure is not None:
+            checks.append(([(DiagnosticStatus.ERROR, failure)], {}))
         status = health_status(
             name=f"{self.node.get_fully_qualified_name()}: segmentation",
             report=report,
@@ -408,12 +421,18 @@ def _lifecycle_class() -> type:
         def _attempt(
             self, what: str, step: Callable[[], None], undo: Callable[[], None]
         ) -> TransitionCallbackReturn:
-            """Run ``step``; on a CompactInstError log it, ``undo`` and return FAILURE."""
+            """Run ``step``; on any exception report it (``report_failure``), ``undo`` and
+            return FAILURE. rclpy itself (humble and jazzy lifecycle/node.py,
+            ``__execute_callback``) turns an exception into ERROR without logging it."""
             try:
                 step()
-            except CompactInstError as exc:
-                self.get_logger().error(f"{what} failed: {exc}")
-                undo()
+            except Exception as exc:
+                self.core.report_failure(what, exc)
+                try:
+                    undo()
+                except Exception as undo_exc:
+                    self.core.report_failure(f"undoing the failed {what}", undo_exc)
+                    return TransitionCallbackReturn.ERROR
                 return TransitionCallbackReturn.FAILURE
             return TransitionCallbackReturn.SUCCESS
 
