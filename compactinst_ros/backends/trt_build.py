@@ -22,14 +22,8 @@ from typing import Any
 
 from ..bundle import STAGE_ORDER, ModelBundle, StageSpec, sha256_file
 from ..errors import BackendError
-from .engine_cache import (
-    DeviceInfo,
-    EngineCache,
-    EngineKey,
-    default_cache_dir,
-    read_private,
-    write_private,
-)
+from ..private_files import default_cache_dir, read_private, write_private
+from .engine_cache import DeviceInfo, EngineCache, EngineKey
 
 MIN_TRT_MAJOR = 10
 LOG_PROGRESS_S = 5.0  # seconds between progress lines when stderr is not a terminal
