@@ -7,7 +7,6 @@ publishes. See docs/ros.md for topics, parameters and QoS."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -21,7 +20,7 @@ from rclpy.node import Node
 from rclpy.qos import ReliabilityPolicy, qos_policy_name_from_kind
 from sensor_msgs.msg import CompressedImage, Image
 
-from ..bundle import METADATA_FILE, ModelBundle, default_bundle_path
+from ..bundle import model_caveat
 from ..errors import CompactInstError, InputError
 from ..pipeline import Pipeline
 from . import convert
@@ -56,23 +55,6 @@ except ImportError:  # Humble
 
 #: seconds between two log lines of one error reason (each reason has its own window)
 LOG_THROTTLE_S = 2.0
-
-
-def demo_model_caveat(bundle: ModelBundle) -> str | None:
-    """What to know when ``bundle`` is the embedded demo model (trained from models/default's
-    checkpoint), else None."""
-    default = default_bundle_path()
-    if default is None:
-        return None
-    source = json.loads((default / METADATA_FILE).read_text()).get("source", {})
-    checkpoint = source.get("checkpoint_sha256")
-    if not checkpoint or bundle.source.get("checkpoint_sha256") != checkpoint:
-        return None
-    return (
-        f"model {bundle.root} is the demo model ({bundle.name}): trained only on synthetic "
-        "field/road scenes (models/README.md), it is not a detector for real camera images; "
-        "pass model:=/path/to/your/bundle for real use"
-    )
 
 
 class CompactInstCore:
@@ -152,9 +134,9 @@ class CompactInstCore:
             f"{self.facts.get('backend')}, precision {self.facts['precision']}; input: {inputs}; "
             f"outputs: {self.pubs.offered()}"
         )
-        caveat = demo_model_caveat(pipeline.bundle)
+        caveat = model_caveat(pipeline.bundle)
         if caveat:
-            self.log.warning(caveat)
+            self.log.warning(f"{caveat}; pass model:=/path/to/your/bundle for real use")
 
     def activate(self) -> None:
         """Subscribe to the input topic(s) while an output has a subscriber (``IdleGate``); in

@@ -108,7 +108,8 @@ def test_start_up_log_names_the_resolved_input_the_outputs_made_and_the_demo_mod
     has_vision_msgs = importlib.util.find_spec("vision_msgs") is not None
     assert ("detections" in outputs) == has_vision_msgs, (outputs, log)
     assert {"instance_mask", "instance_table", "latency", "overlay"} <= set(outputs)
-    assert "is the demo model (compactinst_demo): trained only on synthetic" in log
+    assert "model compactinst_demo: demo model, trained on synthetic field/road scenes only" in log
+    assert "pass model:=/path/to/your/bundle for real use" in log
 
 
 def table_of(client: Client, camera) -> np.ndarray:
