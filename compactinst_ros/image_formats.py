@@ -12,6 +12,8 @@ the limits below, before OpenCV allocates anything.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import cv2
 import numpy as np
 
@@ -256,3 +258,18 @@ def decode_compressed(data: bytes | memoryview | np.ndarray, format_field: str) 
             "the data is corrupt or truncated: check the camera driver"
         )
     return decoded
+
+
+def read_image(path: str | Path) -> np.ndarray:
+    """HxWx3 uint8 BGR image from a file; InputError when it cannot be read or decoded.
+
+    The bytes are read here and decoded with ``cv2.imdecode``, so a missing file is our error,
+    not OpenCV's ``[ WARN ]`` log line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"cannot read image {path}: no such file")
+    data = path.read_bytes()
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
+    if image is None:
+        raise InputError(f"cannot read image {path}: empty, truncated or not an image format")
+    return image

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import cv2
-import numpy as np
 
 from .errors import InputError
+from .image_formats import read_image
 from .labels import LabelSet
 from .structures import FrameResult, OutputSet, PostprocessOptions
 
@@ -54,21 +54,6 @@ def result_to_json(result: FrameResult, labels: LabelSet) -> dict:
         ],
         "timings_ms": {k: round(v, 3) for k, v in result.timings_ms.items()},
     }
-
-
-def read_image(path: str | Path) -> np.ndarray:
-    """HxWx3 uint8 BGR image from a file; InputError when it cannot be read or decoded.
-
-    The bytes are read here and decoded with ``cv2.imdecode``, so a missing file is our error,
-    not OpenCV's ``[ WARN ]`` log line."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"cannot read image {path}: no such file")
-    data = path.read_bytes()
-    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
-    if image is None:
-        raise InputError(f"cannot read image {path}: empty, truncated or not an image format")
-    return image
 
 
 def output_stems(paths: Sequence[str | Path]) -> list[Path]:

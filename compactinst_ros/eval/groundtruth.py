@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import cv2
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, InputError
+from ..image_formats import read_image
 
 MATCH_MODES = ("auto", "stamp", "index")
 _STAMP_NAME = re.compile(r"^(?:(?P<ns>\d{16,20})|(?P<sec>\d{9,10})[._](?P<nsec>\d{9}))\.\w+$")
@@ -162,9 +162,10 @@ class GroundTruth:
         if ann is None:
             raise DataError(f"panoptic GT has no annotation for image id {image_id}")
         path = self.panoptic_dir / ann["file_name"]
-        bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
-        if bgr is None:
-            raise DataError(f"panoptic PNG '{path}' is missing or unreadable")
+        try:
+            bgr = read_image(path)
+        except InputError as exc:
+            raise DataError(f"panoptic ground truth: {exc}") from None
         rgb = bgr.astype(np.int64)[..., ::-1]
         ids = rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
         segments = {

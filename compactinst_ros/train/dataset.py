@@ -12,11 +12,11 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import cv2
 import numpy as np
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
+from ..image_formats import read_image
 from ..labels import LabelSet
 from ..model.configs import PIXEL_MEAN
 from .synthetic import rgb_to_id
@@ -32,10 +32,10 @@ def _read_json(path: Path) -> dict:
 
 
 def _read_rgb(path: Path) -> np.ndarray:
-    image = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if image is None:
-        raise ConfigError(f"cannot read image {path}; is the image folder right?")
-    return image[..., ::-1]
+    try:
+        return read_image(path)[..., ::-1]
+    except InputError as exc:
+        raise ConfigError(f"{exc}; is the image folder right?") from None
 
 
 def labels_from_categories(categories: list[dict]) -> LabelSet:

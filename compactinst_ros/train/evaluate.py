@@ -6,9 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import cv2
-
 from ..errors import ConfigError
+from ..image_formats import read_image
 from ..progress import Progress
 from ..structures import PostprocessOptions
 
@@ -44,9 +43,7 @@ def evaluate_bundle(
         Pipeline(bundle, backend, base) as pq_pipe,
     ):
         for i, entry in enumerate(entries):
-            image = cv2.imread(str(root / "images" / entry["file_name"]), cv2.IMREAD_COLOR)
-            if image is None:
-                raise ConfigError(f"cannot read {root / 'images' / entry['file_name']}")
+            image = read_image(root / "images" / entry["file_name"])
             ap_eval.add(i, ap_pipe(image, "bgr8"))
             pq_eval.add(i, pq_pipe(image, "bgr8"))
             bar.update(i + 1)
