@@ -87,9 +87,15 @@ def build_demo_data(data: Path, frames: int, seed: int, size: tuple[int, int], f
     return paths
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     """Command-line options of the demo."""
-    parser = argparse.ArgumentParser(prog="python -m compactinst_ros.demo", description=__doc__)
+    from .cli import DefaultsHelpFormatter
+
+    parser = argparse.ArgumentParser(
+        prog="python -m compactinst_ros.demo",
+        description=__doc__,
+        formatter_class=DefaultsHelpFormatter,
+    )
     parser.add_argument("--out", default="out/demo", help="report folder (default out/demo)")
     parser.add_argument("--data", default="out/demo_data", help="bag + GT cache folder")
     parser.add_argument("--model", help="bundle (default: models/default, else a random one)")
@@ -100,7 +106,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1000, help="scene seed (held out)")
     parser.add_argument("--size", default="256x384", help="camera image size HxW")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    return parser.parse_args(argv)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     from .eval.replay import ReplayOptions, replay
     from .eval.report import summary_text
 
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)
     start = time.monotonic()
     try:
         h, w = (int(v) for v in args.size.lower().split("x"))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from compactinst_ros import demo
 from compactinst_ros.cli import COMMANDS, build_parser, iter_parsers, main, shows_default
 
 
@@ -47,6 +48,10 @@ def test_every_option_shows_its_default(command: str) -> None:
         assert p.format_help()  # every help text formats (no stray '%')
         problems += _missing_defaults(p)
     assert not problems, "\n".join(problems)
+
+
+def test_the_demo_shows_its_defaults() -> None:
+    assert not _missing_defaults(demo.build_parser())
 
 
 def test_the_check_fails_on_a_hidden_default() -> None:

@@ -34,6 +34,7 @@ from ..progress import Progress
 from ..resources import fastdds_profile
 from ..ros.camera_info import StampMatcher
 from ..ros.params import ros_param_text
+from ..structures import FrameMeta, FrameResult, Instances, Segments
 from .bags import (
     BAG_OUTPUTS,
     CAMERA_INFO,
@@ -41,17 +42,26 @@ from .bags import (
     IMAGE,
     JOINT_STATE,
     OUTPUT_NS,
+    POINTCLOUD2,
     BagFrame,
     BagWriter,
     ImageBag,
     open_output_bag,
 )
+from .groundtruth import GroundTruth
 from .report import latency_stats
 
 #: input topic the player publishes on (the node is pointed at it by parameter)
 INPUT_TOPIC = "/compactinst_replay/image"
 INPUT_CAMERA_INFO = "/compactinst_replay/camera_info"
 RASTERS = ("instance_mask", "panoptic", "semantic")
+#: outputs kept per frame to score them against ground truth (segment ids name their label)
+SCORED_OUTPUTS = {
+    "instance_mask": IMAGE,
+    "panoptic": IMAGE,
+    "semantic": IMAGE,
+    "instance_table": POINTCLOUD2,
+}
 #: a bag's camera_info matches a frame whose stamp is this close (ns)
 CAMERA_INFO_TOLERANCE_NS = 1_000_000
 
@@ -158,6 +168,7 @@ class Recorder:
         writer: BagWriter | None,
         outputs: tuple[str, ...],
         camera_infos: Sequence[tuple[int, bytes]] = (),
+        keep: bool = False,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -189,6 +200,10 @@ class Recorder:
         self.bag_time: dict[int, int] = {}
         self.send_time: dict[int, float] = {}
         self.recorded_stamp: dict[int, int] = {}
+        self.frame_index: dict[int, int] = {}
+        #: send stamp -> {output: serialised message}, for SCORED_OUTPUTS when ``keep``
+        self.kept: dict[int, dict[str, bytes]] = {}
+        self.keep = keep
         self.latency_topic = f"{OUTPUT_NS}/latency/frame"
         deep = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         self.node.create_subscription(
@@ -199,6 +214,8 @@ class Recorder:
             recorded.update(BAG_OUTPUTS)
             if camera_infos:
                 recorded["camera_info"] = CAMERA_INFO
+        if keep:
+            recorded.update(SCORED_OUTPUTS)
         for name, name_type in recorded.items():
             topic = f"{OUTPUT_NS}/{name}"
             self.node.create_subscription(
@@ -243,6 +260,8 @@ class Recorder:
             with self.lock:
                 if name in self.outputs:
                     self.outputs[name] += 1
+                if self.keep and name in SCORED_OUTPUTS:
+                    self.kept.setdefault(stamp, {})[name] = raw
                 self._write(topic, msgtype, stamp, now, raw)
 
         return record
@@ -269,6 +288,7 @@ class Recorder:
             self.bag_time[stamp] = frame.bag_time_ns
             self.send_time[stamp] = time.monotonic()
             self.recorded_stamp[stamp] = frame.stamp_ns
+            self.frame_index[stamp] = frame.index
             if self.writer is not None:
                 self.writer.write(INPUT_TOPIC, frame.msgtype, frame.bag_time_ns, frame.raw)
                 if info is not None:
@@ -288,6 +308,59 @@ class Recorder:
         self.node.destroy_node()
         self.rclpy.try_shutdown(context=self.context)
         self._thread.join(timeout=5.0)
+
+
+def recorded_result(outputs: dict[str, bytes]) -> FrameResult:
+    """The FrameResult the node published for one frame, from its serialised instance mask,
+    instance table, panoptic and semantic rasters (segment ids name their label:
+    ``label * 1000 + k``)."""
+    from rclpy.serialization import deserialize_message
+
+    from ..ros.convert import raster_from_msg, table_from_msg
+
+    def image(name: str) -> np.ndarray:
+        return raster_from_msg(deserialize_message(outputs[name], _msg_class(IMAGE)))
+
+    instance_raster, panoptic = image("instance_mask"), image("panoptic")
+    table = table_from_msg(deserialize_message(outputs["instance_table"], _msg_class(POINTCLOUD2)))
+    ids = np.unique(panoptic[panoptic > 0]).astype(np.int32)
+    height, width = panoptic.shape
+    return FrameResult(
+        meta=FrameMeta.letterbox(height, width, height, width),  # scoring reads the size only
+        instances=Instances(
+            ids=table["id"].astype(np.uint16),
+            class_index=table["class_index"].astype(np.int32),
+            label_id=table["label_id"].astype(np.int32),
+            score=table["score"].astype(np.float32),
+            box=np.stack([table[k] for k in ("x0", "y0", "x1", "y1")], -1).astype(np.float32),
+            area=table["area"].astype(np.int64),
+        ),
+        instance_raster=instance_raster,
+        segments=Segments(
+            ids=ids,
+            label_id=np.where(ids >= 1000, ids // 1000, ids).astype(np.int32),
+            isthing=ids >= 1000,
+            score=np.ones(len(ids), np.float32),
+            area=np.zeros(len(ids), np.int64),
+        ),
+        panoptic_raster=panoptic.astype(np.int32),
+        semantic_raster=image("semantic"),
+    )
+
+
+def _score(recorder: Recorder, gt: GroundTruth, frames: list[BagFrame], match: str) -> dict:
+    """Accuracy of the outputs the node published against ``gt`` (frames it dropped have none)."""
+    from .metrics import Evaluator
+
+    gt.match([f.stamp_ns for f in frames], match)
+    evaluator = Evaluator(gt)
+    with recorder.lock:
+        kept = {s: dict(o) for s, o in recorder.kept.items() if s in recorder.frame_index}
+        index = dict(recorder.frame_index)
+    for stamp in sorted(kept, key=index.__getitem__):
+        if set(SCORED_OUTPUTS) <= set(kept[stamp]):
+            evaluator.add(index[stamp], recorded_result(kept[stamp]))
+    return evaluator.result()
 
 
 def _msg_class(msgtype: str) -> type:
@@ -329,11 +402,14 @@ def run_realtime(
     drain_s: float = 2.0,
     node_params: dict[str, str] | None = None,
     outputs: tuple[str, ...] = RASTERS,
+    gt: GroundTruth | None = None,
+    match: str = "auto",
 ) -> tuple[dict, dict]:
     """Replay ``bag`` to a fresh node subprocess; returns (report block, model facts).
 
     ``outputs``: the rasters subscribed (and written to ``output_bag``); the node computes only
-    outputs that have subscribers, so this is the consumer load being measured.
+    outputs that have subscribers, so this is the consumer load being measured. With ``gt`` the
+    instance table is subscribed too and the published outputs are scored (``accuracy``).
     """
     if rate <= 0:
         raise ConfigError(f"rate {rate} must be positive (1.0 = recorded rate)")
@@ -368,7 +444,9 @@ def run_realtime(
     node = NodeProcess(node_command(params), env, log_path)
     recorder = None
     try:
-        recorder = Recorder(domain_id, bag.msgtype, writer, outputs, camera_infos)
+        recorder = Recorder(
+            domain_id, bag.msgtype, writer, outputs, camera_infos, keep=gt is not None
+        )
         _wait(recorder.node_ready, ready_timeout, node, "the node to load the model and subscribe")
         time.sleep(0.5)  # let the node see our output subscriptions too
         bar = Progress(len(frames), f"realtime x{rate:g}", progress)
@@ -398,6 +476,13 @@ def run_realtime(
             seen = len(recorder.diagnostics)
             _wait(lambda: len(recorder.diagnostics) > seen, 2.5, None, "/diagnostics")
         block, facts = _summarise(recorder, frames, start, sent_at, warmup, rate)
+        if gt is not None:
+            block["accuracy"] = _score(recorder, gt, frames, match)
+            block["notes"].append(
+                f"accuracy of the {block['accuracy']['frames_evaluated']} matched frames the "
+                f"node published outputs for ({block['frames']['dropped']} of "
+                f"{block['frames']['sent']} dropped)"
+            )
         if "model_fingerprint" not in facts:  # no /diagnostics came: describe from the bundle
             from ..bundle import ModelBundle
 

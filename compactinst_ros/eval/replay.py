@@ -73,11 +73,6 @@ class ReplayOptions:
             raise ConfigError(f"--rate {self.rate} must be positive (1.0 = recorded rate)")
         if self.warmup < 0 or self.overlays < 0:
             raise ConfigError("--warmup and --overlays must be >= 0")
-        if self.mode == "realtime" and (self.gt_instances or self.gt_panoptic):
-            raise ConfigError(
-                "--mode realtime times the node and computes no accuracy; use --mode both "
-                "(accuracy from lockstep, latency from both) or drop --gt-instances/--gt-panoptic"
-            )
 
     def ignored_options(self) -> list[str]:
         """One warning per option set to a value that has no effect in this mode."""
@@ -374,6 +369,8 @@ def replay(options: ReplayOptions) -> dict:
                 max_frames=options.max_frames,
                 warmup=options.warmup,
                 progress=options.progress,
+                gt=gt,
+                match=options.match,
                 node_params=(
                     None
                     if options.score_threshold is None

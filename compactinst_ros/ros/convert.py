@@ -60,6 +60,17 @@ def image_msg(raster: np.ndarray, header: Header, encoding: str | None = None) -
     return msg
 
 
+def raster_from_msg(msg: Image) -> np.ndarray:
+    """The HxW raster of an ``image_msg`` output (mono8, mono16, 32SC1), in its own byte order;
+    InputError for another encoding."""
+    dtypes = {encoding: dtype for dtype, encoding in RASTER_ENCODINGS.items()}
+    if msg.encoding not in dtypes:
+        raise InputError(f"'{msg.encoding}' is not a raster encoding; use one of {list(dtypes)}")
+    dtype = dtypes[msg.encoding].newbyteorder(">" if msg.is_bigendian else "<")
+    rows = np.frombuffer(msg.data, np.uint8)[: msg.height * msg.step].reshape(msg.height, msg.step)
+    return rows[:, : msg.width * dtype.itemsize].copy().view(dtype).astype(dtypes[msg.encoding])
+
+
 def jpeg_msg(bgr: np.ndarray, header: Header, quality: int) -> CompressedImage:
     """sensor_msgs/CompressedImage (``bgr8; jpeg compressed bgr8``, image_transport's format) of
     an HxWx3 bgr8 image at JPEG ``quality`` (1..100)."""

@@ -46,6 +46,13 @@ def test_demo_runs_both_modes(random_bundle, tmp_path, capsys, monkeypatch) -> N
     assert report["modes"]["lockstep"]["frames"]["processed"] == 6
     assert report["modes"]["realtime"]["frames"]["sent"] == 6
     assert report["modes"]["realtime"]["frames"]["processed"] >= 1
+    lockstep, realtime = report["modes"]["lockstep"], report["modes"]["realtime"]
+    scored = realtime["accuracy"]  # scored from the node's published outputs
+    assert scored["frames_evaluated"] == realtime["frames"]["processed"]
+    if realtime["frames"]["processed"] == 6:  # same model, same frames: same masks and scores
+        assert scored["mask_ap"] == lockstep["accuracy"]["mask_ap"]
+        assert scored["panoptic"] == lockstep["accuracy"]["panoptic"]
+        assert scored["semantic"] == lockstep["accuracy"]["semantic"]
     assert len(list((out / "overlays").glob("*.png"))) == 4
     assert (out / "output_bag" / "metadata.yaml").is_file()
     assert all((out / p).is_file() for p in report["plots"])

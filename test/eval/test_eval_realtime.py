@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
-from eval_helpers import make_scenes, scene_bag
+from eval_helpers import make_scenes, oracle_result, scene_bag
 
 from compactinst_ros.errors import BackendError
 from compactinst_ros.eval.bags import ImageBag
-from compactinst_ros.eval.realtime import run_realtime
+from compactinst_ros.eval.realtime import recorded_result, run_realtime
 
 
 def test_realtime_reports_drops_when_the_node_is_slower_than_the_bag(random_bundle, tmp_path):
@@ -65,3 +66,34 @@ def test_realtime_node_that_cannot_start_is_a_clear_error(tmp_path):
             ready_timeout=60,
         )
     assert "bundle.json is missing" in str(err.value)
+
+
+def test_the_published_outputs_give_back_the_result_they_came_from() -> None:
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import Header
+
+    from compactinst_ros.ros import convert
+
+    scene = make_scenes(1, 48, 64, seed=3)[0]
+    result = oracle_result(scene)
+    header = Header()
+    outputs = {
+        "instance_mask": convert.image_msg(result.instance_raster, header),
+        "panoptic": convert.image_msg(result.panoptic_raster, header),
+        "semantic": convert.image_msg(result.semantic_raster, header),
+        "instance_table": convert.instance_table_msg(header, result.instances),
+    }
+    back = recorded_result({k: serialize_message(m) for k, m in outputs.items()})
+    np.testing.assert_array_equal(back.instance_raster, result.instance_raster)
+    np.testing.assert_array_equal(back.panoptic_raster, result.panoptic_raster)
+    np.testing.assert_array_equal(back.semantic_raster, result.semantic_raster)
+    for name in ("ids", "label_id", "score", "box", "area"):
+        np.testing.assert_array_equal(
+            getattr(back.instances, name), getattr(result.instances, name)
+        )
+
+    def labels(s) -> dict:
+        return dict(zip(s.ids.tolist(), s.label_id.tolist(), strict=True))
+
+    assert labels(back.segments) == labels(result.segments)
+    assert (back.meta.src_h, back.meta.src_w) == scene.panoptic.shape

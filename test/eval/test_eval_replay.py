@@ -140,12 +140,6 @@ def _options(tmp_path, *flags: str):
     return options_from_args(parser.parse_args([str(tmp_path), *flags]))
 
 
-def test_realtime_with_ground_truth_is_refused(tmp_path) -> None:
-    with pytest.raises(ConfigError, match=r"--mode realtime .* no accuracy; use --mode both"):
-        _options(tmp_path, "--mode", "realtime", "--gt-instances", "gt.json")
-    assert _options(tmp_path, "--mode", "both", "--gt-instances", "gt.json").mode == "both"
-
-
 def test_options_without_effect_in_the_mode_are_warned(tmp_path) -> None:
     notes = _options(tmp_path, "--rate", "2", "--match", "index").ignored_options()
     assert notes == [
