@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import socket
 import subprocess
 import xml.etree.ElementTree as ET
@@ -155,3 +156,32 @@ def test_loopback_profile_is_the_vehicle_shared_memory_plus_udp_on_127_0_0_1_onl
             assert addresses == ["127.0.0.1"], branch
     udp = [t for t in vehicle.values() if t.findtext("f:type", namespaces=NS) == "UDPv4"]
     assert udp and all(len(t) == 2 for t in udp), "the vehicle profile's UDP reaches other hosts"
+
+
+def test_tests_that_need_the_package_index_run_outside_the_private_network() -> None:
+    """`make test` runs the suite under scripts/private_net.sh, except the NETWORK_TESTS files:
+    exactly the tests that reach PyPI, each marked ``network``."""
+    listed = re.search(r"^NETWORK_TESTS := (.*)$", (REPO / "Makefile").read_text(), re.M)
+    assert listed, "Makefile has no NETWORK_TESTS"
+    needs_index, marked = set(), set()
+    for path in set((REPO / "test").rglob("test_*.py")) - {Path(__file__).resolve()}:
+        text, name = path.read_text(), str(path.relative_to(REPO))
+        if "pypi.org" in text or '"pip", "install"' in text:
+            needs_index.add(name)
+        if "pytest.mark.network" in text:
+            marked.add(name)
+    assert needs_index and needs_index == marked == set(listed.group(1).split())
+
+
+def test_private_net_sh_leaves_only_loopback_or_says_why_not() -> None:
+    run = subprocess.run(
+        [str(REPO / "scripts" / "private_net.sh"), "cat", "/proc/net/dev"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    if "no private network namespace here" in run.stderr:
+        pytest.skip(run.stderr.strip())
+    interfaces = {line.split(":")[0].strip() for line in run.stdout.splitlines()[2:]}
+    assert interfaces == {"lo"}, run.stdout
