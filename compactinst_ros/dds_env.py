@@ -2,12 +2,16 @@
 
 One place for three facts (test/fixtures/dds/distributions.json records them from upstream):
 
-* Fast DDS 3.x reads its XML profile from ``FASTDDS_DEFAULT_PROFILES_FILE``; Fast DDS 2.6
-  (Humble) and 2.14 (Jazzy) read only ``FASTRTPS_DEFAULT_PROFILES_FILE``. We set both.
+* Fast DDS 3.x (Kilted) reads its XML profile from ``FASTDDS_DEFAULT_PROFILES_FILE``; Fast DDS
+  2.6 (Humble) and 2.14 (Jazzy) read only ``FASTRTPS_DEFAULT_PROFILES_FILE``, which Kilted's
+  rmw_fastrtps still honours but warns about on every start. So the 3.x name is set always and
+  the 2.x name where ``ROS_DISTRO`` (set by every ROS setup script) is ``humble`` or ``jazzy``.
 * Loopback-only discovery is ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`` from Iron on; Humble's
   rcl knows only ``ROS_LOCALHOST_ONLY=1``, which Jazzy's rcl warns about on every start and
   Kilted's ignores. So ``ROS_LOCALHOST_ONLY`` is set only where ``ROS_DISTRO`` is ``humble``.
 * A private ROS domain is one whose RTPS port block no local socket uses.
+
+An unset ``ROS_DISTRO`` counts as a distribution after Jazzy (PyPI wheels set none).
 
 Standard library only and runnable as a script (scripts/ros_env.sh evaluates its output), so
 that launch files, shell scripts and tests use it before anything imports rclpy.
@@ -25,6 +29,8 @@ from pathlib import Path
 PROFILE_VARIABLES = ("FASTDDS_DEFAULT_PROFILES_FILE", "FASTRTPS_DEFAULT_PROFILES_FILE")
 DISCOVERY_RANGE = "ROS_AUTOMATIC_DISCOVERY_RANGE"
 LOCALHOST_ONLY = "ROS_LOCALHOST_ONLY"
+#: distributions that ship Fast DDS 2.x: they read only PROFILE_VARIABLES[1]
+FASTDDS_2_DISTROS = ("humble", "jazzy")
 #: distributions whose rcl has no ROS_AUTOMATIC_DISCOVERY_RANGE, only ROS_LOCALHOST_ONLY
 LOCALHOST_ONLY_DISTROS = ("humble",)
 #: RTPS well-known ports (spec 9.6.1.1, Fast DDS defaults): domain d owns [PB + DG*d, +DG)
@@ -33,37 +39,49 @@ PORT_BASE, DOMAIN_GAIN = 7400, 250
 MAX_PORTABLE_DOMAIN = 101
 
 
+def distro(env: Mapping[str, str]) -> str:
+    """The distribution ``ROS_DISTRO`` names, lower case ("" where unset)."""
+    return env.get("ROS_DISTRO", "").strip().lower()
+
+
+def profile_variables(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The profile variables the Fast DDS of the distribution in ``env`` reads without a warning."""
+    return PROFILE_VARIABLES if distro(env) in FASTDDS_2_DISTROS else PROFILE_VARIABLES[:1]
+
+
 def site_profile(env: Mapping[str, str]) -> str | None:
     """The profile ``env`` names under either variable (the 3.x name first), or None."""
     return next((env[name] for name in PROFILE_VARIABLES if env.get(name)), None)
 
 
-def profile_settings(profile: str | Path) -> dict[str, str]:
-    """Both profile variables set to ``profile``: every Fast DDS release reads one of them."""
-    return dict.fromkeys(PROFILE_VARIABLES, str(profile))
+def profile_settings(env: Mapping[str, str], profile: str | Path) -> dict[str, str]:
+    """The profile variable(s) of the distribution in ``env``, and any ``env`` already sets
+    (Kilted's rmw_fastrtps still loads the 2.x one), set to ``profile``."""
+    names = [n for n in PROFILE_VARIABLES if n in profile_variables(env) or env.get(n)]
+    return dict.fromkeys(names, str(profile))
 
 
 def kept_profile_settings(env: Mapping[str, str], default: str | Path) -> dict[str, str]:
-    """The variables to set so that a site's profile (under either name) is kept, now under
-    both names, and ``default`` is used only where ``env`` names none."""
+    """The variables to set so that a site's profile (under either name) is kept, and read by
+    the distribution's Fast DDS, and ``default`` is used only where ``env`` names none."""
     profile = site_profile(env) or str(default)
-    return {name: profile for name in PROFILE_VARIABLES if not env.get(name)}
+    return {name: profile for name in profile_variables(env) if not env.get(name)}
 
 
 def loopback_settings(env: Mapping[str, str]) -> dict[str, str]:
     """Discovery on this host only, in the variable(s) the distribution in ``ROS_DISTRO`` reads."""
     settings = {DISCOVERY_RANGE: "LOCALHOST"}
-    if env.get("ROS_DISTRO", "").strip().lower() in LOCALHOST_ONLY_DISTROS:
+    if distro(env) in LOCALHOST_ONLY_DISTROS:
         settings[LOCALHOST_ONLY] = "1"
     return settings
 
 
 def loopback_environment(env: Mapping[str, str], profile: str | Path | None) -> dict[str, str]:
-    """A copy of ``env`` with loopback-only discovery and every Fast DDS pointed at ``profile``
-    (the environment's profile is kept where ``profile`` is None)."""
+    """A copy of ``env`` with loopback-only discovery and the distribution's Fast DDS pointed at
+    ``profile`` (the environment's profile is kept where ``profile`` is None)."""
     out = {**env, **loopback_settings(env)}
     if profile is not None:
-        out.update(profile_settings(profile))
+        out.update(profile_settings(env, profile))
     return out
 
 

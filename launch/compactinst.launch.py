@@ -6,10 +6,10 @@ ros2 launch compactinst_ros compactinst.launch.py namespace:=front lifecycle:=tr
 The parameters file is the base; an argument left out leaves the file's value alone, so a
 ``params_file`` of your own wins unless the command line says otherwise. FastDDS is pointed at
 the shipped shared-memory profile (the vehicle profile, config/fastdds_shm.xml) only when the
-environment names no profile, or when ``fastdds_profile`` is given. The profile is set under both
-variable names (compactinst_ros.dds_env: Fast DDS 2.x on Humble and Jazzy reads
-FASTRTPS_DEFAULT_PROFILES_FILE, 3.x reads FASTDDS_DEFAULT_PROFILES_FILE), and a site's profile
-under either name is kept.
+environment names no profile, or when ``fastdds_profile`` is given. The profile is set under the
+variable names the distribution reads (compactinst_ros.dds_env: FASTDDS_DEFAULT_PROFILES_FILE
+always, FASTRTPS_DEFAULT_PROFILES_FILE too on Humble and Jazzy, whose Fast DDS 2.x reads only
+that), and a site's profile under either name is kept.
 
 rviz2 gets a view generated from rviz/compactinst.rviz for this node: its namespace and name,
 its input topic and the camera's ``frame_id`` as the fixed frame.
@@ -107,7 +107,7 @@ def declared_arguments(share: str) -> list:
             (
                 "fastdds_profile",
                 "",
-                "Fast DDS profile to set under both variable names (2.x and 3.x); default: "
+                "Fast DDS profile to set (under the names the distribution reads); default: "
                 "keep the environment's, under either name, else the shipped 32 MB "
                 "shared-memory profile (large best-effort images)",
             ),
@@ -128,14 +128,16 @@ def parse_bool(text: str, argument: str) -> bool:
 
 
 def fastdds_action(context: LaunchContext, share: str) -> list:
-    """Set the Fast DDS profile (both variable names) when asked; else keep a site's, under
-    either name, and use the shipped vehicle profile only where the environment has none."""
+    """Set the Fast DDS profile (the variable names the distribution reads) when asked; else keep
+    a site's, under either name, and use the shipped vehicle profile only where there is none."""
     from compactinst_ros.dds_env import kept_profile_settings, profile_settings
 
     asked = LaunchConfiguration("fastdds_profile").perform(context)
     shipped = os.path.join(share, "config", "fastdds_shm.xml")
     settings = (
-        profile_settings(asked) if asked else kept_profile_settings(context.environment, shipped)
+        profile_settings(context.environment, asked)
+        if asked
+        else kept_profile_settings(context.environment, shipped)
     )
     return [SetEnvironmentVariable(name, value) for name, value in settings.items()]
 

@@ -52,7 +52,7 @@ SHARED_ARGUMENTS = (
     (
         "fastdds_profile",
         "",
-        "Fast DDS profile to set under both variable names (2.x and 3.x); default: keep the "
+        "Fast DDS profile to set (under the names the distribution reads); default: keep the "
         "environment's, under either name, else the shipped shared-memory profile",
     ),
 )

@@ -10,14 +10,19 @@ compactinst_ros.dds_env against the facts this script reads from the upstream so
   ``interfaceWhiteList``/``address`` element names of a UDP transport's whitelist;
 * ros2/rcl ``localhost.c``, ``discovery_options.c`` and ``init.c`` (a git ref), or a built
   ``librcl.so`` where no source ref is at hand: which discovery variables rcl reads, and the
-  warning it logs for ``ROS_LOCALHOST_ONLY``.
+  warning it logs for ``ROS_LOCALHOST_ONLY``;
+* ros2/rmw_fastrtps ``rmw_fastrtps_shared_cpp/src`` (a git ref) or a built
+  ``librmw_fastrtps_shared_cpp.so``: the warning it logs when a profile variable is set.
 
     python scripts/dds_fixture.py --ros2 ROS2_GIT --fast-dds FAST_DDS_GIT --rcl RCL_GIT \\
-        --rcl-ref humble=humble --rcl-ref jazzy=9.2.0 \\
-        --rcl-library kilted=$VIRTUAL_ENV/lib/librcl.so > test/fixtures/dds/distributions.json
+        --rmw-fastrtps RMW_FASTRTPS_GIT --rcl-ref humble=humble --rcl-ref jazzy=9.2.0 \\
+        --rcl-library kilted=$VIRTUAL_ENV/lib/librcl.so --rmw-ref humble=humble \\
+        --rmw-ref jazzy=jazzy --rmw-library kilted=$VIRTUAL_ENV/lib/librmw_fastrtps_shared_cpp.so \\
+        > test/fixtures/dds/distributions.json
 
-``*_GIT`` are clones (bare or not) of github.com/ros2/ros2, eProsima/Fast-DDS and ros2/rcl with
-the named branches; rcl 9.2.0 is the tag the jazzy branch was forked from.
+``*_GIT`` are clones (bare or not) of github.com/ros2/ros2, eProsima/Fast-DDS, ros2/rcl and
+ros2/rmw_fastrtps with the named branches; rcl 9.2.0 is the tag the jazzy branch was forked from.
+The libraries are those of the Kilted wheels the tests run on (``pip install -e '.[dev]'``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ XML_DIRS = ("src/cpp/rtps/xmlparser", "src/cpp/xmlparser")
 ENV_VARIABLE = re.compile(r'DEFAULT_FAST\w*_ENV_VARIABLE\s*=\s*"(\w+)"')
 CONSTANT = r'const char\*\s+{}\s*=\s*"(\w+)"'
 WARNING = re.compile(r"RCUTILS_LOG_WARN_NAMED\(\s*ROS_PACKAGE_NAME,\s*((?:\"[^\"]*\"\s*)+)\)")
+PROFILE_WARNING = re.compile(r"\w+_DEFAULT_PROFILES_FILE[^\0\"]*deprecated[^\0\"]*")
 
 
 def git_show(repo: Path, ref: str, path: str) -> str | None:
@@ -121,20 +127,51 @@ def rcl_source_facts(repo: Path, ref: str) -> dict:
     }
 
 
+def library_source(library: Path, package: str) -> str:
+    """A built library named by its package's version (``share/PACKAGE/package.xml`` beside
+    its ``lib``) and its sha256."""
+    xml = library.resolve().parents[1] / "share" / package / "package.xml"
+    version = re.search(r"<version>([^<]+)</version>", xml.read_text() if xml.exists() else "")
+    digest = hashlib.sha256(library.read_bytes()).hexdigest()
+    return f"{library.name} of {package} {version.group(1) if version else '?'} (sha256 {digest})"
+
+
 def rcl_library_facts(library: Path) -> dict:
-    """Discovery variables a built librcl.so names (NUL-terminated strings), its version from
-    the ``share/rcl/package.xml`` beside it."""
+    """Discovery variables a built librcl.so names (NUL-terminated strings) and its warning."""
     blob = library.read_bytes()
-    package = library.resolve().parents[1] / "share" / "rcl" / "package.xml"
-    text = package.read_text() if package.exists() else ""
-    version = re.search(r"<version>([^<]+)</version>", text)
     reads = [name for name in (DISCOVERY_RANGE, LOCALHOST_ONLY) if name.encode() + b"\0" in blob]
     warned = re.search(rb"ROS_LOCALHOST_ONLY is deprecated[^\0]*", blob)
     return {
-        "source": f"librcl.so of rcl {version.group(1) if version else '?'} "
-        f"(sha256 {hashlib.sha256(blob).hexdigest()})",
+        "source": library_source(library, "rcl"),
         "reads": reads,
         "localhost_only_warning": warned.group().decode() if warned else None,
+    }
+
+
+def rmw_source_facts(repo: Path, ref: str) -> dict:
+    """The warning rmw_fastrtps ``ref`` logs when a profile variable is set, from source."""
+    folder = "rmw_fastrtps_shared_cpp/src"
+    listing = subprocess.run(
+        ["git", "--git-dir", str(repo), "ls-tree", "--name-only", f"{ref}:{folder}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    sources = "".join(git_show(repo, ref, f"{folder}/{name}") or "" for name in listing)
+    joined = re.sub(r'"\s*"', "", sources)  # adjacent C string literals
+    warned = PROFILE_WARNING.search(joined)
+    return {
+        "source": f"ros2/rmw_fastrtps {ref} ({git_commit(repo, ref)}): {folder}/*",
+        "profile_variable_warning": warned.group() if warned else None,
+    }
+
+
+def rmw_library_facts(library: Path) -> dict:
+    """The warning a built librmw_fastrtps_shared_cpp.so logs when a profile variable is set."""
+    warned = PROFILE_WARNING.search(library.read_bytes().decode("latin-1"))
+    return {
+        "source": library_source(library, "rmw_fastrtps_shared_cpp"),
+        "profile_variable_warning": warned.group() if warned else None,
     }
 
 
@@ -146,10 +183,16 @@ def main() -> int:
     parser.add_argument("--rcl", type=Path, required=True, help="clone of ros2/rcl")
     parser.add_argument("--rcl-ref", action="append", default=[], help="DISTRO=GIT_REF of rcl")
     parser.add_argument("--rcl-library", action="append", default=[], help="DISTRO=librcl.so")
+    parser.add_argument("--rmw-fastrtps", type=Path, required=True, help="clone of rmw_fastrtps")
+    parser.add_argument("--rmw-ref", action="append", default=[], help="DISTRO=GIT_REF")
+    parser.add_argument("--rmw-library", action="append", default=[], help="DISTRO=librmw...so")
     args = parser.parse_args()
     ros2, fast_dds, rcl = git_dir(args.ros2), git_dir(args.fast_dds), git_dir(args.rcl)
+    rmw = git_dir(args.rmw_fastrtps)
     rcl_refs = dict(item.split("=", 1) for item in args.rcl_ref)
     rcl_libraries = dict(item.split("=", 1) for item in args.rcl_library)
+    rmw_refs = dict(item.split("=", 1) for item in args.rmw_ref)
+    rmw_libraries = dict(item.split("=", 1) for item in args.rmw_library)
     distributions, fastdds = {}, {}
     for distro in DISTRIBUTIONS:
         branch = shipped_fastdds(ros2, distro)
@@ -160,10 +203,17 @@ def main() -> int:
             rcl_facts = rcl_library_facts(Path(rcl_libraries[distro]))
         else:
             raise SystemExit(f"give --rcl-ref {distro}=REF or --rcl-library {distro}=librcl.so")
+        if distro in rmw_refs:
+            rmw_facts = rmw_source_facts(rmw, rmw_refs[distro])
+        elif distro in rmw_libraries:
+            rmw_facts = rmw_library_facts(Path(rmw_libraries[distro]))
+        else:
+            raise SystemExit(f"give --rmw-ref {distro}=REF or --rmw-library {distro}=LIBRARY")
         distributions[distro] = {
             "ros2_repos": f"ros2/ros2 {distro} ({git_commit(ros2, distro)}): ros2.repos",
             "fastdds": branch,
             "rcl": rcl_facts,
+            "rmw_fastrtps": rmw_facts,
         }
     json.dump({"fastdds": fastdds, "distributions": distributions}, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -26,11 +26,14 @@ VEHICLE_XML = REPO / "config" / "fastdds_shm.xml"
 
 
 def check_distribution(distro: str, env: dict[str, str], profile: str) -> None:
-    """``env`` points the Fast DDS of ``distro`` at ``profile`` and keeps its rcl on loopback
-    without the deprecation warning its rcl logs."""
+    """``env`` points the Fast DDS of ``distro`` at ``profile`` and keeps its rcl on loopback,
+    without a variable that its rcl or rmw_fastrtps warns about on every start."""
     facts = DISTRIBUTIONS[distro]
     variable = FIXTURE["fastdds"][facts["fastdds"]]["profile_variable"]
     assert env.get(variable) == profile, f"{distro}: Fast DDS {facts['fastdds']} reads {variable}"
+    warning = facts["rmw_fastrtps"]["profile_variable_warning"]
+    if warning:
+        assert warning.split()[0] not in env, f"{distro}'s rmw_fastrtps logs: {warning}"
     rcl = facts["rcl"]
     loopback = {dds_env.DISCOVERY_RANGE: "LOCALHOST", dds_env.LOCALHOST_ONLY: "1"}
     honoured = [name for name in rcl["reads"] if env.get(name) == loopback[name]]
@@ -50,6 +53,9 @@ def test_fixture_has_each_distribution_with_the_fastdds_it_ships() -> None:
 def test_every_distribution_reads_our_profile_and_discovers_on_loopback_only(distro: str) -> None:
     env = dds_env.loopback_environment({"ROS_DISTRO": distro}, "/p/loopback.xml")
     check_distribution(distro, env, "/p/loopback.xml")
+    for name in dds_env.PROFILE_VARIABLES:  # a site's profile cannot override ours
+        site = {"ROS_DISTRO": distro, name: "/site.xml"}
+        assert "/site.xml" not in dds_env.loopback_environment(site, "/p/loopback.xml").values()
 
 
 @pytest.mark.parametrize("distro", sorted(DISTRIBUTIONS))
@@ -69,22 +75,21 @@ def test_ros_env_sh_sets_what_each_distribution_reads(distro: str) -> None:
     check_distribution(distro, out, str(LOOPBACK_XML))
 
 
+@pytest.mark.parametrize("distro", sorted(DISTRIBUTIONS))
 @pytest.mark.parametrize("site_variable", dds_env.PROFILE_VARIABLES)
-def test_a_site_profile_under_either_name_is_kept_and_read_everywhere(site_variable: str) -> None:
-    site = {site_variable: "/site.xml"}
-    settings = dds_env.kept_profile_settings(site, "/shipped.xml")
-    assert settings == {name: "/site.xml" for name in dds_env.PROFILE_VARIABLES if name not in site}
-    for distro in DISTRIBUTIONS:
-        check_distribution(
-            distro,
-            {**site, **settings, **dds_env.loopback_settings({"ROS_DISTRO": distro})},
-            "/site.xml",
-        )
-    both = dict.fromkeys(dds_env.PROFILE_VARIABLES, "/site.xml")
+def test_a_site_profile_under_either_name_is_kept_and_read(distro: str, site_variable: str) -> None:
+    env = {"ROS_DISTRO": distro, site_variable: "/site.xml"}
+    settings = dds_env.kept_profile_settings(env, "/shipped.xml")
+    facts = DISTRIBUTIONS[distro]
+    read = FIXTURE["fastdds"][facts["fastdds"]]["profile_variable"]
+    assert {**env, **settings}[read] == "/site.xml", f"{distro} reads {read}"
+    warning = facts["rmw_fastrtps"]["profile_variable_warning"]
+    assert not warning or warning.split()[0] not in settings, warning  # the site's, not ours
+    assert set(settings.values()) <= {"/site.xml"}
+    both = {"ROS_DISTRO": distro, **dict.fromkeys(dds_env.PROFILE_VARIABLES, "/site.xml")}
     assert dds_env.kept_profile_settings(both, "/shipped.xml") == {}
-    assert dds_env.kept_profile_settings({}, "/shipped.xml") == dds_env.profile_settings(
-        "/shipped.xml"
-    )
+    shipped = dds_env.kept_profile_settings({"ROS_DISTRO": distro}, "/shipped.xml")
+    check_distribution(distro, {**shipped, **dds_env.loopback_settings(env)}, "/shipped.xml")
 
 
 def test_no_other_module_names_a_profile_variable() -> None:

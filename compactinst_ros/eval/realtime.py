@@ -67,8 +67,8 @@ def replay_namespace(pid: int | None = None) -> str:
 
 
 def ros_environment(domain_id: int | None = None) -> dict[str, str]:
-    """os.environ with DDS kept on loopback and the shipped loopback-only profile (under both
-    Fast DDS variable names; see dds_env)."""
+    """os.environ with DDS kept on loopback and the shipped loopback-only profile (under the
+    variable names the distribution reads; see dds_env)."""
     env = dds_env.loopback_environment(os.environ, loopback_profile())
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
     if domain_id is not None:

@@ -27,7 +27,7 @@ PROBE = (
     "env = ros_environment()\n"
     "print(json.dumps({'profile': str(resources.loopback_profile()),\n"
     "    'model': str(resources.default_model()), 'bundle': str(default_bundle_path()),\n"
-    f"    'env': [env.get(name) for name in {dds_env.PROFILE_VARIABLES}]}}))\n"
+    f"    'env': env.get({dds_env.PROFILE_VARIABLES[0]!r})}}))\n"
 )
 
 
@@ -79,8 +79,8 @@ def test_checkout_files_are_found_first(monkeypatch: pytest.MonkeyPatch, tmp_pat
     for name in dds_env.PROFILE_VARIABLES:  # the replay keeps to loopback even over a site's
         monkeypatch.setenv(name, str(site))
     env = ros_environment()
-    loopback = str(resources.loopback_profile())
-    assert [env[name] for name in dds_env.PROFILE_VARIABLES] == [loopback, loopback]
+    assert env[dds_env.PROFILE_VARIABLES[0]] == str(resources.loopback_profile())
+    assert str(site) not in env.values()
 
 
 def test_ament_install_prefix_is_searched(tmp_path: Path) -> None:
@@ -88,7 +88,7 @@ def test_ament_install_prefix_is_searched(tmp_path: Path) -> None:
     share = share_tree(tmp_path / "install" / "compactinst_ros")
     prefixes = os.pathsep.join([str(tmp_path / "elsewhere"), str(share.parents[1])])
     found = probe(sys.executable, site, prefixes)
-    assert found["env"] == [found["profile"]] * 2 == [str(share / resources.LOOPBACK_PROFILE)] * 2
+    assert found["profile"] == found["env"] == str(share / resources.LOOPBACK_PROFILE)
     assert found["model"] == found["bundle"] == str(share / resources.DEFAULT_MODEL)
 
 
@@ -97,7 +97,7 @@ def test_pip_install_data_prefix_is_searched(tmp_path: Path) -> None:
     venv.EnvBuilder(with_pip=False).create(prefix)
     site = installed_package(tmp_path / "site")
     python = str(prefix / "bin" / "python")
-    nothing = {"profile": "None", "model": "None", "bundle": "None", "env": [None, None]}
+    nothing = {"profile": "None", "model": "None", "bundle": "None", "env": None}
     assert probe(python, site, str(tmp_path / "empty")) == nothing  # profile left unset
     share = share_tree(prefix)
     found = probe(python, site, None)

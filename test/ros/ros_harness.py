@@ -5,7 +5,7 @@ another directory's conftest module.
 
 DDS stays on loopback, each fixture gets its own ROS_DOMAIN_ID, and both sides use the
 shipped loopback-only Fast DDS profile (config/fastdds_loopback.xml: the vehicle profile's shared
-memory, UDP on 127.0.0.1 only), under the variable names of every Fast DDS (dds_env).
+memory, UDP on 127.0.0.1 only), under the variable names the distribution reads (dds_env).
 """
 
 from __future__ import annotations
