@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -190,3 +191,21 @@ def test_private_net_sh_leaves_only_loopback_or_says_why_not() -> None:
         pytest.skip(run.stderr.strip())
     interfaces = {line.split(":")[0].strip() for line in run.stdout.splitlines()[2:]}
     assert interfaces == {"lo"}, run.stdout
+
+
+def test_our_environment_starts_this_machines_ros_without_a_deprecation_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Here (Kilted wheels) a set FASTRTPS_DEFAULT_PROFILES_FILE draws rmw_fastrtps's warning."""
+    pytest.importorskip("rclpy")
+    from compactinst_ros.eval.realtime import ros_environment
+
+    for name in (*dds_env.PROFILE_VARIABLES, dds_env.LOCALHOST_ONLY):
+        monkeypatch.delenv(name, raising=False)
+    env = ros_environment(dds_env.private_domain())
+    code = "import rclpy; rclpy.init(); rclpy.create_node('probe').destroy_node(); rclpy.shutdown()"
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert "deprecated" not in run.stderr, run.stderr
