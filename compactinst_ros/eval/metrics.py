@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -92,9 +93,14 @@ def mask_ap(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> 
     }
 
 
+#: matched IoUs (> 0.5, so multiples of 2**-53) are summed as exact integers in these units: the
+#: sum is then the same in any order, and per-drive sums merge exactly (``eval/merge.py``)
+IOU_UNITS = 2**53
+
+
 @dataclass
 class _ClassStats:
-    iou: float = 0.0
+    iou: int = 0  # sum of the matched IoUs in 1 / IOU_UNITS
     tp: int = 0
     fp: int = 0
     fn: int = 0
@@ -153,7 +159,7 @@ class PanopticQuality:
         for a, b in zip(gi, pj, strict=True):
             s = self.stats[int(gt_cat[a])]
             s.tp += 1
-            s.iou += float(iou[a, b])
+            s.iou += int(float(iou[a, b]) * IOU_UNITS)
         # A listed GT segment without pixels is still a miss; a listed prediction without
         # pixels (area 0) can neither match nor be a false positive.
         unmatched_gt = ~matched_gt & ~crowd
@@ -169,6 +175,16 @@ class PanopticQuality:
                 continue
             self.stats[int(pred_cat[b])].fp += 1
 
+    def state(self) -> dict[str, list[int]]:
+        """{category id: [IoU sum in 1 / IOU_UNITS, tp, fp, fn]}: integer sums, merged exactly."""
+        return {str(c): [s.iou, s.tp, s.fp, s.fn] for c, s in self.stats.items()}
+
+    def absorb(self, state: Mapping[str, Sequence[int]]) -> None:
+        """Add another accumulator's ``state`` (another drive's frames) to these sums."""
+        for cat, (iou, tp, fp, fn) in state.items():
+            s = self.stats[int(cat)]
+            s.iou, s.tp, s.fp, s.fn = s.iou + iou, s.tp + tp, s.fp + fp, s.fn + fn
+
     def result(self) -> dict:
         """{all, things, stuff: {PQ, SQ, RQ, n}} in percent plus per-category entries."""
         per_class = {}
@@ -176,7 +192,7 @@ class PanopticQuality:
             if s.tp + s.fp + s.fn == 0:
                 continue
             denom = s.tp + 0.5 * s.fp + 0.5 * s.fn
-            sq = s.iou / s.tp if s.tp else 0.0
+            sq = s.iou / (IOU_UNITS * s.tp) if s.tp else 0.0
             rq = s.tp / denom
             per_class[cat] = {
                 "PQ": 100 * sq * rq,
@@ -235,6 +251,11 @@ class SemanticIoU:
         self.confusion += np.bincount(
             g[valid] * (n + 1) + p[valid], minlength=(n + 1) ** 2
         ).reshape(n + 1, n + 1)
+
+    def absorb(self, class_ids: Sequence[int], confusion: Sequence[Sequence[int]]) -> None:
+        """Add another confusion matrix over ``class_ids`` (last row/column void) to this one."""
+        index = [self.class_ids.index(c) for c in class_ids] + [len(self.class_ids)]
+        self.confusion[np.ix_(index, index)] += np.asarray(confusion, np.int64)
 
     def result(self) -> dict:
         """mIoU in percent over classes present in GT or prediction, plus per-class IoU."""
@@ -301,21 +322,43 @@ class Evaluator:
             self.miou.add(self.gt.semantic_frame(image_id), semantic)
         return True
 
+    def statistics(self) -> dict:
+        """Sufficient statistics of the frames added (JSON-ready): the GT and predictions of the
+        COCO images scored, PQ sums, the confusion matrix and tracking counts. Those of several
+        replays merge into the figures of one replay over all their frames (``merge.py``)."""
+        keep = set(self.image_ids)
+        instances = self.gt.instances
+        if instances is not None:
+            instances = {
+                "images": [e for e in instances["images"] if int(e["id"]) in keep],
+                "annotations": [a for a in instances["annotations"] if int(a["image_id"]) in keep],
+                "categories": instances["categories"],
+            }
+        cats = self.gt.categories.values()
+        return {
+            "image_ids": list(self.image_ids),
+            "instances": instances,
+            "predictions": self.predictions,
+            "categories": {str(c.id): c.isthing for c in cats},
+            "panoptic": self.pq.state() if self.pq is not None else None,
+            "semantic": (
+                {"class_ids": list(self.miou.class_ids), "confusion": self.miou.confusion.tolist()}
+                if self.miou is not None
+                else None
+            ),
+            "tracking": (
+                asdict(self.tracking.counts())
+                if self.tracking is not None and self.tracking.frames
+                else None
+            ),
+        }
+
     def result(self) -> dict:
         """Metrics in percent: mask_ap, panoptic (PQ/SQ/RQ), semantic (mIoU); None if absent;
         with GT track ids, ``tracking``: CLEAR-MOT counts of the instance ids (id switches)."""
-        out: dict = {"frames_evaluated": len(self.image_ids)}
-        instances = self.gt.instances
-        out["mask_ap"] = (
-            mask_ap(instances, self.predictions, self.image_ids)
-            if instances is not None and self.image_ids
-            else None
-        )
-        out["panoptic"] = self.pq.result() if self.pq and self.image_ids else None
-        out["semantic"] = self.miou.result() if self.miou and self.image_ids else None
-        if self.tracking is not None and self.tracking.frames:
-            out["tracking"] = asdict(self.tracking.counts())
-        return out
+        from .merge import merge_statistics
+
+        return merge_statistics([self.statistics()])
 
 
 def semantic_from_panoptic(raster: np.ndarray, segments: dict[int, int]) -> np.ndarray:
