@@ -317,18 +317,14 @@ def replay_fleet(options: FleetOptions) -> dict:
         if result is not None:
             result["source"] = "cache"
     todo = [i for i, r in enumerate(results) if r is None]
-    progress = FleetProgress(len(todo), options.progress)
     model: dict = next((r["model"] for r in results if r is not None), {})
     workers = 0
     start = time.perf_counter()
     if todo:
         started = connect(ray, options.address)
         try:
-            workers, model = _run_on_ray(
-                ray, options, drives, per_drive, todo, results, paths, progress
-            )
+            workers, model = _run_on_ray(ray, options, drives, per_drive, todo, results, paths)
         finally:
-            progress.close()
             if started:
                 ray.shutdown()
     wall = time.perf_counter() - start
@@ -346,9 +342,9 @@ def _run_on_ray(
     todo: list[int],
     results: list[dict | None],
     paths: Sequence[Path],
-    progress: FleetProgress,
 ) -> tuple[int, dict]:
-    """Replay the ``todo`` drives on actors, the next drive going to the first idle actor."""
+    """Replay the ``todo`` drives on actors, the next drive going to the first idle actor;
+    returns (actors, the model as they loaded it)."""
     count, resources, threads = _worker_plan(ray, options, len(todo))
     actor = ray.remote(DriveWorker).options(
         max_restarts=MAX_RESTARTS, max_task_retries=MAX_TASK_RETRIES, **resources
@@ -356,25 +352,30 @@ def _run_on_ray(
     actors = [actor.remote(options.template, threads) for _ in range(count)]
     model = ray.get(actors[0].describe.remote())
     queue, idle, pending = list(todo), list(actors), {}
-    while queue or pending:
-        while idle and queue:
-            worker, i = idle.pop(), queue.pop(0)
-            pending[worker.replay.remote(drives[i], per_drive[i])] = (i, worker)
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            i, worker = pending.pop(ref)
-            idle.append(worker)
-            try:
-                result = ray.get(ref)
-            except ray.exceptions.RayError as exc:  # retries spent: the worker kept dying
-                result = {"name": drives[i].name, "bag": str(drives[i].bag)}
-                result.update(tags=drives[i].tags, status="failed", error=f"worker lost: {exc}")
-            result["model"] = model
-            if result["status"] == "ok":
-                _write_cache(paths[i], result)
-            result["source"] = "replayed"
-            results[i] = result
-            progress.add(result)
+    progress = FleetProgress(len(todo), options.progress)
+    try:
+        while queue or pending:
+            while idle and queue:
+                worker, i = idle.pop(), queue.pop(0)
+                pending[worker.replay.remote(drives[i], per_drive[i])] = (i, worker)
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                i, worker = pending.pop(ref)
+                idle.append(worker)
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayError as exc:  # Ray's retries spent: it kept dying
+                    drive = drives[i]
+                    result = {"name": drive.name, "bag": str(drive.bag), "tags": drive.tags}
+                    result.update(status="failed", error=f"worker lost: {exc}")
+                result["model"] = model
+                if result["status"] == "ok":
+                    _write_cache(paths[i], result)
+                result["source"] = "replayed"
+                results[i] = result
+                progress.add(result)
+    finally:
+        progress.close()
     return count, model
 
 
