@@ -119,9 +119,9 @@ def _file_identity(path: Path) -> list:
         try:
             st = file.stat()
         except OSError:
-            continue
-        out.append([str(file.relative_to(path)) if path.is_dir() else file.name, st.st_size])
-        out[-1].append(st.st_mtime_ns)
+            continue  # missing: the drive fails when replayed, and is not cached
+        name = str(file.relative_to(path)) if path.is_dir() else file.name
+        out.append([name, st.st_size, st.st_mtime_ns])
     return out
 
 
@@ -313,9 +313,9 @@ def replay_fleet(options: FleetOptions) -> dict:
     per_drive = [drive_options(options.template, d) for d in drives]
     paths = [options.out / "drives" / f"{cache_key(o, fingerprint)}.json" for o in per_drive]
     results: list[dict | None] = [_read_cache(p) for p in paths]
-    for result in results:
-        if result is not None:
-            result["source"] = "cache"
+    for drive, result in zip(drives, results, strict=True):
+        if result is not None:  # name and tags as the manifest gives them now
+            result.update(name=drive.name, tags=drive.tags, source="cache")
     todo = [i for i, r in enumerate(results) if r is None]
     model: dict = next((r["model"] for r in results if r is not None), {})
     workers = 0

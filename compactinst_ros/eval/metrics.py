@@ -25,6 +25,7 @@ consistent GT).
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -65,11 +66,17 @@ def instances_to_coco(raster: np.ndarray, instances: Instances, image_id: int) -
     ]
 
 
-def mask_ap(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> dict:
-    """AP, AP50, AP75, APs/m/l in percent over ``image_ids`` (None where a bucket has no GT)."""
+def coco_evaluation(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> dict:
+    """pycocotools' per-image segm evaluation over ``image_ids`` (JSON-ready): per category,
+    area range and image, the detections' scores, matches and ignore flags and the GT's ignore
+    flags. ``accumulate`` needs nothing else, so the evaluations of several replays merge into
+    one exact AP (``mask_ap_of``) without their masks."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
+    # pycocotools writes into the annotation dicts (area, bbox, ignore): it gets copies
+    gt_dataset = {**gt_dataset, "annotations": [dict(a) for a in gt_dataset["annotations"]]}
+    predictions = [dict(p) for p in predictions]
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO()
         gt.dataset = gt_dataset
@@ -85,12 +92,72 @@ def mask_ap(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> 
         evaluator = COCOeval(gt, dt, "segm")
         evaluator.params.imgIds = sorted(int(i) for i in image_ids)
         evaluator.evaluate()
+    p = evaluator.params
+    images, n_img = [int(i) for i in p.imgIds], len(p.imgIds)
+    evals = [
+        [
+            None
+            if e is None
+            else [
+                e["dtScores"],
+                (e["dtMatches"] > 0).astype(int).tolist(),
+                e["dtIgnore"].astype(int).tolist(),
+                e["gtIgnore"].astype(int).tolist(),
+            ]
+            for e in evaluator.evalImgs[n * n_img : (n + 1) * n_img]
+        ]
+        for n in range(len(p.catIds) * len(p.areaRng))
+    ]
+    return {"cat_ids": [int(c) for c in p.catIds], "image_ids": images, "evals": evals}
+
+
+def mask_ap_of(evaluations: Sequence[dict]) -> dict:
+    """AP, AP50, AP75, APs/m/l in percent (None where a bucket has no GT) of one COCOeval over
+    every image of ``evaluations`` (``coco_evaluation``s), taken in order: pycocotools'
+    ``accumulate`` and ``summarize`` on their per-image results."""
+    from pycocotools.cocoeval import COCOeval
+
+    cat_ids = evaluations[0]["cat_ids"]
+    for part in evaluations:
+        if part["cat_ids"] != cat_ids:
+            raise DataError(
+                f"drives' instance GT lists categories {cat_ids} and {part['cat_ids']}; "
+                "give every drive the same category list"
+            )
+    evaluator = COCOeval(iouType="segm")
+    p = evaluator.params
+    p.imgIds = list(range(1, 1 + sum(len(e["image_ids"]) for e in evaluations)))
+    p.catIds = list(cat_ids)
+    t = len(p.iouThrs)
+    evaluator.evalImgs = []
+    for n in range(len(cat_ids) * len(p.areaRng)):
+        for part in evaluations:
+            for e in part["evals"][n]:
+                if e is None:
+                    evaluator.evalImgs.append(None)
+                    continue
+                scores, matches, ignore, gt_ignore = e
+                evaluator.evalImgs.append(
+                    {
+                        "dtScores": scores,
+                        "dtMatches": np.asarray(matches, np.float64).reshape(t, len(scores)),
+                        "dtIgnore": np.asarray(ignore, bool).reshape(t, len(scores)),
+                        "gtIgnore": np.asarray(gt_ignore, bool),
+                    }
+                )
+    evaluator._paramsEval = copy.deepcopy(p)
+    with contextlib.redirect_stdout(io.StringIO()):
         evaluator.accumulate()
         evaluator.summarize()
     return {
         key: (None if value < 0 else round(float(value) * 100.0, 3))
         for key, value in zip(AP_KEYS, evaluator.stats[: len(AP_KEYS)], strict=True)
     }
+
+
+def mask_ap(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> dict:
+    """AP, AP50, AP75, APs/m/l in percent over ``image_ids`` (None where a bucket has no GT)."""
+    return mask_ap_of([coco_evaluation(gt_dataset, predictions, image_ids)])
 
 
 #: matched IoUs (> 0.5, so multiples of 2**-53) are summed as exact integers in these units: the
@@ -323,22 +390,17 @@ class Evaluator:
         return True
 
     def statistics(self) -> dict:
-        """Sufficient statistics of the frames added (JSON-ready): the GT and predictions of the
-        COCO images scored, PQ sums, the confusion matrix and tracking counts. Those of several
-        replays merge into the figures of one replay over all their frames (``merge.py``)."""
-        keep = set(self.image_ids)
+        """Sufficient statistics of the frames added (JSON-ready): the per-image COCO evaluation,
+        PQ sums, the confusion matrix and tracking counts. Those of several replays merge into
+        the figures of one replay over all their frames (``merge.py``)."""
         instances = self.gt.instances
-        if instances is not None:
-            instances = {
-                "images": [e for e in instances["images"] if int(e["id"]) in keep],
-                "annotations": [a for a in instances["annotations"] if int(a["image_id"]) in keep],
-                "categories": instances["categories"],
-            }
+        coco = None
+        if instances is not None and self.image_ids:
+            coco = coco_evaluation(instances, self.predictions, self.image_ids)
         cats = self.gt.categories.values()
         return {
             "image_ids": list(self.image_ids),
-            "instances": instances,
-            "predictions": self.predictions,
+            "coco": coco,
             "categories": {str(c.id): c.isthing for c in cats},
             "panoptic": self.pq.state() if self.pq is not None else None,
             "semantic": (
@@ -353,12 +415,13 @@ class Evaluator:
             ),
         }
 
-    def result(self) -> dict:
+    def result(self, statistics: dict | None = None) -> dict:
         """Metrics in percent: mask_ap, panoptic (PQ/SQ/RQ), semantic (mIoU); None if absent;
-        with GT track ids, ``tracking``: CLEAR-MOT counts of the instance ids (id switches)."""
+        with GT track ids, ``tracking``: CLEAR-MOT counts of the instance ids (id switches).
+        ``statistics``: this evaluator's ``statistics()`` where already computed."""
         from .merge import merge_statistics
 
-        return merge_statistics([self.statistics()])
+        return merge_statistics([statistics or self.statistics()])
 
 
 def semantic_from_panoptic(raster: np.ndarray, segments: dict[int, int]) -> np.ndarray:

@@ -195,8 +195,9 @@ def run_lockstep(
     frames = {"total": total, "processed": processed, "dropped": read - processed}
     if read < total:  # the bag broke while being read
         frames["unread"] = total - read
+    stats = evaluator.statistics() if evaluator is not None else None
     return {
-        "accuracy": evaluator.result() if evaluator is not None else None,
+        "accuracy": evaluator.result(stats) if evaluator is not None else None,
         "warmup_frames": warm,
         "latency": latency_stats(samples, warm),
         "frames": frames,
@@ -207,7 +208,7 @@ def run_lockstep(
         },
         "samples": {k: [round(v, 4) for v in vals] for k, vals in samples.items()},
         "notes": notes,
-        **({"statistics": evaluator.statistics()} if statistics and evaluator else {}),
+        **({"statistics": stats} if statistics and stats is not None else {}),
     }
 
 

@@ -48,7 +48,9 @@ def evaluate(scenes: list[Scene], first: int, folder: Path) -> Evaluator:
 
 def test_merged_parts_equal_one_evaluator_over_all_frames(tmp_path) -> None:
     scenes = make_scenes(n=7, seed=3)
-    whole = evaluate(scenes, 0, tmp_path / "all").result()
+    evaluator = evaluate(scenes, 0, tmp_path / "all")
+    whole = evaluator.result()
+    assert evaluator.result() == whole  # scoring leaves the GT and predictions as they were
     parts = [(0, 3), (3, 4), (4, 7)]  # each part's GT numbers its images from 1 again
     stats = [evaluate(scenes[a:b], a, tmp_path / f"p{a}").statistics() for a, b in parts]
     merged = merge_statistics(stats)
@@ -91,11 +93,18 @@ def test_id_switches_of_drives_add_up() -> None:
     assert whole.counts().id_switches == 2
 
 
-def test_conflicting_label_sets_are_refused(tmp_path) -> None:
+def test_drives_with_other_category_lists_are_refused(tmp_path) -> None:
     scenes = make_scenes(n=1)
-    stats = [evaluate(scenes, 0, tmp_path / n).statistics() for n in "ab"]
-    stats[1]["instances"]["categories"][0]["name"] = "tractor"
-    with pytest.raises(DataError, match="give all drives one label set"):
+    inst, pan, pan_dir = write_gt(scenes, tmp_path / "b")
+    data = json.loads(inst.read_text())
+    data["categories"].append({"id": 3, "name": "tractor", "isthing": 1})
+    inst.write_text(json.dumps(data))
+    gt = GroundTruth(inst, pan, pan_dir)
+    gt.match([s.stamp_ns for s in scenes])
+    other = Evaluator(gt)
+    other.add(0, imperfect(scenes[0], 0))
+    stats = [evaluate(scenes, 0, tmp_path / "a").statistics(), other.statistics()]
+    with pytest.raises(DataError, match="give every drive the same category list"):
         merge_statistics(stats)
 
 
