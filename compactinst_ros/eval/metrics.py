@@ -145,7 +145,7 @@ def mask_ap_of(evaluations: Sequence[dict]) -> dict:
                         "gtIgnore": np.asarray(gt_ignore, bool),
                     }
                 )
-    evaluator._paramsEval = copy.deepcopy(p)
+    evaluator._paramsEval = copy.deepcopy(p)  # what evaluate() leaves for accumulate()
     with contextlib.redirect_stdout(io.StringIO()):
         evaluator.accumulate()
         evaluator.summarize()
