@@ -275,7 +275,7 @@ class FleetOptions:
             raise ConfigError("--regression-threshold must be >= 0 (AP/PQ points)")
 
 
-def _worker_plan(ray: Any, options: FleetOptions, drives: int) -> tuple[int, dict, int | None]:
+def worker_plan(ray: Any, options: FleetOptions, drives: int) -> tuple[int, dict, int | None]:
     """(actors, their resource options, ORT threads) for the cluster: one actor per GPU where
     there are GPUs and the backend can use them, else one per ``cpus_per_worker`` CPUs."""
     resources = ray.cluster_resources()
@@ -345,7 +345,7 @@ def _run_on_ray(
 ) -> tuple[int, dict]:
     """Replay the ``todo`` drives on actors, the next drive going to the first idle actor;
     returns (actors, the model as they loaded it)."""
-    count, resources, threads = _worker_plan(ray, options, len(todo))
+    count, resources, threads = worker_plan(ray, options, len(todo))
     actor = ray.remote(DriveWorker).options(
         max_restarts=MAX_RESTARTS, max_task_retries=MAX_TASK_RETRIES, **resources
     )

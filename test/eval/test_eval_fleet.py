@@ -21,6 +21,7 @@ from eval_helpers import make_scenes, scene_bag, write_gt
 
 from compactinst_ros.bundle import default_bundle_path
 from compactinst_ros.cli import main
+from compactinst_ros.eval.fleet import FleetOptions, worker_plan
 from compactinst_ros.eval.replay import ReplayOptions, replay
 from compactinst_ros.eval.report import latency_stats
 
@@ -39,11 +40,13 @@ WARMUP = 1
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A local Ray instance on loopback for the module (its start is the slow part)."""
+    """A local Ray instance on loopback for the module (its start is the slow part), with one
+    logical GPU for the worker plan (the replays run on onnxruntime, which takes CPUs only)."""
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     start = time.perf_counter()
     ray.init(
         num_cpus=2,
+        num_gpus=1,
         include_dashboard=False,
         _node_ip_address="127.0.0.1",
         log_to_driver=False,
@@ -230,3 +233,13 @@ def test_without_ray_the_command_names_the_extra(fleet_data, tmp_path, monkeypat
     args = ["replay-fleet", str(fleet_data / "manifest.json"), "--out", str(tmp_path)]
     assert main([*args, "--model", str(default_bundle_path())]) == 1
     assert "pip install 'compactinst_ros[fleet]'" in capsys.readouterr().err
+
+
+def test_an_actor_per_gpu_else_one_per_cpus_per_worker(ray_cluster, fleet_data) -> None:
+    template = ReplayOptions(bag=Path("."), model=default_bundle_path())  # backend auto
+    options = FleetOptions(fleet_data / "manifest.json", template, cpus_per_worker=1)
+    assert worker_plan(ray, options, 5) == (1, {"num_gpus": 1, "num_cpus": 1}, None)
+    cpu = replace(options, template=replace(template, backend="onnxruntime"))
+    assert worker_plan(ray, cpu, 5) == (2, {"num_cpus": 1}, 1)
+    assert worker_plan(ray, cpu, 1) == (1, {"num_cpus": 1}, 1)  # never more than drives
+    assert worker_plan(ray, replace(cpu, cpus_per_worker=2), 5) == (1, {"num_cpus": 2}, 2)
