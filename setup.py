@@ -22,6 +22,8 @@ VEHICLE = [
 CUDA = ["pycuda>=2022.1"]
 TRAIN = ["torch==2.13.0", "onnx>=1.15", "scipy>=1.10", "pycocotools>=2.0.7"]
 EVAL = ["rosbags>=0.10.4", "pycocotools>=2.0.7", "matplotlib>=3.7", "scipy>=1.10"]
+# `compactinst replay-fleet` runs drives on a Ray cluster; the node never imports it.
+FLEET = ["ray>=2.60"]
 # On a machine without a ROS install, the ROS 2 client library and messages come from PyPI.
 ROS_WHEELS = [
     "ros-kilted-rclpy[fastrtps]",
@@ -81,8 +83,9 @@ setup(
         "cuda": CUDA,
         "train": TRAIN,
         "eval": EVAL,
+        "fleet": EVAL + FLEET,
         "ros": ROS_WHEELS,
-        "dev": DEV + TRAIN + EVAL + ROS_WHEELS,
+        "dev": DEV + TRAIN + EVAL + FLEET + ROS_WHEELS,
     },
     zip_safe=True,
     maintainer="compactinst_ros maintainers",

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fp16-check": ("compactinst_ros.export.precision", "per-layer FP16 ranges and FP32 pins"),
     "ros": ("compactinst_ros.ros.tool", "drive a running node: parameters, lifecycle, tables"),
     "replay": ("compactinst_ros.eval.replay", "replay a bag: accuracy and latency report"),
+    "replay-fleet": ("compactinst_ros.eval.fleet", "replay a manifest of drives on Ray, merged"),
     "bench": ("compactinst_ros.bench.latency", "decoder and model latency across resolutions"),
     "costmodel": ("compactinst_ros.bench.cost_model", "bytes and MACs per stage, predicted time"),
     "roofline": ("compactinst_ros.bench.roofline", "roofline from an Nsight Compute CSV"),

@@ -138,8 +138,10 @@ def run_lockstep(
     max_frames: int | None = None,
     warmup: int = 3,
     progress: bool = True,
+    statistics: bool = False,
 ) -> dict:
-    """Run every frame through ``pipeline`` (a Pipeline or any callable with its signature)."""
+    """Run every frame through ``pipeline`` (a Pipeline or any callable with its signature);
+    ``statistics`` adds the evaluator's sufficient statistics (for merging, ``merge.py``)."""
     from .metrics import Evaluator
 
     total = bag.count if max_frames is None else min(bag.count, max_frames)
@@ -194,8 +196,9 @@ def run_lockstep(
     frames = {"total": total, "processed": processed, "dropped": read - processed}
     if read < total:  # the bag broke while being read
         frames["unread"] = total - read
+    stats = evaluator.statistics() if evaluator is not None else None
     return {
-        "accuracy": evaluator.result() if evaluator is not None else None,
+        "accuracy": evaluator.result(stats) if evaluator is not None else None,
         "warmup_frames": warm,
         "latency": latency_stats(samples, warm),
         "frames": frames,
@@ -206,6 +209,7 @@ def run_lockstep(
         },
         "samples": {k: [round(v, 4) for v in vals] for k, vals in samples.items()},
         "notes": notes,
+        **({"statistics": stats} if statistics and stats is not None else {}),
     }
 
 
@@ -306,10 +310,21 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     )
 
 
-def replay(options: ReplayOptions) -> dict:
-    """Run one replay; returns the report (also written under ``options.out``)."""
+def lockstep_pipeline(options: ReplayOptions, **backend_overrides: object) -> Pipeline:
+    """The tracking Pipeline of a lockstep replay with ``options``; ``backend_overrides``
+    replace BackendOptions fields (a fleet worker's ``threads``)."""
     from ..pipeline import Pipeline
 
+    thresholds = None
+    if options.score_threshold is not None:
+        thresholds = PostprocessOptions(score_threshold=options.score_threshold)
+    return Pipeline(
+        options.model, options.backend, thresholds, tracking=True, **backend_overrides
+    )
+
+
+def replay(options: ReplayOptions) -> dict:
+    """Run one replay; returns the report (also written under ``options.out``)."""
     gt = options.load_ground_truth()
     modes: dict[str, dict] = {}
     with ImageBag(options.bag, options.topic) as bag:
@@ -319,10 +334,7 @@ def replay(options: ReplayOptions) -> dict:
             "bag": bag_block(bag, options.bag),
         }
         if options.mode in ("lockstep", "both"):
-            thresholds = None
-            if options.score_threshold is not None:
-                thresholds = PostprocessOptions(score_threshold=options.score_threshold)
-            with Pipeline(options.model, options.backend, thresholds, tracking=True) as pipeline:
+            with lockstep_pipeline(options) as pipeline:
                 report["model"] = pipeline.describe()
                 modes["lockstep"] = run_lockstep(
                     bag,
