@@ -13,6 +13,7 @@ import argparse
 import ast
 import builtins
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -206,13 +207,9 @@ def test_api_uses_follows_calls_and_ignores_other_roots() -> None:
     assert api_uses(tree, TRT_ROOTS, "tensorrt") == {"Logger", "WARNING"}
 
 
-@pytest.mark.parametrize("version", TRT_VERSIONS)
-def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api(version: str) -> None:
-    """Closed world: engines, contexts and parsers are not reachable from a module alias, so
-    an attribute that is neither defined by this project nor by Python/numpy must be a name
-    TensorRT ``version`` or pycuda registers (catches TensorRT 8 calls such as
-    execute_async_v2, and the weak-typing calls TensorRT 11 removed)."""
-    trt_names = TRT_VERSIONS[version]
+@functools.cache
+def known_names() -> tuple[set[str], set[str]]:
+    """(names this project defines, names of Python, numpy and the stdlib modules used)."""
     ours: set[str] = set()
     for path in [*(ROOT / "compactinst_ros").rglob("*.py"), *(ROOT / "scripts").glob("*.py")]:
         text = path.read_text()
@@ -226,6 +223,17 @@ def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api(versi
         argparse.ArgumentParser, concurrent.futures.ThreadPoolExecutor, concurrent.futures.Future,
     ):  # fmt: skip
         python |= set(dir(obj))
+    return ours, python
+
+
+@pytest.mark.parametrize("version", TRT_VERSIONS)
+def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api(version: str) -> None:
+    """Closed world: engines, contexts and parsers are not reachable from a module alias, so
+    an attribute that is neither defined by this project nor by Python/numpy must be a name
+    TensorRT ``version`` or pycuda registers (catches TensorRT 8 calls such as
+    execute_async_v2, and the weak-typing calls TensorRT 11 removed)."""
+    trt_names = TRT_VERSIONS[version]
+    ours, python = known_names()
     unknown = {}
     for source in CLOSED_WORLD:
         for node in ast.walk(ast.parse((ROOT / source).read_text())):
