@@ -48,13 +48,16 @@ ROSIDL_BUILD = [
     "ros-kilted-geometry-msgs",
 ]
 # fvcore: the MAC counts of model/flops.py are cross-checked against it (test/model/test_fvcore.py).
-# NVRTC of CUDA 12.6 (JetPack 6.1/6.2): `make kernels` builds the shipped kernel images with it and the
-# tests rebuild them byte for byte; pinned exactly, as another NVRTC writes other bytes.
+# NVRTC of CUDA 12.6 (JetPack 6.1/6.2): `make kernels` builds the shipped kernel images with it
+# and the tests rebuild them byte for byte; pinned exactly, as another NVRTC writes other bytes.
 NVRTC = ["nvidia-cuda-nvrtc-cu12==12.6.85"]
+# nvdisasm: tests read the shipped cubins' SASS (no fused multiply-add the spec rounds twice).
+NVDISASM = ["nvidia-cuda-nvdisasm==13.5.37"]
 # Foxglove's own MCAP readers: tests read the replay's output bag back as Foxglove would.
 FOXGLOVE_READERS = ["mcap>=1.2", "mcap-ros2-support>=0.5"]
 DEV = [
     "pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", "fvcore>=0.1.5", *NVRTC,
+    *NVDISASM,
     *COLCON, *ROSIDL_BUILD, *FOXGLOVE_READERS,
 ]  # fmt: skip
 

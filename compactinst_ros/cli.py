@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import-fastinst": ("compactinst_ros.model.convert_fastinst", "convert a FastInst checkpoint"),
     "build-engine": ("compactinst_ros.backends.trt_build", "build typed TensorRT engines"),
     "fp16-check": ("compactinst_ros.export.precision", "per-layer FP16 ranges and FP32 pins"),
+    "ros": ("compactinst_ros.ros.tool", "drive a running node: parameters, lifecycle, tables"),
     "replay": ("compactinst_ros.eval.replay", "replay a bag: accuracy and latency report"),
     "bench": ("compactinst_ros.bench.latency", "decoder and model latency across resolutions"),
     "costmodel": ("compactinst_ros.bench.cost_model", "bytes and MACs per stage, predicted time"),

@@ -39,8 +39,10 @@ PARAMETER_ARGUMENTS = {
     "model": str,
     "image_topic": str,
     "backend": str,
+    "precision": str,
     "engine_cache_dir": str,
     "use_sim_time": bool,
+    "camera_info_topic": str,
 }
 
 
@@ -79,12 +81,23 @@ def declared_arguments(share: str) -> list:
             ("image_topic", "", "input sensor_msgs/Image topic (default: the parameters file's)"),
             ("backend", "", "auto | tensorrt | onnxruntime (default: the parameters file's)"),
             (
+                "precision",
+                "",
+                "auto | fp32 | fp16 | int8: the graphs the backend runs "
+                "(default: the parameters file's)",
+            ),
+            (
                 "engine_cache_dir",
                 "",
                 "TensorRT engine cache folder (default: the parameters file's)",
             ),
             ("use_sim_time", "", "true | false: follow /clock (default: the parameters file's)"),
-            ("camera_info_topic", "", "remap the node's camera_info topic to this one"),
+            (
+                "camera_info_topic",
+                "",
+                "the camera's sensor_msgs/CameraInfo topic: re-published per frame on "
+                "~/camera_info (default: the parameters file's)",
+            ),
             ("namespace", "", "ROS namespace of the node"),
             ("node_name", "compactinst", "name of the node"),
             ("lifecycle", "false", "true: start compactinst_lifecycle_node and drive it to active"),
@@ -135,14 +148,12 @@ def node_actions(context: LaunchContext) -> list:
         for name, kind in PARAMETER_ARGUMENTS.items()
         if given(name)
     }
-    camera_info = given("camera_info_topic")
     node_args = dict(
         package=PACKAGE,
         name=given("node_name"),
         namespace=given("namespace"),
         output="screen",
         parameters=[LaunchConfiguration("params_file"), overrides],
-        remappings=[("camera_info", camera_info)] if camera_info else [],
     )
     actions = fastdds_action(context, share)
     if not parse_bool(given("lifecycle"), "lifecycle"):

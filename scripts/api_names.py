@@ -43,6 +43,16 @@ def extension_names(blob: bytes) -> set[str]:
     return names
 
 
+def dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of plain attributes on a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
 def python_names(source: str) -> set[str]:
     """Functions, classes, arguments and assigned names of a Python module."""
     names: set[str] = set()

@@ -8,20 +8,15 @@ CUDA version and GPU module (name, SM count and memory: CUDA names every Orin mo
 engine that TensorRT refuses to deserialize) and stores a new engine only once it passes the
 caller's acceptance check, or refuses with a message naming the fix when building is disabled.
 
-Deserializing an engine runs code of whoever wrote it, so, as ssh does with keys, the cache is only
-used when nobody else can write to it: the folder, every folder above it and every file read must
-be owned by this user (folders above may also be root's) and not group/world-writable (folders
-above may be if sticky, as /tmp is). Anything else is refused with the chmod/chown that fixes it.
-The cache creates its folders 0700 and its files 0600.
+Deserializing an engine runs code of whoever wrote it, so the cache reads and writes only
+owner-only folders and files, by the rules of ``compactinst_ros/private_files.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,9 +25,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import BackendError
+from ..private_files import check_private_folder, read_private, write_private
 
 SIDECAR_FORMAT = 1
-DEFAULT_CACHE_ENV = "COMPACTINST_ENGINE_CACHE"
 
 T = TypeVar("T")
 
@@ -94,64 +89,6 @@ class Lookup:
     sidecar_path: Path
 
 
-def default_cache_dir() -> Path:
-    """``$COMPACTINST_ENGINE_CACHE`` or ``~/.cache/compactinst_ros/engines``."""
-    env = os.environ.get(DEFAULT_CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "compactinst_ros" / "engines"
-
-
-def _owner_fix(path: Path) -> str:
-    """The command that gives ``path`` to this user."""
-    try:
-        import pwd
-
-        user = pwd.getpwuid(os.geteuid()).pw_name
-    except (ImportError, KeyError):
-        user = str(os.geteuid())
-    return f"sudo chown {user} '{path}'"
-
-
-def check_private(path: Path, st: os.stat_result | None = None, parent: bool = False) -> None:
-    """BackendError unless only this user (or root, for a ``parent`` folder) can change ``path``.
-
-    ``parent`` folders (those above the cache) may also be root's, and group/world-writable when
-    sticky, since then nobody else can rename or replace the entries in them.
-    """
-    st = st or os.stat(path)
-    uid = os.geteuid()
-    owners = (uid, 0) if parent else (uid,)
-    if st.st_uid not in owners:
-        raise BackendError(
-            f"engine cache refused: {path} is owned by uid {st.st_uid}, not by this user "
-            f"(uid {uid}), who would load engines anyone else put there; run {_owner_fix(path)} "
-            f"or point {DEFAULT_CACHE_ENV} / engine_cache_dir at a folder of your own"
-        )
-    writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if writable and not (parent and st.st_mode & stat.S_ISVTX):
-        mode = "go-w" if parent else "700" if stat.S_ISDIR(st.st_mode) else "600"
-        raise BackendError(
-            f"engine cache refused: {path} is group/world-writable "
-            f"(mode {stat.S_IMODE(st.st_mode):04o}), so others could hand this process an engine; "
-            f"run chmod {mode} '{path}'"
-        )
-
-
-def read_private(path: Path) -> bytes:
-    """Bytes of a cache file after ``check_private`` on the very file opened (no swap between)."""
-    with open(path, "rb") as fh:
-        check_private(path, os.fstat(fh.fileno()))
-        return fh.read()
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data`` as a 0600 file (temp file + rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
 
@@ -169,18 +106,7 @@ class EngineCache:
     def check_root(self, create: bool = False) -> None:
         """BackendError unless the cache folder and those above it are private (module doc);
         ``create`` makes missing folders 0700 first."""
-        root = self.root.absolute()
-        if create:
-            for folder in reversed((root, *root.parents)):
-                if not folder.exists():
-                    folder.mkdir(mode=0o700, exist_ok=True)
-        if not root.exists():
-            return
-        resolved = root.resolve()
-        check_private(resolved)
-        # both chains: a symlink on the way is only as safe as the folder holding it
-        for folder in dict.fromkeys((*resolved.parents, *root.parents)):
-            check_private(folder, parent=True)
+        check_private_folder(self.root, create)
 
     def paths(self, key: EngineKey) -> tuple[Path, Path]:
         """Engine and sidecar paths of ``key``."""

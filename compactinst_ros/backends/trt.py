@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import BackendError
+from ..private_files import default_cache_dir
 from .base import BackendOptions
-from .engine_cache import EngineCache, default_cache_dir
+from .engine_cache import EngineCache
 from .trt_build import (
     BuildOptions,
     device_info,

@@ -28,15 +28,9 @@ import numpy as np
 
 from ..bundle import PRECISIONS, STAGE_ORDER, ModelBundle, StageGraph, StageSpec, sha256_file
 from ..errors import BackendError
+from ..private_files import default_cache_dir, read_private, write_private
 from . import acceptance
-from .engine_cache import (
-    DeviceInfo,
-    EngineCache,
-    EngineKey,
-    default_cache_dir,
-    read_private,
-    write_private,
-)
+from .engine_cache import DeviceInfo, EngineCache, EngineKey
 
 MIN_TRT_MAJOR = 10
 #: Precision of ``BackendOptions.precision=None`` where the bundle carries its typed graphs.

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "test" / "fixtures" / "api"
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from api_names import extension_names, python_names  # noqa: E402
+from api_names import dotted, extension_names, python_names  # noqa: E402
 
 #: Modules that call TensorRT or pycuda, and the names they bind those modules to.
 GPU_SOURCES = (
@@ -87,16 +87,6 @@ STILL_DATA_TYPES = frozenset({"BF16", "INT8", "FP8", "INT4", "FP4"})
 def registered(name: str, names: frozenset[str]) -> bool:
     """Whole name, or the tail of a longer registered string (linker string merging)."""
     return name in names or any(other.endswith(name) for other in names)
-
-
-def dotted(node: ast.expr) -> str | None:
-    """``a.b.c`` for a chain of plain attributes on a name, else None."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
 
 
 def api_uses(tree: ast.AST, roots: set[str], package: str) -> set[str]:

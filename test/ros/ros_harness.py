@@ -56,7 +56,7 @@ def cpu_node_params(model: Any, **params: Any) -> dict[str, Any]:
 
 class NodeProcess(realtime.NodeProcess):
     """The node (or its lifecycle variant, or a ``script`` that starts it wrapped) on its own ROS
-    domain; must exit on Ctrl-C."""
+    domain, in ``namespace`` if given; must exit on Ctrl-C."""
 
     def __init__(
         self,
@@ -64,6 +64,7 @@ class NodeProcess(realtime.NodeProcess):
         params: dict[str, Any],
         lifecycle: bool = False,
         script: Path | None = None,
+        namespace: str = "",
     ) -> None:
         log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"compactinst_node_{domain}.log"
         command = (
@@ -71,6 +72,8 @@ class NodeProcess(realtime.NodeProcess):
             if script
             else realtime.node_command(params, lifecycle)
         )
+        if namespace:
+            command += ["-r", f"__ns:={namespace}"]
         super().__init__(command, ros_env(domain), log_path, cwd=REPO)
 
     def stop(self, timeout: float = 15.0) -> int:

@@ -22,7 +22,6 @@ buffer through the kernel's C++ signature. Work runs eagerly in stream order, on
 from __future__ import annotations
 
 import ctypes
-import functools
 import importlib.machinery
 import shutil
 import struct
@@ -301,7 +300,7 @@ class PreparedFunction:
     """A kernel after ``prepare``: packs arguments like pycuda and launches on the emulator."""
 
     def __init__(
-        self, driver: EmulatedDriver, name: str, arg_format: str, params: tuple | None
+        self, driver: EmulatedDriver, name: str, arg_format: str, params: tuple
     ) -> None:
         self.driver, self.name, self.arg_format, self.params = driver, name, arg_format, params
 
@@ -311,7 +310,7 @@ class PreparedFunction:
         """struct.pack the arguments (a count or type mismatch raises, as in pycuda), check the
         packing against the image's parameter offsets and sizes, and run."""
         buf = struct.pack(self.arg_format, *args)
-        if self.params is not None and param_layout(self.arg_format) != self.params:
+        if param_layout(self.arg_format) != self.params:
             raise RuntimeError(
                 f"{self.name}: prepare('{self.arg_format}') packs {param_layout(self.arg_format)}"
                 f", the image's parameters are {self.params}"
@@ -322,7 +321,7 @@ class PreparedFunction:
 class KernelFunction:
     """``module.get_function(name)``."""
 
-    def __init__(self, driver: EmulatedDriver, name: str, params: tuple | None) -> None:
+    def __init__(self, driver: EmulatedDriver, name: str, params: tuple) -> None:
         self.driver, self.name, self.params = driver, name, params
 
     def prepare(self, arg_format: str) -> PreparedFunction:
@@ -331,24 +330,15 @@ class KernelFunction:
 
 
 class EmulatedModule:
-    """A loaded module. From ``module_from_buffer``: the kernels of that ``image``, with their
-    parameter layouts. From ``SourceModule`` (the scripts' own one-off kernels): every kernel of
-    runner.cpp, which includes the sources (the given source is not compiled)."""
+    """A module ``module_from_buffer`` loaded: the kernels of that ``image``, with their
+    parameter layouts."""
 
-    def __init__(
-        self,
-        driver: EmulatedDriver,
-        source: str = "",
-        image: ImageInfo | None = None,
-        **options: Any,
-    ) -> None:
+    def __init__(self, driver: EmulatedDriver, image: ImageInfo) -> None:
         self.driver, self.image = driver, image
 
     def get_function(self, name: str) -> KernelFunction:
         """The kernel ``name``: LogicError if the image lacks it, as the driver's
-        ``cuModuleGetFunction``; from a SourceModule an unknown name fails at launch."""
-        if self.image is None:
-            return KernelFunction(self.driver, name, None)
+        ``cuModuleGetFunction``."""
         if name not in self.image.params:
             raise LogicError(f"cuModuleGetFunction failed: named symbol not found ({name})")
         return KernelFunction(self.driver, name, self.image.params[name])
@@ -357,23 +347,17 @@ class EmulatedModule:
 def install(
     monkeypatch: Any, lib: ctypes.CDLL, target: str = "sm_87", devices: int = 1
 ) -> EmulatedDriver:
-    """Make ``pycuda.driver`` and ``pycuda.compiler.SourceModule`` use the emulator for one test,
-    with ``devices`` emulated devices and the loader told to hand over the shipped image for
-    ``target``."""
+    """Make ``pycuda.driver`` use the emulator for one test, with ``devices`` emulated devices
+    and the loader told to hand over the shipped image for ``target``. There is no
+    ``pycuda.compiler``: nothing here may need nvcc, which a stock Jetson lacks on PATH."""
     monkeypatch.setattr(sys.modules[__name__], "_context_stack", [])
     monkeypatch.setattr(sys.modules[__name__], "_device_count", devices)
     driver = EmulatedDriver(lib)
     package = types.ModuleType("pycuda")
     package.__spec__ = importlib.machinery.ModuleSpec("pycuda", None, is_package=True)
     package.__version__ = "emulated"  # type: ignore[attr-defined]
-    compiler = types.ModuleType("pycuda.compiler")
-    compiler.SourceModule = functools.partial(EmulatedModule, driver)  # type: ignore[attr-defined]
-    package.driver, package.compiler = driver, compiler  # type: ignore[attr-defined]
-    for name, module in (
-        ("pycuda", package),
-        ("pycuda.driver", driver),
-        ("pycuda.compiler", compiler),
-    ):
+    package.driver = driver  # type: ignore[attr-defined]
+    for name, module in (("pycuda", package), ("pycuda.driver", driver)):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv(loader.TARGET_ENV, target)
     return driver
