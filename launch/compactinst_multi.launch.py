@@ -52,8 +52,8 @@ SHARED_ARGUMENTS = (
     (
         "fastdds_profile",
         "",
-        "FastDDS profile to set; default: keep the environment's, else the "
-        "shipped shared-memory profile",
+        "Fast DDS profile to set (under the names the distribution reads); default: keep the "
+        "environment's, under either name, else the shipped shared-memory profile",
     ),
 )
 EXAMPLE = "[{namespace: front, image_topic: /front/image_raw}]"

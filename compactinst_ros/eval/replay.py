@@ -48,6 +48,7 @@ class ReplayOptions:
     topic: str | None = None  # None: detected (raw Image preferred)
     mode: str = "lockstep"
     rate: float = 1.0  # realtime playback rate factor
+    domain_id: int | None = None  # realtime ROS domain; None: a private one, never the env's
     gt_instances: Path | None = None
     gt_panoptic: Path | None = None
     gt_panoptic_dir: Path | None = None
@@ -245,6 +246,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", help="image topic (default: detected; raw Image preferred)")
     parser.add_argument("--mode", choices=MODES, default="lockstep", help="default: lockstep")
     parser.add_argument("--rate", type=float, default=1.0, help="realtime playback rate factor")
+    parser.add_argument(
+        "--domain",
+        dest="domain_id",
+        type=int,
+        help="realtime ROS domain (default: a free private one in 1..101, not ROS_DOMAIN_ID)",
+    )
     parser.add_argument("--gt-instances", type=Path, help="COCO instance JSON")
     parser.add_argument("--gt-panoptic", type=Path, help="COCO panoptic JSON")
     parser.add_argument("--gt-panoptic-dir", type=Path, help="folder of the panoptic PNGs")
@@ -335,6 +342,7 @@ def replay(options: ReplayOptions) -> dict:
                 options.model,
                 options.backend,
                 rate=options.rate,
+                domain_id=options.domain_id,
                 output_bag=options.output_bag,
                 max_frames=options.max_frames,
                 warmup=options.warmup,
