@@ -40,7 +40,7 @@ test: $(STAMP) lint
 demo: $(STAMP)
 	. ./scripts/ros_env.sh && $(PY) -m compactinst_ros.demo --out out/demo
 
-# Rebuilds the shipped kernel images (gpu/kernels/images) with NVRTC 12.6, JetPack 6's CUDA;
+# Rebuilds the shipped kernel images (gpu/kernels/images) with NVRTC 12.6, JetPack 6.1/6.2's CUDA;
 # commit them with the sources (test/gpu/test_kernel_images.py fails on stale images).
 kernels: $(STAMP)
 	$(PY) -m compactinst_ros.gpu.build

@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("compactinst_ros.train.synthetic", "generate synthetic field/road scenes (COCO)"),
     "train": ("compactinst_ros.train.loop", "train a config on COCO-format data"),
     "import-fastinst": ("compactinst_ros.model.convert_fastinst", "convert a FastInst checkpoint"),
-    "build-engine": ("compactinst_ros.backends.trt_build", "build FP16 TensorRT engines"),
+    "build-engine": ("compactinst_ros.backends.trt_build", "build typed TensorRT engines"),
     "fp16-check": ("compactinst_ros.export.precision", "per-layer FP16 ranges and FP32 pins"),
     "ros": ("compactinst_ros.ros.tool", "drive a running node: parameters, lifecycle, tables"),
     "replay": ("compactinst_ros.eval.replay", "replay a bag: accuracy and latency report"),

@@ -473,5 +473,9 @@ def test_multi_camera_launch_builds_tensorrt_engines_once_before_the_nodes(
     assert command == (
         f"compactinst build-engine {default_model} --cache-dir {tmp_path / 'engines'} --device 1"
     )
+    write_params(params, backend="tensorrt", gpu_device=1, precision="fp32")
+    built = next(a for a in multi.camera_actions(context) if isinstance(a, ExecuteProcess))
+    command = " ".join("".join(s.perform(context) for s in part) for part in built.cmd)
+    assert command.endswith("--device 1 --precision fp32"), "the nodes' precision is built"
     assert not any(isinstance(a, GroupAction) for a in actions), "the nodes wait for the build"
     assert sum(isinstance(a, RegisterEventHandler) for a in actions) == 1
