@@ -52,8 +52,8 @@ SHARED_ARGUMENTS = (
     (
         "fastdds_profile",
         "",
-        "FastDDS profile to set; default: keep the environment's, else the "
-        "shipped shared-memory profile",
+        "Fast DDS profile to set (under the names the distribution reads); default: keep the "
+        "environment's, under either name, else the shipped shared-memory profile",
     ),
 )
 EXAMPLE = "[{namespace: front, image_topic: /front/image_raw}]"
@@ -124,7 +124,10 @@ def _prebuild_command(context: LaunchContext, params_file: str, cache_dir: str) 
     share = get_package_share_directory(PACKAGE)
     model = setting("model") or os.path.join(share, "models", "default")
     device = file_parameter(params_file, "gpu_device") or "0"
-    return ["compactinst", "build-engine", model, "--cache-dir", cache_dir, "--device", device]
+    command = ["compactinst", "build-engine", model, "--cache-dir", cache_dir, "--device", device]
+    precision = setting("precision")
+    # the nodes' engines: build-engine's default is the backend's (auto)
+    return command + (["--precision", precision] if precision not in ("", "auto") else [])
 
 
 def camera_actions(context: LaunchContext) -> list:

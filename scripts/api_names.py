@@ -9,7 +9,9 @@ the names their Python files define.
     python scripts/api_names.py tensorrt_cu12_bindings-10.3.0-cp311-none-manylinux_2_17_x86_64.whl \
         > test/fixtures/api/tensorrt-10.3.0.txt
 
-Get the wheel with ``pip download --no-deps tensorrt-cu12-bindings==10.3.0`` (1.1 MB).
+Get the wheel with ``pip download --no-deps tensorrt-cu12-bindings==10.3.0`` (1.1 MB). The
+TensorRT 11 fixture comes the same way from ``tensorrt-cu12-bindings==11.4.0.106`` (1.3 MB,
+``..._manylinux_2_28_x86_64.whl``), the newest 11.x on PyPI when it was written.
 """
 
 from __future__ import annotations

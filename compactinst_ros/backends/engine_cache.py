@@ -2,10 +2,11 @@
 
 An engine is only valid for the exact ONNX bytes, TensorRT version, GPU model and build options
 that produced it. Each cache entry is ``<stage>-<digest>.engine`` plus ``<stage>-<digest>.json``
-holding the full key and the engine's own sha256; the timing cache is shared per TensorRT
-version and GPU. ``resolve`` loads a matching entry, rebuilds anything stale, foreign or corrupt
-(including an engine that TensorRT refuses to deserialize), or refuses with a message naming the
-fix when building is disabled.
+holding the full key and the engine's own sha256; the timing cache is shared per TensorRT and
+CUDA version and GPU module (name, SM count and memory: CUDA names every Orin module "Orin").
+``resolve`` loads a matching entry, rebuilds anything stale, foreign or corrupt (including an
+engine that TensorRT refuses to deserialize) and stores a new engine only once it passes the
+caller's acceptance check, or refuses with a message naming the fix when building is disabled.
 
 Deserializing an engine runs code of whoever wrote it, so the cache reads and writes only
 owner-only folders and files, by the rules of ``compactinst_ros/private_files.py``.
@@ -38,6 +39,8 @@ class DeviceInfo:
     name: str
     compute_capability: str  # "8.7"
     sm_count: int
+    memory_mib: int = 0  # total device memory: tells the Orin modules apart with the SM count
+    cuda_driver: int = 0  # CUDA driver version, e.g. 12060 for 12.6
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class EngineKey:
     precision: str
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
     options: dict[str, int | str] = field(default_factory=dict)
+    gpu_memory_mib: int = 0
+    cuda_driver: int = 0
 
     def to_json(self) -> dict:
         """Plain dict, stable field order (stored in the sidecar)."""
@@ -109,10 +114,14 @@ class EngineCache:
         return self.root / f"{stem}.engine", self.root / f"{stem}.json"
 
     def timing_cache_path(self, key: EngineKey) -> Path:
-        """Timing cache shared by every engine built with this TensorRT version on this GPU."""
+        """Timing cache shared by every engine built with this TensorRT and CUDA version on this
+        GPU module (the name alone is "Orin" on every Orin module; SM count and memory differ)."""
         trt = _slug(key.trt_version).replace(".", "")
         sm = key.compute_capability.replace(".", "")
-        return self.root / f"timing-trt{trt}-{_slug(key.gpu_name)}-sm{sm}.cache"
+        module = f"{key.sm_count}sm-{key.gpu_memory_mib}mib"
+        return self.root / (
+            f"timing-trt{trt}-cuda{key.cuda_driver}-{_slug(key.gpu_name)}-sm{sm}-{module}.cache"
+        )
 
     def lookup(self, key: EngineKey) -> Lookup:
         """Check the entry for ``key`` without reading the engine into TensorRT."""
@@ -168,12 +177,15 @@ class EngineCache:
         deserialize: Callable[[bytes], T | None],
         build: Callable[[EngineKey, Path], bytes] | None,
         log: Callable[[str], None] = print,
+        accept: Callable[[T], None] | None = None,
     ) -> T:
         """The deserialized engine for ``key``: cached if valid, else rebuilt when ``build``.
 
         ``deserialize`` returns None for an engine TensorRT rejects (version or device
         mismatch, truncated file); that counts as corrupt. ``build`` gets the key and the timing
-        cache path and returns serialized engine bytes; None disables building.
+        cache path and returns serialized engine bytes; None disables building. ``accept`` runs
+        on a newly built engine before it is stored and raises to refuse it: a refused engine
+        is not cached.
         """
         found, blob = self._load(key)
         if blob is not None:
@@ -197,11 +209,19 @@ class EngineCache:
         self.check_root(create=True)
         start = time.monotonic()
         blob = build(key, self.timing_cache_path(key))
-        self.store(key, blob, time.monotonic() - start)
+        seconds = time.monotonic() - start
         engine = deserialize(blob)
         if engine is None:
             raise BackendError(
                 f"TensorRT built an engine for stage '{key.stage}' but cannot deserialize it; "
                 "check the TensorRT installation (library and Python bindings must match)"
             )
+        if accept is not None:
+            accept(engine)
+        self.store(key, blob, seconds)
         return engine
+
+    def discard(self, key: EngineKey) -> None:
+        """Remove the entry of ``key`` (engine and sidecar), if there is one."""
+        for path in self.paths(key):
+            path.unlink(missing_ok=True)

@@ -35,9 +35,9 @@ NVCC_DIRS = (Path("/usr/local/cuda/bin"),)
 LOADED: dict[str, str] = {}
 
 _FIX = (
-    "install the CUDA compiler (JetPack 6: `sudo apt install nvidia-jetpack` or `cuda-nvcc-12-6`, "
-    "which put nvcc in /usr/local/cuda/bin) or point CUDA_HOME at a CUDA toolkit; on a machine "
-    "without a usable GPU run the onnxruntime backend"
+    "install the CUDA compiler (JetPack 6.1/6.2: `sudo apt install nvidia-jetpack` or "
+    "`cuda-nvcc-12-6`, which put nvcc in /usr/local/cuda/bin) or point CUDA_HOME at a CUDA "
+    "toolkit; on a machine without a usable GPU run the onnxruntime backend"
 )
 
 

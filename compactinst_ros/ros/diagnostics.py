@@ -184,6 +184,12 @@ def input_facts(subs: Mapping[str, Any], reliability: Mapping[str, ReliabilityPo
     }
 
 
+def status_name(node_name: str) -> str:
+    """The DiagnosticStatus name of the node whose fully qualified name is ``node_name`` (a
+    replay keeps only its own node's reports by it)."""
+    return f"{node_name}: segmentation"
+
+
 def health_status(
     name: str,
     report: dict,

@@ -31,6 +31,7 @@ from .diagnostics import (
     diagnostic_array,
     health_status,
     input_facts,
+    status_name,
 )
 from .entry import spin
 from .fallback import cpu_fallback_warning
@@ -351,7 +352,7 @@ class CompactInstCore:
         if failure is not None:
             checks.append(([(DiagnosticStatus.ERROR, failure)], {}))
         status = health_status(
-            name=f"{self.node.get_fully_qualified_name()}: segmentation",
+            name=status_name(self.node.get_fully_qualified_name()),
             report=report,
             facts={**self.facts, **input_facts(self.subs, self.reliability), "state": state},
             publishers=publishers,

@@ -4,7 +4,8 @@ Imported by name (``ros_harness``), not through ``conftest``, so that it cannot 
 another directory's conftest module.
 
 DDS stays on loopback, each fixture gets its own ROS_DOMAIN_ID, and both sides use the
-shipped FastDDS shared-memory profile (config/fastdds_shm.xml).
+shipped loopback-only Fast DDS profile (config/fastdds_loopback.xml: the vehicle profile's shared
+memory, UDP on 127.0.0.1 only), under the variable names the distribution reads (dds_env).
 """
 
 from __future__ import annotations
@@ -22,17 +23,14 @@ from typing import Any
 
 from ros_messages import publisher_count
 
+from compactinst_ros import dds_env
 from compactinst_ros.eval import realtime
 
 REPO = Path(__file__).resolve().parents[2]
-FASTDDS_PROFILE = REPO / "config" / "fastdds_shm.xml"
+FASTDDS_PROFILE = REPO / "config" / "fastdds_loopback.xml"
 
-os.environ.update(
-    ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-    ROS_LOCALHOST_ONLY="1",
-    RMW_IMPLEMENTATION="rmw_fastrtps_cpp",
-    FASTDDS_DEFAULT_PROFILES_FILE=str(FASTDDS_PROFILE),
-)
+os.environ.update(dds_env.loopback_environment(os.environ, FASTDDS_PROFILE))
+os.environ["RMW_IMPLEMENTATION"] = "rmw_fastrtps_cpp"
 
 _DOMAINS = itertools.count(30 + (os.getpid() % 40) * 4)
 

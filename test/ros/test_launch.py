@@ -28,6 +28,8 @@ from ros_harness import REPO, Client, next_domain
 from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 
+from compactinst_ros import dds_env
+
 pytest.importorskip("rclpy")
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
@@ -82,6 +84,12 @@ def launch_install(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     with interfaces.activated(), pytest.MonkeyPatch.context() as mp:
         mp.setenv("AMENT_PREFIX_PATH", str(prefix), prepend=os.pathsep)
         yield env, prefix
+
+
+def profiles(env: dict[str, str]) -> set[str]:
+    """The profiles a node's environment names; the 3.x variable (read here) must be one."""
+    assert dds_env.PROFILE_VARIABLES[0] in env, "Fast DDS 3.x reads FASTDDS_DEFAULT_PROFILES_FILE"
+    return {env[name] for name in dds_env.PROFILE_VARIABLES if name in env}
 
 
 def load_launch_module(prefix: Path, name: str) -> ModuleType:
@@ -249,8 +257,9 @@ def test_single_launch_yaml_wins_unless_given_namespace_name_and_site_profile(
 ):
     env, _ = launch_install
     site_profile = tmp_path / "site_fastdds.xml"
-    shutil.copy(REPO / "config" / "fastdds_shm.xml", site_profile)
-    env = {**env, "FASTDDS_DEFAULT_PROFILES_FILE": str(site_profile)}
+    shutil.copy(REPO / "config" / "fastdds_loopback.xml", site_profile)
+    env = {k: v for k, v in env.items() if k not in dds_env.PROFILE_VARIABLES}
+    env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(site_profile)  # a Humble site's, kept for 3.x too
     params = write_params(
         tmp_path / "mine.yaml",
         image_topic="cam/yaml_image",
@@ -271,7 +280,7 @@ def test_single_launch_yaml_wins_unless_given_namespace_name_and_site_profile(
         camera_info_topic="/veh/cam/info",
     )
     (pid,) = launch.node_pids(1)
-    assert environ_of(pid)["FASTDDS_DEFAULT_PROFILES_FILE"] == str(site_profile), "site profile"
+    assert profiles(environ_of(pid)) == {str(site_profile)}, "the site's, read by every Fast DDS"
     client = Client(domain)
     try:
         names = ["image_topic", "backend", "model", "ort_threads", "use_sim_time"]
@@ -301,7 +310,7 @@ def test_lifecycle_launch_reaches_active_and_arguments_override_the_yaml(
     from lifecycle_msgs.srv import GetState
 
     explicit_profile = tmp_path / "explicit_fastdds.xml"
-    shutil.copy(REPO / "config" / "fastdds_shm.xml", explicit_profile)
+    shutil.copy(REPO / "config" / "fastdds_loopback.xml", explicit_profile)
     params = write_params(
         tmp_path / "mine.yaml",
         image_topic="/yaml/image",
@@ -324,7 +333,7 @@ def test_lifecycle_launch_reaches_active_and_arguments_override_the_yaml(
         fastdds_profile=explicit_profile,
     )
     (pid,) = launch.node_pids(1)
-    assert environ_of(pid)["FASTDDS_DEFAULT_PROFILES_FILE"] == str(explicit_profile)
+    assert profiles(environ_of(pid)) == {str(explicit_profile)}
     client = Client(domain)
     try:
         get_state = client.node.create_client(GetState, "/compactinst/get_state")
@@ -353,7 +362,7 @@ def test_multi_camera_launch_keeps_outputs_apart_and_shares_the_engine_cache(
     launch_install, running, random_bundle, tmp_path
 ):
     env, prefix = launch_install
-    env = {k: v for k, v in env.items() if k != "FASTDDS_DEFAULT_PROFILES_FILE"}
+    env = {k: v for k, v in env.items() if k not in dds_env.PROFILE_VARIABLES}
     params = write_params(
         tmp_path / "mine.yaml", backend="onnxruntime", ort_threads=1, outputs=["instance_mask"]
     )
@@ -383,7 +392,7 @@ def test_multi_camera_launch_keeps_outputs_apart_and_shares_the_engine_cache(
     shipped = prefix / "share" / "compactinst_ros" / "config" / "fastdds_shm.xml"
     for pid in pids:
         node_env = environ_of(pid)
-        assert node_env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(shipped), "no profile: shipped"
+        assert profiles(node_env) == {str(shipped)}, "no profile: the shipped vehicle profile"
         assert node_env["COMPACTINST_ENGINE_CACHE"] == str(cache)
     client = Client(domain)
     try:
@@ -464,5 +473,9 @@ def test_multi_camera_launch_builds_tensorrt_engines_once_before_the_nodes(
     assert command == (
         f"compactinst build-engine {default_model} --cache-dir {tmp_path / 'engines'} --device 1"
     )
+    write_params(params, backend="tensorrt", gpu_device=1, precision="fp32")
+    built = next(a for a in multi.camera_actions(context) if isinstance(a, ExecuteProcess))
+    command = " ".join("".join(s.perform(context) for s in part) for part in built.cmd)
+    assert command.endswith("--device 1 --precision fp32"), "the nodes' precision is built"
     assert not any(isinstance(a, GroupAction) for a in actions), "the nodes wait for the build"
     assert sum(isinstance(a, RegisterEventHandler) for a in actions) == 1
