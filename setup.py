@@ -21,6 +21,10 @@ VEHICLE = [
 ]
 CUDA = ["pycuda>=2022.1"]
 TRAIN = ["torch==2.13.0", "onnx>=1.15", "scipy>=1.10", "pycocotools>=2.0.7"]
+# The FP16/INT8 graphs of a bundle are derived from its FP32 graphs at load (bundle.json
+# "variants"): onnxconverter-common converts to FP16, ONNX Runtime's quantizer (1.32: stored
+# calibration ranges) writes the Q/DQ graphs. Needed wherever a non-FP32 precision runs.
+PRECISION = ["onnx>=1.15", "onnxconverter-common>=1.16", "onnxruntime>=1.32"]
 EVAL = ["rosbags>=0.10.4", "pycocotools>=2.0.7", "matplotlib>=3.7", "scipy>=1.10"]
 # On a machine without a ROS install, the ROS 2 client library and messages come from PyPI.
 ROS_WHEELS = [
@@ -78,8 +82,9 @@ setup(
         "cuda": CUDA,
         "train": TRAIN,
         "eval": EVAL,
+        "precision": PRECISION,
         "ros": ROS_WHEELS,
-        "dev": DEV + TRAIN + EVAL + ROS_WHEELS,
+        "dev": DEV + TRAIN + EVAL + PRECISION + ROS_WHEELS,
     },
     zip_safe=True,
     maintainer="compactinst_ros maintainers",

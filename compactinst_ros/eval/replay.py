@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
+from ..bundle import PRECISIONS
 from ..errors import ConfigError
 from ..resources import default_model
 from ..ros.camera_info import StampMatcher
@@ -45,6 +46,7 @@ class ReplayOptions:
     bag: Path
     model: Path
     backend: str = "auto"
+    precision: str | None = None  # None: the backend's default (bundle.PRECISIONS)
     topic: str | None = None  # None: detected (raw Image preferred)
     mode: str = "lockstep"
     rate: float = 1.0  # realtime playback rate factor
@@ -71,6 +73,11 @@ class ReplayOptions:
             raise ConfigError(f"--rate {self.rate} must be positive (1.0 = recorded rate)")
         if self.warmup < 0 or self.overlays < 0:
             raise ConfigError("--warmup and --overlays must be >= 0")
+        if self.precision is not None and self.mode != "lockstep":
+            raise ConfigError(
+                f"--precision {self.precision} applies to --mode lockstep; a realtime replay "
+                "runs the node, whose precision is its 'precision' parameter"
+            )
 
     def load_ground_truth(self) -> GroundTruth | None:
         """The ground truth files loaded, or None when neither GT file is given."""
@@ -242,6 +249,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", type=Path, help="model bundle folder (default: the embedded models/default)"
     )
     parser.add_argument("--backend", default="auto", help="auto | onnxruntime | tensorrt")
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, help="graph precision (default: the backend's)"
+    )
     parser.add_argument("--topic", help="image topic (default: detected; raw Image preferred)")
     parser.add_argument("--mode", choices=MODES, default="lockstep", help="default: lockstep")
     parser.add_argument("--rate", type=float, default=1.0, help="realtime playback rate factor")
@@ -315,7 +325,13 @@ def replay(options: ReplayOptions) -> dict:
             thresholds = None
             if options.score_threshold is not None:
                 thresholds = PostprocessOptions(score_threshold=options.score_threshold)
-            with Pipeline(options.model, options.backend, thresholds, tracking=True) as pipeline:
+            with Pipeline(
+                options.model,
+                options.backend,
+                thresholds,
+                tracking=True,
+                precision=options.precision,
+            ) as pipeline:
                 report["model"] = pipeline.describe()
                 modes["lockstep"] = run_lockstep(
                     bag,

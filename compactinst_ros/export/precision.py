@@ -558,7 +558,7 @@ def accuracy(
     bundle: ModelBundle, pins: dict[str, set[str]], data: str | Path, limit: int | None = None
 ) -> dict[str, dict]:
     """Mask AP and PQ of ``bundle`` in FP32 and in the FP16 emulation on a COCO folder."""
-    from ..train.evaluate import evaluate_bundle
+    from ..eval.evaluate import evaluate_bundle
 
     with tempfile.TemporaryDirectory() as tmp:
         emulated = write_emulated_bundle(bundle, pins, tmp)

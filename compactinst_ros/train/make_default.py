@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..eval.evaluate import evaluate_bundle
 from ..labels import SYNTHETIC_LABELS
-from .evaluate import evaluate_bundle
 from .loop import TrainOptions, train
 from .synthetic import generate
 

@@ -9,7 +9,7 @@ import pytest
 
 from compactinst_ros.bundle import ModelBundle
 from compactinst_ros.labels import SYNTHETIC_LABELS
-from compactinst_ros.train.evaluate import evaluate_bundle
+from compactinst_ros.eval.evaluate import evaluate_bundle
 from compactinst_ros.train.synthetic import generate
 
 BUNDLE = Path(__file__).resolve().parents[2] / "models" / "default"
