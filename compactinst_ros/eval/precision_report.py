@@ -187,6 +187,7 @@ def ort_fp16_ops(graph: bytes) -> dict[str, int]:
     with tempfile.TemporaryDirectory() as tmp:
         options = ort.SessionOptions()
         options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        options.log_severity_level = 3  # its "hardware specific optimizations" warning
         ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
         model = onnx.shape_inference.infer_shapes(onnx.load(options.optimized_model_filepath))
     half = {

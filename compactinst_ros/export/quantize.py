@@ -130,10 +130,14 @@ def sensitivity(
     ranges: dict[str, Path],
     tensors: Sequence[np.ndarray],
     budget: float,
+    max_layers: int = 8,
+    layer_error: dict[str, dict[str, float]] | None = None,
     log: Log = _stderr,
+    on_layers: Callable[[dict], None] | None = None,
 ) -> Int8Result:
-    """Per-layer INT8 error at the decoder outputs (each layer quantized alone, the rest FP32),
-    then the worst layers left in FP32 one by one until the TensorRT graph's error <= budget."""
+    """Per-layer INT8 error at the decoder outputs (each layer quantized alone, the rest FP32;
+    ``layer_error`` reuses an earlier pass's), then the worst layers left in FP32 one by one
+    until the TensorRT graph's error <= ``budget`` or ``max_layers`` are left out."""
     models = {s.name: onnx.load(str(s.path)) for s in bundle.stages}
     fp32_bytes = {n: variants.serialize(m) for n, m in models.items()}
     reference = [Chain(bundle, fp32_bytes)(t) for t in tensors]
@@ -147,16 +151,21 @@ def sensitivity(
         chain = Chain(bundle, graphs)
         return output_error(reference, [chain(t) for t in tensors])
 
-    layer_error: dict[str, dict[str, float]] = {n: {} for n in models}
     total = sum(map(len, candidates.values()))
-    done = 0
-    for name, nodes in candidates.items():
-        for node in nodes:
-            others = {n: [x for x in candidates[n] if x != node] for n in models}
-            layer_error[name][node] = max(error_with(others, [name]).values())
-            done += 1
-            if done % 10 == 0 or done == total:
-                log(f"sensitivity: {done}/{total} layers")
+    if layer_error is None or {n: sorted(e) for n, e in layer_error.items()} != {
+        n: sorted(c) for n, c in candidates.items()
+    }:
+        layer_error = {n: {} for n in models}
+        done = 0
+        for name, nodes in candidates.items():
+            for node in nodes:
+                others = {n: [x for x in candidates[n] if x != node] for n in models}
+                layer_error[name][node] = max(error_with(others, [name]).values())
+                done += 1
+                if done % 10 == 0 or done == total:
+                    log(f"sensitivity: {done}/{total} layers")
+        if on_layers is not None:
+            on_layers(layer_error)
     ranked = sorted(
         ((err, name, node) for name, errs in layer_error.items() for node, err in errs.items()),
         reverse=True,
@@ -164,7 +173,7 @@ def sensitivity(
     excluded: dict[str, list[str]] = {n: [] for n in models}
     error = error_with(excluded, list(models))
     log(f"all {total} layers in INT8: error {max(error.values()):.4f} (budget {budget})")
-    for err, name, node in ranked:
+    for err, name, node in ranked[:max_layers]:
         if max(error.values()) <= budget:
             break
         excluded[name].append(node)
@@ -258,7 +267,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fp16-frames", type=int, default=16, help="synthetic scenes of the FP16 range analysis"
     )
+    parser.add_argument(
+        "--max-fp32-layers", type=int, default=8, help="most layers left out of INT8 (default 8)"
+    )
     parser.add_argument("--out", type=Path, help="write the per-layer INT8 errors as JSON")
+    parser.add_argument(
+        "--layer-errors", type=Path,
+        help="reuse the per-layer errors of an earlier --out (same bundle and calibration)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -271,7 +287,24 @@ def run(args: argparse.Namespace) -> int:
     islands = fp16_islands(bundle, args.fp16_frames)
     _stderr(f"fp16 islands: {sum(map(len, islands.values()))} nodes kept in FP32")
     ranges = calibrate(bundle, tensors, args.calibration)
-    result = sensitivity(bundle, ranges, tensors[: args.sensitivity_frames], args.budget)
+    previous = None
+    if args.layer_errors:
+        previous = json.loads(args.layer_errors.read_text())["layer_error"]
+
+    def save(layer_error: dict, **more: dict) -> None:
+        if args.out:
+            record = {"layer_error": layer_error, **more}
+            args.out.write_text(json.dumps(record, indent=1) + "\n")
+
+    result = sensitivity(
+        bundle,
+        ranges,
+        tensors[: args.sensitivity_frames],
+        args.budget,
+        args.max_fp32_layers,
+        previous,
+        on_layers=save,
+    )
     calibration = {"method": args.calibration, "frames": len(tensors), "data": Path(args.data).name}
     bundle = write_variants(bundle.root, islands, result, ranges, calibration)
     golden = write_golden(bundle.root, golden_cases(bundle, tensors[:GOLDEN_IMAGES]))
@@ -280,8 +313,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"int8 {name}: {len(layers)} layers left in FP32: {', '.join(layers) or '-'}")
     print("int8 error at the decoder outputs: "
           + ", ".join(f"{k} {v:.4f}" for k, v in result.error.items()))  # fmt: skip
-    if args.out:
-        args.out.write_text(json.dumps({"layer_error": result.layer_error,
-                                        "fp32_layers": result.fp32_layers,
-                                        "error": result.error}, indent=1) + "\n")  # fmt: skip
+    save(result.layer_error, fp32_layers=result.fp32_layers, error=result.error)
     return 0 if max(result.error.values()) <= args.budget else 1
