@@ -10,6 +10,7 @@ onnxconverter-common's ``convert_float_to_float16`` and ONNX Runtime's ``quantiz
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import warnings
 from collections.abc import Iterable, Sequence
@@ -132,26 +133,32 @@ def quantize(
         "percentile": CalibrationMethod.Percentile,
     }
     activation = QuantType.QInt8 if target.activations == "s8" else QuantType.QUInt8
-    with tempfile.TemporaryDirectory(prefix="compactinst_q.") as tmp:
-        out = Path(tmp) / "int8.onnx"
-        quantize_static(
-            model,
-            out,
-            calibration_data_reader=reader,
-            quant_format=QuantFormat.QDQ,
-            op_types_to_quantize=list(QUANTIZED_OPS),
-            per_channel=True,
-            activation_type=activation,
-            weight_type=QuantType.QInt8,
-            nodes_to_exclude=list(exclude),
-            calibrate_method=methods[method],
-            extra_options={
-                "ActivationSymmetric": target.symmetric_activations,
-                "WeightSymmetric": True,
-            },
-            calibration_cache_path=ranges_path,
-        )
-        return onnx.load(str(out))
+    root = logging.getLogger()  # the quantizer logs a pre-processing hint on every call
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with tempfile.TemporaryDirectory(prefix="compactinst_q.") as tmp:
+            out = Path(tmp) / "int8.onnx"
+            quantize_static(
+                model,
+                out,
+                calibration_data_reader=reader,
+                quant_format=QuantFormat.QDQ,
+                op_types_to_quantize=list(QUANTIZED_OPS),
+                per_channel=True,
+                activation_type=activation,
+                weight_type=QuantType.QInt8,
+                nodes_to_exclude=list(exclude),
+                calibrate_method=methods[method],
+                extra_options={
+                    "ActivationSymmetric": target.symmetric_activations,
+                    "WeightSymmetric": True,
+                },
+                calibration_cache_path=ranges_path,
+            )
+            return onnx.load(str(out))
+    finally:
+        root.setLevel(level)
 
 
 def int8_graph(

@@ -119,6 +119,7 @@ def calibrate(
             reader=_Feeds(feeds[stage.name]),
             method=method,
         )
+        path.chmod(0o644)  # ONNX Runtime writes it through mkstemp (0600); it ships with the bundle
         log(f"calibrated {stage.name} ({method}, {len(tensors)} frames) in "
             f"{time.perf_counter() - start:.1f} s")  # fmt: skip
         paths[stage.name] = path
@@ -136,8 +137,10 @@ def sensitivity(
     on_layers: Callable[[dict], None] | None = None,
 ) -> Int8Result:
     """Per-layer INT8 error at the decoder outputs (each layer quantized alone, the rest FP32;
-    ``layer_error`` reuses an earlier pass's), then the worst layers left in FP32 one by one
-    until the TensorRT graph's error <= ``budget`` or ``max_layers`` are left out."""
+    ``layer_error`` reuses an earlier pass's), then the most sensitive layers, worst first, left
+    in FP32 where that lowers the TensorRT graph's error, until it is <= ``budget`` or
+    ``max_layers`` are left out (errors do not add up: a layer alone can cost more than it
+    costs among the others)."""
     models = {s.name: onnx.load(str(s.path)) for s in bundle.stages}
     fp32_bytes = {n: variants.serialize(m) for n, m in models.items()}
     reference = [Chain(bundle, fp32_bytes)(t) for t in tensors]
@@ -173,12 +176,17 @@ def sensitivity(
     excluded: dict[str, list[str]] = {n: [] for n in models}
     error = error_with(excluded, list(models))
     log(f"all {total} layers in INT8: error {max(error.values()):.4f} (budget {budget})")
-    for err, name, node in ranked[:max_layers]:
-        if max(error.values()) <= budget:
+    for err, name, node in ranked[: 3 * max_layers]:  # the most sensitive layers, worst first
+        if max(error.values()) <= budget or sum(map(len, excluded.values())) == max_layers:
             break
-        excluded[name].append(node)
-        error = error_with(excluded, list(models))
-        log(f"left {name} {node} in FP32 (alone {err:.4f}): error {max(error.values()):.4f}")
+        trial = {**excluded, name: [*excluded[name], node]}
+        trial_error = error_with(trial, list(models))
+        kept = max(trial_error.values()) < max(error.values())
+        verdict = "left in FP32" if kept else "no better, stays INT8"
+        log(f"{name} {node} (alone {err:.4f}) in FP32: error "
+            f"{max(trial_error.values()):.4f}, {verdict}")  # fmt: skip
+        if kept:
+            excluded, error = trial, trial_error
     return Int8Result(layer_error, excluded, error, budget)
 
 

@@ -155,3 +155,19 @@ def test_precision_report_writes_table_and_plot(
     agree = report["fp16_on_cpu"]
     assert max(agree["error"].values()) < 2e-3
     assert "ops ONNX Runtime's CPU provider runs in FP16" in capsys.readouterr().out
+
+
+def test_replay_takes_precision(typed_bundle: Path) -> None:
+    from compactinst_ros.cli import build_parser
+    from compactinst_ros.errors import ConfigError
+    from compactinst_ros.eval.replay import ReplayOptions, options_from_args
+    from compactinst_ros.eval.report import precision_text
+
+    args = build_parser("replay").parse_args(
+        ["replay", "drive.mcap", "--model", str(typed_bundle), "--precision", "int8"]
+    )
+    options = options_from_args(args)
+    assert options.precision == "int8" and options.mode == "lockstep"
+    with pytest.raises(ConfigError, match="precision"):
+        ReplayOptions(Path("drive.mcap"), typed_bundle, precision="fp16", mode="realtime")
+    assert precision_text({"precision": "int8", "int8_graph": "cpu"}) == "int8 (cpu)"
