@@ -382,6 +382,11 @@ def _parse_variants(root: Path, variants: object, where: Path, verify: bool) -> 
             if precision != "int8":
                 continue
             ranges = {"name": stage, "file": entry.get("ranges")}
+            if not (root / str(ranges["file"])).is_file():
+                raise BundleError(
+                    f"bundle {root}: {ranges['file']} (the int8 calibration ranges of {stage}) "
+                    f"is missing; copy it with the bundle or {fix}"
+                )
             _, path = _stage_name_and_path(root, ranges, where)
             if verify and sha256_file(path) != entry.get("ranges_sha256"):
                 raise BundleError(

@@ -549,6 +549,7 @@ def write_emulated_bundle(
         root=out,
         stages=tuple(stages),
         source={**bundle.source, "fp16_emulation_of": str(bundle.root)},
+        variants={},  # they derive from the original stages, not from these
     )
     emulated.save()
     return emulated

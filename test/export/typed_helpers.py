@@ -86,26 +86,39 @@ def make_tiny_bundle(root: Path) -> ModelBundle:
          init("wc", 1, CLASSES + 1)],
     )  # fmt: skip
 
-    def stage(name: str, inputs: list, outputs: list) -> dict:
+    write_bundle_json(
+        root,
+        {"name": "tiny_typed", "mask_stride": 4},
+        {"height": SIZE, "width": SIZE, "pad_value": [123.675, 116.28, 103.53]},
+        SYNTHETIC_LABELS.to_json(),
+        ("e3", [1, 8, f, f]),
+        [("pred_logits", [1, QUERIES, CLASSES + 1]), ("pred_masks", [1, QUERIES, f, f])],
+    )
+    return ModelBundle.load(root)
+
+
+def write_bundle_json(
+    root: Path, architecture: dict, inputs: dict, labels: list, feature: tuple, outputs: list
+) -> None:
+    """bundle.json of an encoder.onnx (image -> ``feature``) and a decoder.onnx (``feature`` ->
+    ``outputs``) already in ``root``, with their sha256."""
+
+    def stage(name: str, ins: list, outs: list) -> dict:
         return {
             "name": name,
             "file": f"{name}.onnx",
             "sha256": sha256_file(root / f"{name}.onnx"),
-            "inputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in inputs],
-            "outputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in outputs],
+            "inputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in ins],
+            "outputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in outs],
         }
 
-    feature = ("e3", [1, 8, f, f])
+    size = [1, 3, inputs["height"], inputs["width"]]
     meta = {
         "format": 1,
-        "architecture": {"name": "tiny_typed", "mask_stride": 4},
-        "input": {"height": SIZE, "width": SIZE, "pad_value": [123.675, 116.28, 103.53]},
-        "labels": SYNTHETIC_LABELS.to_json(),
-        "stages": [
-            stage("encoder", [("image", [1, 3, SIZE, SIZE])], [feature]),
-            stage("decoder", [feature], [("pred_logits", [1, QUERIES, CLASSES + 1]),
-                                         ("pred_masks", [1, QUERIES, f, f])]),
-        ],
+        "architecture": architecture,
+        "input": inputs,
+        "labels": labels,
+        "stages": [stage("encoder", [("image", size)], [feature]),
+                   stage("decoder", [feature], outputs)],
     }  # fmt: skip
     (root / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return ModelBundle.load(root)
