@@ -348,9 +348,9 @@ def _derive(
     if precision == "fp16":
         return variants.serialize(variants.fp16_graph(model, entry.get("fp32_islands", ())))
     ranges = bundle.root / entry["ranges"]
-    return variants.serialize(
-        variants.int8_graph(model, ranges, target, entry.get("fp32_layers", ()))
-    )
+    method = bundle.variants["int8"].get("calibration", {}).get("method", "minmax")
+    exclude = entry.get("fp32_layers", ())
+    return variants.serialize(variants.int8_graph(model, ranges, target, exclude, method))
 
 
 def _parse_variants(root: Path, variants: object, where: Path, verify: bool) -> dict:

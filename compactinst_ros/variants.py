@@ -162,14 +162,19 @@ def quantize(
 
 
 def int8_graph(
-    model: onnx.ModelProto, ranges_path: str | Path, target: str, exclude: Sequence[str] = ()
+    model: onnx.ModelProto,
+    ranges_path: str | Path,
+    target: str,
+    exclude: Sequence[str] = (),
+    method: str = "minmax",
 ) -> onnx.ModelProto:
     """The INT8 Q/DQ graph of ``model`` for ``target`` (INT8_TARGETS) from stored calibration
-    ranges (ONNX Runtime's calibration cache JSON); nodes in ``exclude`` stay FP32."""
+    ranges (ONNX Runtime's calibration cache JSON, which records ``method``: it must match);
+    nodes in ``exclude`` stay FP32."""
     path = Path(ranges_path)
     if not path.is_file():
         raise BundleError(f"calibration ranges {path} are missing; re-run 'compactinst quantize'")
-    return quantize(model, path, INT8_TARGETS[target], exclude)
+    return quantize(model, path, INT8_TARGETS[target], exclude, method=method)
 
 
 def serialize(model: onnx.ModelProto) -> bytes:

@@ -133,6 +133,7 @@ def sensitivity(
     budget: float,
     max_layers: int = 8,
     layer_error: dict[str, dict[str, float]] | None = None,
+    method: str = "minmax",
     log: Log = _stderr,
     on_layers: Callable[[dict], None] | None = None,
 ) -> Int8Result:
@@ -149,7 +150,9 @@ def sensitivity(
     def error_with(exclude: dict[str, list[str]], stages: Sequence[str]) -> dict[str, float]:
         graphs = dict(fp32_bytes)
         for name in stages:
-            typed = variants.int8_graph(models[name], ranges[name], "tensorrt", exclude[name])
+            typed = variants.int8_graph(
+                models[name], ranges[name], "tensorrt", exclude[name], method
+            )
             graphs[name] = variants.serialize(typed)
         chain = Chain(bundle, graphs)
         return output_error(reference, [chain(t) for t in tensors])
@@ -237,7 +240,9 @@ def write_variants(
             found.setdefault("int8", {"derive": "qdq", "tools": tools, "stages": {},
                                       "calibration": calibration})  # fmt: skip
             derived = {
-                t: variants.serialize(variants.int8_graph(model, ranges[stage.name], t, layers))
+                t: variants.serialize(
+                    variants.int8_graph(model, ranges[stage.name], t, layers, calibration["method"])
+                )
                 for t in INT8_GRAPHS
             }
             found["int8"]["stages"][stage.name] = {
@@ -311,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
         args.budget,
         args.max_fp32_layers,
         previous,
+        args.calibration,
         on_layers=save,
     )
     calibration = {"method": args.calibration, "frames": len(tensors), "data": Path(args.data).name}

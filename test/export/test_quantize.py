@@ -171,3 +171,21 @@ def test_replay_takes_precision(typed_bundle: Path) -> None:
     with pytest.raises(ConfigError, match="precision"):
         ReplayOptions(Path("drive.mcap"), typed_bundle, precision="fp16", mode="realtime")
     assert precision_text({"precision": "int8", "int8_graph": "cpu"}) == "int8 (cpu)"
+
+
+@pytest.mark.parametrize("method", ["entropy", "percentile"])
+def test_other_calibrations_from_an_image_folder(
+    typed_copy: Path, tiny_data: Path, method: str
+) -> None:
+    from compactinst_ros.eval.evaluate import encoder_inputs
+    from compactinst_ros.export.quantize import calibrate
+
+    bundle = ModelBundle.load(typed_copy)
+    minmax = json.loads((typed_copy / "int8_ranges.encoder.json").read_text())
+    tensors = encoder_inputs(bundle, tiny_data / "images", 2)  # a plain folder of images
+    ranges = calibrate(bundle, tensors, method, log=lambda _: None)
+    assert json.loads(ranges["encoder"].read_text()) != minmax
+    typed = variants.int8_graph(onnx.load(str(typed_copy / "encoder.onnx")),
+                                ranges["encoder"], "tensorrt", method=method)  # fmt: skip
+    (e3,) = create_session(variants.serialize(typed)).run(["e3"], {"image": tensors[0]})
+    assert e3.shape == (1, 8, 16, 16) and np.isfinite(e3).all()
