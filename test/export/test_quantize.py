@@ -189,3 +189,19 @@ def test_other_calibrations_from_an_image_folder(
                                 ranges["encoder"], "tensorrt", method=method)  # fmt: skip
     (e3,) = create_session(variants.serialize(typed)).run(["e3"], {"image": tensors[0]})
     assert e3.shape == (1, 8, 16, 16) and np.isfinite(e3).all()
+
+
+def test_calibration_images_from_a_bag(typed_bundle: Path, tiny_data: Path, tmp_path: Path) -> None:
+    import cv2
+
+    from compactinst_ros.eval.bags import write_image_bag
+    from compactinst_ros.eval.evaluate import encoder_inputs
+
+    bundle = ModelBundle.load(typed_bundle)
+    images = sorted((tiny_data / "images").iterdir())
+    frames = [(i * 10**8, cv2.imread(str(p))) for i, p in enumerate(images)]
+    bag = write_image_bag(tmp_path / "drive", frames)
+    from_bag = encoder_inputs(bundle, bag, 3)
+    from_folder = encoder_inputs(bundle, tiny_data, 3)
+    assert len(from_bag) == 3
+    assert all(np.array_equal(a, b) for a, b in zip(from_bag, from_folder, strict=True))
