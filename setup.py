@@ -7,7 +7,7 @@ from setuptools import find_packages, setup
 PACKAGE = "compactinst_ros"
 
 # onnxruntime is the CPU backend (1.12 runs the bundles exactly as current releases do). On the
-# vehicle TensorRT comes with JetPack; pycuda is built there from source (extra "cuda").
+# vehicle TensorRT comes with JetPack 6.1/6.2; pycuda is built there from source (extra "cuda").
 # Nothing here imports torch at run time.
 RUNTIME = ["numpy>=1.21", "opencv-python-headless>=4.5", "onnxruntime>=1.12", "pyyaml>=5.4"]
 # A ROS machine's Python packages are built against its apt numpy 1.x (Humble on Ubuntu 22.04:
@@ -26,6 +26,8 @@ TRAIN = ["torch==2.13.0", "onnx>=1.15", "scipy>=1.10", "pycocotools>=2.0.7"]
 # calibration ranges) writes the Q/DQ graphs. Needed wherever a non-FP32 precision runs.
 PRECISION = ["onnx>=1.15", "onnxconverter-common>=1.16", "onnxruntime>=1.32"]
 EVAL = ["rosbags>=0.10.4", "pycocotools>=2.0.7", "matplotlib>=3.7", "scipy>=1.10"]
+# `compactinst replay-fleet` runs drives on a Ray cluster; the node never imports it.
+FLEET = ["ray>=2.60"]
 # On a machine without a ROS install, the ROS 2 client library and messages come from PyPI.
 ROS_WHEELS = [
     "ros-kilted-rclpy[fastrtps]",
@@ -52,13 +54,16 @@ ROSIDL_BUILD = [
     "ros-kilted-geometry-msgs",
 ]
 # fvcore: the MAC counts of model/flops.py are cross-checked against it (test/model/test_fvcore.py).
-# NVRTC of CUDA 12.6 (JetPack 6): `make kernels` builds the shipped kernel images with it and the
-# tests rebuild them byte for byte; pinned exactly, as another NVRTC writes other bytes.
+# NVRTC of CUDA 12.6 (JetPack 6.1/6.2): `make kernels` builds the shipped kernel images with it
+# and the tests rebuild them byte for byte; pinned exactly, as another NVRTC writes other bytes.
 NVRTC = ["nvidia-cuda-nvrtc-cu12==12.6.85"]
+# nvdisasm: tests read the shipped cubins' SASS (no fused multiply-add the spec rounds twice).
+NVDISASM = ["nvidia-cuda-nvdisasm==13.5.37"]
 # Foxglove's own MCAP readers: tests read the replay's output bag back as Foxglove would.
 FOXGLOVE_READERS = ["mcap>=1.2", "mcap-ros2-support>=0.5"]
 DEV = [
     "pytest>=7", "pytest-timeout>=2.1", "ruff>=0.6", "vermin>=1.6", "fvcore>=0.1.5", *NVRTC,
+    *NVDISASM,
     *COLCON, *ROSIDL_BUILD, *FOXGLOVE_READERS,
 ]  # fmt: skip
 
@@ -83,8 +88,9 @@ setup(
         "train": TRAIN,
         "eval": EVAL,
         "precision": PRECISION,
+        "fleet": EVAL + FLEET,
         "ros": ROS_WHEELS,
-        "dev": DEV + TRAIN + EVAL + PRECISION + ROS_WHEELS,
+        "dev": DEV + TRAIN + EVAL + PRECISION + FLEET + ROS_WHEELS,
     },
     zip_safe=True,
     maintainer="compactinst_ros maintainers",

@@ -140,7 +140,12 @@ def array_from_buffer(
             f"image data has {flat.size} bytes, fewer than height x step = {height * step}; "
             "the message is truncated"
         )
-    rows = flat[: height * step].reshape(height, step)
+    if flat.size > height * step:  # cv_bridge refuses it too: the driver's size fields are off
+        raise InputError(
+            f"image data has {flat.size} bytes, more than height x step = {height * step}; "
+            "fix the driver's height or step"
+        )
+    rows = flat.reshape(height, step)
     return rows[:, :row].reshape(height, width, channels)
 
 

@@ -1,5 +1,5 @@
-"""Files shipped beside the code (the FastDDS profile, the default model), found the same way from
-a source checkout, a colcon/ament install and a pip install.
+"""Files shipped beside the code (the Fast DDS profiles, the default model), found the same way
+from a source checkout, a colcon/ament install and a pip install.
 
 setup.py installs them as ``data_files`` under ``share/compactinst_ros``: below each ament prefix
 (``$AMENT_PREFIX_PATH``) after ``colcon build``, below the Python prefix after ``pip install``.
@@ -15,6 +15,7 @@ from pathlib import Path
 
 PACKAGE = "compactinst_ros"
 FASTDDS_PROFILE = Path("config") / "fastdds_shm.xml"
+LOOPBACK_PROFILE = Path("config") / "fastdds_loopback.xml"
 DEFAULT_MODEL = Path("models") / "default"
 
 
@@ -36,8 +37,13 @@ def find_file(relative: Path) -> Path | None:
 
 
 def fastdds_profile() -> Path | None:
-    """The shipped FastDDS shared-memory profile (config/fastdds_shm.xml)."""
+    """The shipped vehicle profile: 32 MB shared memory, UDPv4 to other hosts (fastdds_shm.xml)."""
     return find_file(FASTDDS_PROFILE)
+
+
+def loopback_profile() -> Path | None:
+    """The shipped loopback-only profile of the tests and the replay (fastdds_loopback.xml)."""
+    return find_file(LOOPBACK_PROFILE)
 
 
 def default_model() -> Path | None:

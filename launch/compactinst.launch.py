@@ -5,8 +5,11 @@ ros2 launch compactinst_ros compactinst.launch.py namespace:=front lifecycle:=tr
 
 The parameters file is the base; an argument left out leaves the file's value alone, so a
 ``params_file`` of your own wins unless the command line says otherwise. FastDDS is pointed at
-the shipped shared-memory profile only when the environment names no profile, or when
-``fastdds_profile`` is given.
+the shipped shared-memory profile (the vehicle profile, config/fastdds_shm.xml) only when the
+environment names no profile, or when ``fastdds_profile`` is given. The profile is set under the
+variable names the distribution reads (compactinst_ros.dds_env: FASTDDS_DEFAULT_PROFILES_FILE
+always, FASTRTPS_DEFAULT_PROFILES_FILE too on Humble and Jazzy, whose Fast DDS 2.x reads only
+that), and a site's profile under either name is kept.
 
 rviz2 gets a view generated from rviz/compactinst.rviz for this node: its namespace and name,
 its input topic and the camera's ``frame_id`` as the fixed frame.
@@ -33,14 +36,15 @@ from lifecycle_msgs.msg import Transition
 from launch import LaunchContext, LaunchDescription
 
 PACKAGE = "compactinst_ros"
-FASTDDS_ENV = "FASTDDS_DEFAULT_PROFILES_FILE"
 #: node parameters a launch argument of the same name overrides when given, and their types
 PARAMETER_ARGUMENTS = {
     "model": str,
     "image_topic": str,
     "backend": str,
+    "precision": str,
     "engine_cache_dir": str,
     "use_sim_time": bool,
+    "camera_info_topic": str,
 }
 
 
@@ -79,12 +83,23 @@ def declared_arguments(share: str) -> list:
             ("image_topic", "", "input sensor_msgs/Image topic (default: the parameters file's)"),
             ("backend", "", "auto | tensorrt | onnxruntime (default: the parameters file's)"),
             (
+                "precision",
+                "",
+                "auto | fp32 | fp16 | int8: the graphs the backend runs "
+                "(default: the parameters file's)",
+            ),
+            (
                 "engine_cache_dir",
                 "",
                 "TensorRT engine cache folder (default: the parameters file's)",
             ),
             ("use_sim_time", "", "true | false: follow /clock (default: the parameters file's)"),
-            ("camera_info_topic", "", "remap the node's camera_info topic to this one"),
+            (
+                "camera_info_topic",
+                "",
+                "the camera's sensor_msgs/CameraInfo topic: re-published per frame on "
+                "~/camera_info (default: the parameters file's)",
+            ),
             ("namespace", "", "ROS namespace of the node"),
             ("node_name", "compactinst", "name of the node"),
             ("lifecycle", "false", "true: start compactinst_lifecycle_node and drive it to active"),
@@ -92,8 +107,9 @@ def declared_arguments(share: str) -> list:
             (
                 "fastdds_profile",
                 "",
-                "FastDDS profile to set; default: keep the environment's, else "
-                "the shipped 32 MB shared-memory profile (large best-effort images)",
+                "Fast DDS profile to set (under the names the distribution reads); default: "
+                "keep the environment's, under either name, else the shipped 32 MB "
+                "shared-memory profile (large best-effort images)",
             ),
             ("rviz", "false", "start rviz2 on a view of this node made from rviz/compactinst.rviz"),
             ("frame_id", "camera", "rviz2 fixed frame: the camera images' header frame_id"),
@@ -112,13 +128,18 @@ def parse_bool(text: str, argument: str) -> bool:
 
 
 def fastdds_action(context: LaunchContext, share: str) -> list:
-    """Set the FastDDS profile when asked, or when the environment has none (keep a site's)."""
+    """Set the Fast DDS profile (the variable names the distribution reads) when asked; else keep
+    a site's, under either name, and use the shipped vehicle profile only where there is none."""
+    from compactinst_ros.dds_env import kept_profile_settings, profile_settings
+
     asked = LaunchConfiguration("fastdds_profile").perform(context)
-    if asked:
-        return [SetEnvironmentVariable(FASTDDS_ENV, asked)]
-    if context.environment.get(FASTDDS_ENV):
-        return []
-    return [SetEnvironmentVariable(FASTDDS_ENV, os.path.join(share, "config", "fastdds_shm.xml"))]
+    shipped = os.path.join(share, "config", "fastdds_shm.xml")
+    settings = (
+        profile_settings(context.environment, asked)
+        if asked
+        else kept_profile_settings(context.environment, shipped)
+    )
+    return [SetEnvironmentVariable(name, value) for name, value in settings.items()]
 
 
 def node_actions(context: LaunchContext) -> list:
@@ -135,14 +156,12 @@ def node_actions(context: LaunchContext) -> list:
         for name, kind in PARAMETER_ARGUMENTS.items()
         if given(name)
     }
-    camera_info = given("camera_info_topic")
     node_args = dict(
         package=PACKAGE,
         name=given("node_name"),
         namespace=given("namespace"),
         output="screen",
         parameters=[LaunchConfiguration("params_file"), overrides],
-        remappings=[("camera_info", camera_info)] if camera_info else [],
     )
     actions = fastdds_action(context, share)
     if not parse_bool(given("lifecycle"), "lifecycle"):

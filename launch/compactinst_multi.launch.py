@@ -41,14 +41,19 @@ CAMERA_KEYS = ("namespace", "image_topic", "camera_info_topic")
 SHARED_ARGUMENTS = (
     ("model", "", "model bundle folder (default: the parameters file's, else models/default)"),
     ("backend", "", "auto | tensorrt | onnxruntime (default: the parameters file's)"),
+    (
+        "precision",
+        "",
+        "auto | fp32 | fp16 | int8: the graphs every node runs (default: the parameters file's)",
+    ),
     ("use_sim_time", "", "true | false: follow /clock (default: the parameters file's)"),
     ("node_name", "compactinst", "name of each node (inside its camera's namespace)"),
     ("lifecycle", "false", "true: lifecycle nodes, each driven to active"),
     (
         "fastdds_profile",
         "",
-        "FastDDS profile to set; default: keep the environment's, else the "
-        "shipped shared-memory profile",
+        "Fast DDS profile to set (under the names the distribution reads); default: keep the "
+        "environment's, under either name, else the shipped shared-memory profile",
     ),
 )
 EXAMPLE = "[{namespace: front, image_topic: /front/image_raw}]"
@@ -101,7 +106,7 @@ def _cameras(context: LaunchContext) -> list[dict[str, str]]:
 
 def _engine_cache_dir(context: LaunchContext, params_file: str) -> str:
     """The argument, else the parameters file's value, else the backends' default folder."""
-    from compactinst_ros.backends.engine_cache import default_cache_dir
+    from compactinst_ros.private_files import default_cache_dir
 
     given = LaunchConfiguration("engine_cache_dir").perform(context)
     return given or file_parameter(params_file, "engine_cache_dir") or str(default_cache_dir())
@@ -119,7 +124,10 @@ def _prebuild_command(context: LaunchContext, params_file: str, cache_dir: str) 
     share = get_package_share_directory(PACKAGE)
     model = setting("model") or os.path.join(share, "models", "default")
     device = file_parameter(params_file, "gpu_device") or "0"
-    return ["compactinst", "build-engine", model, "--cache-dir", cache_dir, "--device", device]
+    command = ["compactinst", "build-engine", model, "--cache-dir", cache_dir, "--device", device]
+    precision = setting("precision")
+    # the nodes' engines: build-engine's default is the backend's (auto)
+    return command + (["--precision", precision] if precision not in ("", "auto") else [])
 
 
 def camera_actions(context: LaunchContext) -> list:

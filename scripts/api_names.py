@@ -9,7 +9,9 @@ the names their Python files define.
     python scripts/api_names.py tensorrt_cu12_bindings-10.3.0-cp311-none-manylinux_2_17_x86_64.whl \
         > test/fixtures/api/tensorrt-10.3.0.txt
 
-Get the wheel with ``pip download --no-deps tensorrt-cu12-bindings==10.3.0`` (1.1 MB).
+Get the wheel with ``pip download --no-deps tensorrt-cu12-bindings==10.3.0`` (1.1 MB). The
+TensorRT 11 fixture comes the same way from ``tensorrt-cu12-bindings==11.4.0.106`` (1.3 MB,
+``..._manylinux_2_28_x86_64.whl``), the newest 11.x on PyPI when it was written.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ def extension_names(blob: bytes) -> set[str]:
         if tail is not None and IDENTIFIER.fullmatch(tail.group()):
             names.add(tail.group().decode())
     return names
+
+
+def dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of plain attributes on a name, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
 
 
 def python_names(source: str) -> set[str]:

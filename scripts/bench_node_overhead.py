@@ -26,12 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from compactinst_ros.resources import default_model, fastdds_profile
+from compactinst_ros.dds_env import loopback_environment
+from compactinst_ros.resources import default_model, loopback_profile
 
-if fastdds_profile() is not None:
-    os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(fastdds_profile()))
-os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
+os.environ.update(loopback_environment(os.environ, loopback_profile()))
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor

@@ -32,7 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from compactinst_ros.bench import latency, roofline  # noqa: E402
-from compactinst_ros.bench.devices import DEVICES, Device  # noqa: E402
+from compactinst_ros.bench.devices import (  # noqa: E402
+    DEVICES,
+    Device,
+    Identified,
+    get_device,
+    identify_device,
+)
 from compactinst_ros.bench.models import (  # noqa: E402
     build_bench_model,
     feature_shapes,
@@ -67,13 +73,14 @@ def find_ncu() -> str | None:
     return candidates[-1] if candidates else None
 
 
-def device_preset(name: str) -> Device:
-    """The preset whose name matches the GPU (H200, A4000), else an H200-sized placeholder."""
-    lowered = name.lower()
-    for key, device in DEVICES.items():
-        if key.replace("rtx-", "") in lowered.replace(" ", "-"):
-            return device
-    return DEVICES["h200"]
+def device_preset(gpu: str, sm_count: int | None, given: str | None) -> tuple[Device | None, str]:
+    """(preset, the line naming it and how it was chosen): ``--device`` if given, else the
+    identified GPU's (a Jetson by its device tree); None when no preset fits."""
+    if given:
+        device = get_device(given)
+        return device, f"preset {given} ({device.name}; given with --device)"
+    found: Identified = identify_device(gpu, sm_count)
+    return (DEVICES[found.preset] if found.preset else None), found.label()
 
 
 def ncu_target(config: str, size: tuple[int, int], device: str) -> None:
@@ -188,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         help="CPU check of the flow: torch-cpu, one small size, one trial",
     )
     parser.add_argument("--skip-ncu", action="store_true", help="latency sweep only")
+    parser.add_argument(
+        "--device",
+        help=f"roofline preset ({', '.join(DEVICES)}) or 'label:GBps:tensor_TFLOPS[:cuda_TFLOPS]'"
+        " instead of the identified GPU's",
+    )
     parser.add_argument("--ncu-target", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -203,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
-    print(f"[1/3] latency sweep on {gpu}", flush=True)
+    sm_count = None
+    if device == "cuda":
+        sm_count = torch.cuda.get_device_properties(0).multi_processor_count
+    preset, preset_line = device_preset(gpu, sm_count, args.device)
+    print(f"[1/3] latency sweep on {gpu}; roofline {preset_line}", flush=True)
     if args.smoke:
         opts = latency.BenchOptions(
             sizes=[("small", (256, 320))],
@@ -236,11 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     dram: dict[str, dict] = {}
     ncu = find_ncu()
     print(f"[2/3] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
-    if args.skip_ncu or args.smoke or ncu is None or device == "cpu":
+    if args.skip_ncu or args.smoke or ncu is None or device == "cpu" or preset is None:
         why = "skipped" if args.skip_ncu or args.smoke else "ncu not found"
+        if preset is None:
+            why = f"no roofline device: {preset_line}; give --device PRESET or a custom spec"
         print(f"  {why}", flush=True)
     else:
-        preset = device_preset(gpu)
         for config in NCU_CONFIGS:
             if time.perf_counter() - start > DEADLINE_S:
                 print(f"  {config}: skipped, past the {DEADLINE_S} s budget", flush=True)
@@ -254,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             summary = roofline.summarize(kernels, preset)
             dram[config] = summary
             print(roofline.format_table(summary, preset), flush=True)
-        (args.out / "ncu_summary.json").write_text(json.dumps(dram, indent=1))
+        record_ncu = {"device_preset": preset_line, **dram}
+        (args.out / "ncu_summary.json").write_text(json.dumps(record_ncu, indent=1))
 
     print(f"[3/3] summary ({time.perf_counter() - start:.0f} s in all)\n", flush=True)
     for backend, reason in record["unavailable"].items():
@@ -269,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     if dram:
         print(
             f"\ndecoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]} (paper, A4000 TensorRT: "
-            "5.74 -> 2.09 GB, -64%)"
+            f"5.74 -> 2.09 GB, -64%); ridges and % of peak from {preset_line}"
         )
         for config, s in dram.items():
             print(

@@ -10,14 +10,18 @@ TensorRT backend; a table comes last and everything also lands in OUTDIR/gpu_che
    reference (>= 99.9 % of pixels), on random, blob and constructed frames, tables included;
 4. the post-processing benchmark (scripts/bench_postprocess_gpu.py): fused kernels vs naive
    PyTorch vs numpy vs the byte floor;
-5. with --bundle and TensorRT (last: an engine build can take minutes): engine build time, the
-   TensorRT backend end to end vs the onnxruntime backend, and its per-stage latency. Under the
+5. with --bundle and TensorRT (last: an engine build can take minutes): engine build (or, with
+   --engine-cache holding them, load) time, the TensorRT backend end to end vs the onnxruntime
+   backend, and its per-stage latency. Under the
    test stand-in for TensorRT (test/gpu/emu/tensorrt_emu.py, whose engines run the ONNX graphs
    on ONNX Runtime) the row is labelled as what it is: ONNX Runtime vs ONNX Runtime, not FP16.
 
     python scripts/gpu_check.py [--out out/gpu_check] [--bundle models/default] [--reps 30]
-        [--quick] [--sizes 512x1024 1024x2048 1080x1920]
+        [--quick] [--sizes 512x1024 1024x2048 1080x1920] [--engine-cache DIR]
 
+Needs no nvcc: every kernel, the benchmark floor's idle launch included, comes from the shipped
+images. The GPU is reported with its roofline preset and how it was identified (a Jetson by its
+device tree). The JSON is rewritten after every step, so a hard kill keeps what was measured.
 Exit status 0 when every check passed, 1 otherwise; 2 when there is no usable GPU.
 """
 
@@ -44,6 +48,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench_postprocess_gpu as bench  # noqa: E402
 
+from compactinst_ros.bench.devices import identify_device  # noqa: E402
 from compactinst_ros.gpu import frames, loader, twin  # noqa: E402
 from compactinst_ros.labels import SYNTHETIC_LABELS  # noqa: E402
 from compactinst_ros.postprocess import reference  # noqa: E402
@@ -219,18 +224,27 @@ def check_postprocess(cuda, stream, checks: Checks, quick: bool) -> None:
     checks.add("postprocess tables vs reference", table_ok, "ids, scores, boxes, areas, dtypes")
 
 
-def check_backend(bundle_path: str, checks: Checks, reps: int) -> None:
+def _engine_files(folder: Path) -> dict[str, int]:
+    """Engine file name -> mtime (ns) in ``folder``: what a build changes."""
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.engine")}
+
+
+def check_backend(bundle_path: str, checks: Checks, reps: int, cache_dir: Path | None) -> None:
     """TensorRT backend end to end vs onnxruntime on scenes the model was trained on (its
     masks on out-of-distribution frames flip with sub-grey-level input differences): engine
-    build seconds (fresh cache), worst raster agreement, median per-stage ms over ``reps``."""
+    build (or load, from ``cache_dir``) seconds, worst raster agreement, median per-stage ms
+    over ``reps``. Without ``cache_dir`` the engines are built into a fresh temporary folder."""
     from compactinst_ros.pipeline import Pipeline
     from compactinst_ros.train.synthetic import render_scene
 
     stand_in = tensorrt_is_stand_in()
-    with tempfile.TemporaryDirectory(prefix="engines-") as cache:
+    with tempfile.TemporaryDirectory(prefix="engines-") as scratch:
+        cache = cache_dir or Path(scratch)
+        before = _engine_files(cache)
         start = time.perf_counter()
-        gpu_pipe = Pipeline(bundle_path, backend="tensorrt", engine_cache_dir=cache)
+        gpu_pipe = Pipeline(bundle_path, backend="tensorrt", engine_cache_dir=str(cache))
         build_s = time.perf_counter() - start
+        built = _engine_files(cache) != before
         cpu_pipe = Pipeline(bundle_path, backend="onnxruntime")
         with gpu_pipe as gpu, cpu_pipe as cpu:
             agree = 1.0
@@ -243,10 +257,12 @@ def check_backend(bundle_path: str, checks: Checks, reps: int) -> None:
             runs = [gpu(frame).timings_ms for _ in range(max(1, reps))]
     latency = {k: statistics.median(t[k] for t in runs) for k in runs[-1]}
     times = ", ".join(f"{k} {v:.2f}" for k, v in latency.items())
-    detail = f"build {build_s:.1f} s; worst {100 * agree:.2f}% equal over 3 scenes; ms: {times}"
+    ready = f"{'built' if built else 'loaded from the cache'} in {build_s:.1f} s"
+    detail = f"engines {ready}; worst {100 * agree:.2f}% equal over 3 scenes; ms: {times}"
     checks.add(
         STAND_IN_ROW if stand_in else TENSORRT_ROW, agree >= 0.99, detail,
-        tensorrt_stand_in=stand_in, build_s=build_s, worst_equal=agree, latency_ms=latency,
+        tensorrt_stand_in=stand_in, build_s=build_s, engines_built=built, worst_equal=agree,
+        latency_ms=latency,
     )  # fmt: skip
 
 
@@ -281,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sizes", nargs="+", choices=list(bench.SIZES), help="benchmark sizes (default: all)"
     )
+    parser.add_argument(
+        "--engine-cache", type=Path, help="engine cache to load from or build into (default: fresh)"
+    )
     args = parser.parse_args(argv)
     env = environment()
     report: dict[str, Any] = {"environment": env, "checks": [], "benchmark": []}
@@ -301,11 +320,22 @@ def main(argv: list[str] | None = None) -> int:
     ctx = cuda.Device(0).retain_primary_context()
     ctx.push()
     checks = Checks()
-    rows = []
+    rows: list[bench.Row] = []
+
+    def snapshot() -> Path:
+        """The JSON with everything so far (rewritten after every step)."""
+        report["checks"] = checks.rows
+        report["benchmark"] = [dataclasses.asdict(row) for row in rows]
+        report["kernel_images"] = dict(loader.LOADED)
+        return write_report(args.out, report)
+
     try:
         stream = cuda.Stream()
         report["gpu"] = cuda.Device(0).name()
-        print(f"GPU: {report['gpu']}, driver {cuda.get_driver_version()}")
+        sms = cuda.Device(0).get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
+        device = identify_device(report["gpu"], sms)
+        report["device_preset"] = device.label()
+        print(f"GPU: {report['gpu']}, driver {cuda.get_driver_version()}; {device.label()}")
         for step in (
             lambda: check_preprocess(cuda, stream, checks),
             lambda: check_postprocess(cuda, stream, checks, args.quick),
@@ -316,28 +346,28 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:
                 traceback.print_exc()
                 checks.add("check crashed", False, "see traceback above")
+            snapshot()
         sizes = args.sizes or (["1024x2048"] if args.quick else list(bench.SIZES))
         for size in sizes:
             print(f"benchmarking {size} ...", flush=True)
             rows.append(bench.bench_size(cuda, stream, size, args.reps, 1))
+            snapshot()
         if args.bundle and env["tensorrt"] != "missing":
             try:
-                check_backend(args.bundle, checks, args.reps)
+                check_backend(args.bundle, checks, args.reps, args.engine_cache)
             except Exception:
                 traceback.print_exc()
                 checks.add("TensorRT backend", False, "see traceback above")
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         ctx.pop()
-        report["checks"] = checks.rows
-        report["benchmark"] = [dataclasses.asdict(row) for row in rows]
-        report["kernel_images"] = dict(loader.LOADED)
-        path = write_report(args.out, report)
+        path = snapshot()
     print(f"written: {path}\n")
     print("kernel images: " + ", ".join(f"{k} {v}" for k, v in sorted(loader.LOADED.items())))
     print(f"checks: {sum(row['ok'] for row in checks.rows)}/{len(checks.rows)} passed")
     for row in checks.rows:
         print(f"  {'ok  ' if row['ok'] else 'FAIL'} {row['name']}: {row['detail']}")
+    print(f"benchmark on {report['gpu']} ({report['device_preset']}), measured ms:")
     bench.print_table(rows)
     return 0 if checks.passed else 1
 

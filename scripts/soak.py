@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Soak test: the node under a steady camera stream, its resources sampled over time.
 
-Starts ``compactinst_node`` in a subprocess (DDS on loopback, the shipped FastDDS shared-memory
-profile), publishes a best-effort bgr8 stream (default 30 Hz 1920x1080) to it, subscribes to
-``~/instance_mask`` so every frame is computed, and samples the node process five times a second:
-RSS (total, private and shared), open file descriptors and threads (from /proc), plus
-input/output rate and frame counters from /diagnostics. A node slower than the camera drops
+Starts ``compactinst_node`` in a subprocess (DDS on loopback, the shipped loopback-only Fast DDS
+shared-memory profile), publishes a best-effort bgr8 stream (default 30 Hz 1920x1080) to it,
+subscribes to ``~/instance_mask`` so every frame is computed, and samples the node process five
+times a second: RSS (total, private and shared), open file descriptors and threads (from /proc),
+plus input/output rate and frame counters from /diagnostics. A node slower than the camera drops
 frames and counts them; the soak checks resources, not throughput. Writes ``soak.csv`` (row by
 row, so a long soak can be watched), ``soak.png`` and ``summary.json``.
 
 Leaks show in private memory (RssAnon). Shared memory (RssShmem) is FastDDS's shared-memory
-transport: its segments (config/fastdds_shm.xml, 32 MB each, the node's own and the camera's)
+transport: its segments (config/fastdds_loopback.xml, 32 MB each, the node's own and the camera's)
 count once their pages are touched, so it steps up by frame sizes until the segments are fully
 used and then stays; it is reported, not judged. While frames stream, private memory swings by
 whole frame buffers (a 1080p frame is 6 MB), more than the growth to detect, so it is measured
@@ -50,7 +50,12 @@ from pathlib import Path
 
 import numpy as np
 
-from compactinst_ros.eval.realtime import NodeProcess, node_command, ros_environment
+from compactinst_ros.eval.realtime import (
+    NodeProcess,
+    node_command,
+    ros_environment,
+    use_in_this_process,
+)
 from compactinst_ros.resources import default_model
 
 NS = "/compactinst"
@@ -414,10 +419,7 @@ def run_soak(
     env = ros_environment(domain)
     if not allocator_default:
         env["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD)
-    for key in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_LOCALHOST_ONLY", "RMW_IMPLEMENTATION"):
-        os.environ.setdefault(key, env[key])
-    if "FASTDDS_DEFAULT_PROFILES_FILE" in env:
-        os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = env["FASTDDS_DEFAULT_PROFILES_FILE"]
+    use_in_this_process(env)
     params = {
         "model": str(model.resolve()),
         "backend": backend,

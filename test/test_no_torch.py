@@ -1,4 +1,5 @@
-"""The runtime (pipeline, backends, node) must import without torch: the vehicle has none."""
+"""The runtime (pipeline, backends, node) must import without torch or ray: the vehicle has
+neither (ray is the optional ``fleet`` extra of ``compactinst replay-fleet``)."""
 
 import subprocess
 import sys
@@ -11,12 +12,12 @@ RUNTIME_MODULES = [
 ]
 
 
-def test_runtime_imports_do_not_load_torch() -> None:
+def test_runtime_imports_do_not_load_torch_or_ray() -> None:
     code = (
         "import sys, importlib\n"
         f"for m in {RUNTIME_MODULES!r}:\n"
         "    importlib.import_module(m)\n"
-        "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray'))\n"
         "print('LOADED', bad[:5])\n"
         "sys.exit(1 if bad else 0)\n"
     )

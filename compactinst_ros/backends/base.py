@@ -44,10 +44,10 @@ class BackendOptions:
     engine_cache_dir: str | Path | None = None
     #: tensorrt: build a missing or stale engine at construction instead of failing
     allow_build: bool = True
-    #: tensorrt: precision and workspace of engines built here; None = the defaults
+    #: tensorrt: optimisation level and workspace of engines built here; None = the defaults
     build_options: BuildOptions | None = None
     #: stage graph precision (bundle.PRECISIONS); None = the backend's default
-    #: (onnxruntime: fp32, tensorrt: fp16)
+    #: (onnxruntime: fp32; tensorrt: fp16 where the bundle carries its graphs, else fp32)
     precision: str | None = None
     #: onnxruntime, precision int8: which INT8 graph (bundle.INT8_GRAPHS); None = "cpu"
     int8_graph: str | None = None

@@ -2,25 +2,21 @@
 
 An engine is only valid for the exact ONNX bytes, TensorRT version, GPU model and build options
 that produced it. Each cache entry is ``<stage>-<digest>.engine`` plus ``<stage>-<digest>.json``
-holding the full key and the engine's own sha256; the timing cache is shared per TensorRT
-version and GPU. ``resolve`` loads a matching entry, rebuilds anything stale, foreign or corrupt
-(including an engine that TensorRT refuses to deserialize), or refuses with a message naming the
-fix when building is disabled.
+holding the full key and the engine's own sha256; the timing cache is shared per TensorRT and
+CUDA version and GPU module (name, SM count and memory: CUDA names every Orin module "Orin").
+``resolve`` loads a matching entry, rebuilds anything stale, foreign or corrupt (including an
+engine that TensorRT refuses to deserialize) and stores a new engine only once it passes the
+caller's acceptance check, or refuses with a message naming the fix when building is disabled.
 
-Deserializing an engine runs code of whoever wrote it, so, as ssh does with keys, the cache is only
-used when nobody else can write to it: the folder, every folder above it and every file read must
-be owned by this user (folders above may also be root's) and not group/world-writable (folders
-above may be if sticky, as /tmp is). Anything else is refused with the chmod/chown that fixes it.
-The cache creates its folders 0700 and its files 0600.
+Deserializing an engine runs code of whoever wrote it, so the cache reads and writes only
+owner-only folders and files, by the rules of ``compactinst_ros/private_files.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -29,9 +25,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import BackendError
+from ..private_files import check_private_folder, read_private, write_private
 
 SIDECAR_FORMAT = 1
-DEFAULT_CACHE_ENV = "COMPACTINST_ENGINE_CACHE"
 
 T = TypeVar("T")
 
@@ -43,6 +39,8 @@ class DeviceInfo:
     name: str
     compute_capability: str  # "8.7"
     sm_count: int
+    memory_mib: int = 0  # total device memory: tells the Orin modules apart with the SM count
+    cuda_driver: int = 0  # CUDA driver version, e.g. 12060 for 12.6
 
 
 @dataclass(frozen=True)
@@ -58,6 +56,8 @@ class EngineKey:
     precision: str
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
     options: dict[str, int | str] = field(default_factory=dict)
+    gpu_memory_mib: int = 0
+    cuda_driver: int = 0
 
     def to_json(self) -> dict:
         """Plain dict, stable field order (stored in the sidecar)."""
@@ -89,64 +89,6 @@ class Lookup:
     sidecar_path: Path
 
 
-def default_cache_dir() -> Path:
-    """``$COMPACTINST_ENGINE_CACHE`` or ``~/.cache/compactinst_ros/engines``."""
-    env = os.environ.get(DEFAULT_CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "compactinst_ros" / "engines"
-
-
-def _owner_fix(path: Path) -> str:
-    """The command that gives ``path`` to this user."""
-    try:
-        import pwd
-
-        user = pwd.getpwuid(os.geteuid()).pw_name
-    except (ImportError, KeyError):
-        user = str(os.geteuid())
-    return f"sudo chown {user} '{path}'"
-
-
-def check_private(path: Path, st: os.stat_result | None = None, parent: bool = False) -> None:
-    """BackendError unless only this user (or root, for a ``parent`` folder) can change ``path``.
-
-    ``parent`` folders (those above the cache) may also be root's, and group/world-writable when
-    sticky, since then nobody else can rename or replace the entries in them.
-    """
-    st = st or os.stat(path)
-    uid = os.geteuid()
-    owners = (uid, 0) if parent else (uid,)
-    if st.st_uid not in owners:
-        raise BackendError(
-            f"engine cache refused: {path} is owned by uid {st.st_uid}, not by this user "
-            f"(uid {uid}), who would load engines anyone else put there; run {_owner_fix(path)} "
-            f"or point {DEFAULT_CACHE_ENV} / engine_cache_dir at a folder of your own"
-        )
-    writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if writable and not (parent and st.st_mode & stat.S_ISVTX):
-        mode = "go-w" if parent else "700" if stat.S_ISDIR(st.st_mode) else "600"
-        raise BackendError(
-            f"engine cache refused: {path} is group/world-writable "
-            f"(mode {stat.S_IMODE(st.st_mode):04o}), so others could hand this process an engine; "
-            f"run chmod {mode} '{path}'"
-        )
-
-
-def read_private(path: Path) -> bytes:
-    """Bytes of a cache file after ``check_private`` on the very file opened (no swap between)."""
-    with open(path, "rb") as fh:
-        check_private(path, os.fstat(fh.fileno()))
-        return fh.read()
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data`` as a 0600 file (temp file + rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
 
@@ -164,18 +106,7 @@ class EngineCache:
     def check_root(self, create: bool = False) -> None:
         """BackendError unless the cache folder and those above it are private (module doc);
         ``create`` makes missing folders 0700 first."""
-        root = self.root.absolute()
-        if create:
-            for folder in reversed((root, *root.parents)):
-                if not folder.exists():
-                    folder.mkdir(mode=0o700, exist_ok=True)
-        if not root.exists():
-            return
-        resolved = root.resolve()
-        check_private(resolved)
-        # both chains: a symlink on the way is only as safe as the folder holding it
-        for folder in dict.fromkeys((*resolved.parents, *root.parents)):
-            check_private(folder, parent=True)
+        check_private_folder(self.root, create)
 
     def paths(self, key: EngineKey) -> tuple[Path, Path]:
         """Engine and sidecar paths of ``key``."""
@@ -183,10 +114,14 @@ class EngineCache:
         return self.root / f"{stem}.engine", self.root / f"{stem}.json"
 
     def timing_cache_path(self, key: EngineKey) -> Path:
-        """Timing cache shared by every engine built with this TensorRT version on this GPU."""
+        """Timing cache shared by every engine built with this TensorRT and CUDA version on this
+        GPU module (the name alone is "Orin" on every Orin module; SM count and memory differ)."""
         trt = _slug(key.trt_version).replace(".", "")
         sm = key.compute_capability.replace(".", "")
-        return self.root / f"timing-trt{trt}-{_slug(key.gpu_name)}-sm{sm}.cache"
+        module = f"{key.sm_count}sm-{key.gpu_memory_mib}mib"
+        return self.root / (
+            f"timing-trt{trt}-cuda{key.cuda_driver}-{_slug(key.gpu_name)}-sm{sm}-{module}.cache"
+        )
 
     def lookup(self, key: EngineKey) -> Lookup:
         """Check the entry for ``key`` without reading the engine into TensorRT."""
@@ -242,12 +177,15 @@ class EngineCache:
         deserialize: Callable[[bytes], T | None],
         build: Callable[[EngineKey, Path], bytes] | None,
         log: Callable[[str], None] = print,
+        accept: Callable[[T], None] | None = None,
     ) -> T:
         """The deserialized engine for ``key``: cached if valid, else rebuilt when ``build``.
 
         ``deserialize`` returns None for an engine TensorRT rejects (version or device
         mismatch, truncated file); that counts as corrupt. ``build`` gets the key and the timing
-        cache path and returns serialized engine bytes; None disables building.
+        cache path and returns serialized engine bytes; None disables building. ``accept`` runs
+        on a newly built engine before it is stored and raises to refuse it: a refused engine
+        is not cached.
         """
         found, blob = self._load(key)
         if blob is not None:
@@ -271,11 +209,19 @@ class EngineCache:
         self.check_root(create=True)
         start = time.monotonic()
         blob = build(key, self.timing_cache_path(key))
-        self.store(key, blob, time.monotonic() - start)
+        seconds = time.monotonic() - start
         engine = deserialize(blob)
         if engine is None:
             raise BackendError(
                 f"TensorRT built an engine for stage '{key.stage}' but cannot deserialize it; "
                 "check the TensorRT installation (library and Python bindings must match)"
             )
+        if accept is not None:
+            accept(engine)
+        self.store(key, blob, seconds)
         return engine
+
+    def discard(self, key: EngineKey) -> None:
+        """Remove the entry of ``key`` (engine and sidecar), if there is one."""
+        for path in self.paths(key):
+            path.unlink(missing_ok=True)

@@ -24,9 +24,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import BackendError
+from ..private_files import default_cache_dir
 from .base import BackendOptions
-from .engine_cache import EngineCache, default_cache_dir
-from .trt_build import BuildOptions, device_info, ensure_engines, import_pycuda, import_tensorrt
+from .engine_cache import EngineCache
+from .trt_build import (
+    BuildOptions,
+    device_info,
+    engine_precision,
+    ensure_engines,
+    import_pycuda,
+    import_tensorrt,
+)
 
 if TYPE_CHECKING:
     from ..bundle import ModelBundle
@@ -37,7 +45,7 @@ TIMED_STAGES = ("preprocess", "encoder", "decoder", "postprocess")
 
 
 class TensorRTBackend:
-    """Backend protocol implementation on TensorRT 10 engines and pycuda."""
+    """Backend protocol implementation on strongly typed TensorRT 10.3+ engines and pycuda."""
 
     name = "tensorrt"
 
@@ -53,7 +61,12 @@ class TensorRTBackend:
         self._ctx: Any = None
         self._closed = False
         try:
-            self._run(self._setup, options.allow_build, options.build_options or BuildOptions())
+            self._run(
+                self._setup,
+                options.allow_build,
+                options.build_options or BuildOptions(),
+                options.precision,
+            )
         except BaseException:
             self.close()
             raise
@@ -64,8 +77,9 @@ class TensorRTBackend:
             raise BackendError("the TensorRT backend is closed; create a new one")
         return self._executor.submit(fn, *args).result()
 
-    def _setup(self, allow_build: bool, options: BuildOptions) -> None:
-        """GPU thread: context, engines, buffers, kernels, stream and events."""
+    def _setup(self, allow_build: bool, options: BuildOptions, precision: str | None) -> None:
+        """GPU thread: context, engines (built from the ``precision`` typed graphs), buffers,
+        kernels, stream and events."""
         from ..gpu.constants import MAX_QUERIES
         from ..gpu.overlay import GpuOverlay
         from ..gpu.postprocess import GpuPostprocessor
@@ -78,11 +92,13 @@ class TensorRTBackend:
         self._ctx.push()
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)
+        self.precision = engine_precision(self.bundle, precision)
         engines = ensure_engines(
             self.bundle,
             self.cache,
             self._runtime.deserialize_cuda_engine,
             self.info,
+            self.precision,
             allow_build,
             options,
         )
@@ -238,6 +254,7 @@ class TensorRTBackend:
             {
                 "device": self.info.name,
                 "compute_capability": self.info.compute_capability,
+                "precision": self.precision,
                 "engine_cache": str(self.cache.root),
                 "gpu_memory_free_mib": free // 2**20,
                 "gpu_memory_total_mib": total // 2**20,

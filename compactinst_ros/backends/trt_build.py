@@ -1,74 +1,80 @@
-"""``compactinst build-engine BUNDLE``: FP16 TensorRT engines for every stage, cached per device.
+"""``compactinst build-engine BUNDLE``: strongly typed TensorRT engines, one per stage, cached per
+device and checked against the bundle's golden outputs before they are cached.
 
-TensorRT 10 Python API only (named tensors, ``build_serialized_network``), ONNX parser, FP16
-builder flag with FP32 I/O, static shapes, a persistent timing cache and a progress display.
-Layers that ``compactinst fp16-check`` found too close to FP16's range are pinned to FP32 from
-the bundle's ``precision.json`` (matched to parsed layers by ONNX node name; part of the cache
-key). tensorrt and pycuda are imported inside functions so the CPU path never needs them.
+One builder for TensorRT 10.3 (JetPack 6.1/6.2), later 10.x and 11.x: every network is created
+``STRONGLY_TYPED`` from the bundle's typed graph of the chosen precision
+(``ModelBundle.stage_graph``), so TensorRT runs the types written in the ONNX (FP16 tensors with
+their FP32 islands, INT8 only at Q/DQ nodes) and no weak-typing flag or per-layer precision is
+set; TF32 is cleared so that FP32 tensors are FP32. Static shapes, a persistent timing cache
+per device module, a progress display, and the acceptance check (acceptance.py) on every new
+engine. tensorrt and pycuda are imported inside functions so the CPU path never needs them.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
+import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bundle import STAGE_ORDER, ModelBundle, StageSpec, sha256_file
+import numpy as np
+
+from ..bundle import PRECISIONS, STAGE_ORDER, ModelBundle, StageGraph, StageSpec, sha256_file
 from ..errors import BackendError
-from .engine_cache import (
-    DeviceInfo,
-    EngineCache,
-    EngineKey,
-    default_cache_dir,
-    read_private,
-    write_private,
-)
+from ..private_files import default_cache_dir, read_private, write_private
+from . import acceptance
+from .engine_cache import DeviceInfo, EngineCache, EngineKey
 
 MIN_TRT_MAJOR = 10
+#: Precision of ``BackendOptions.precision=None`` where the bundle carries its typed graphs.
+DEFAULT_PRECISION = "fp16"
 LOG_PROGRESS_S = 5.0  # seconds between progress lines when stderr is not a terminal
-#: Sidecar in the bundle folder naming, per stage, the ONNX nodes whose layers stay FP32.
+#: Sidecar that ``compactinst fp16-check --write-pins`` writes into a bundle. Strongly typed
+#: builds take their FP32 islands from the typed graph itself, so the builder does not read it.
 PRECISION_FILE = "precision.json"
 PRECISION_FORMAT = 1
-#: Prefix of the metadata the ONNX parser (TensorRT >= 10.0) gives every layer it makes for a
-#: node: "[ONNX Layer: NODE]" or "[ONNX Layer: NODE | Local Function: F]".
-ONNX_LAYER_TAG = "[ONNX Layer: "
+#: What every engine key records about the network: strongly typed, TF32 off.
+NETWORK_KEY = {"network": "strongly_typed", "tf32": 0}
 
 
 @dataclass(frozen=True)
 class BuildOptions:
     """Builder settings that change the engine (all part of the cache key)."""
 
-    precision: str = "fp16"
     opt_level: int = 3
     workspace_mib: int = 1024
 
     def key_options(self) -> dict[str, int | str]:
         """The options as stored in the engine key."""
-        return {"opt_level": self.opt_level, "workspace_mib": self.workspace_mib}
+        return {"opt_level": self.opt_level, "workspace_mib": self.workspace_mib, **NETWORK_KEY}
 
 
-def import_tensorrt() -> Any:
-    """The tensorrt module, TensorRT >= 10; BackendError with the install hint otherwise."""
+def import_tensorrt(for_node: bool = True) -> Any:
+    """The tensorrt module, TensorRT >= 10; BackendError with the install hint otherwise
+    (``for_node``: the hint also names the CPU backend, which build-engine has no use for)."""
     try:
         import tensorrt as trt
     except ImportError as exc:
+        cpu = "; or run the node on the CPU with backend:=onnxruntime" if for_node else ""
         raise BackendError(
-            f"TensorRT Python bindings are not importable ({exc}); on JetPack 6 install "
-            "python3-libnvinfer and create the venv with --system-site-packages, or use the "
-            "onnxruntime backend"
+            f"TensorRT Python bindings are not importable ({exc}). On a Jetson (JetPack "
+            "6.1/6.2) they come with 'sudo apt install python3-libnvinfer' into the system "
+            "Python: run with the system python3 and install the rest with its pip3 (README, "
+            "On the vehicle); on an x86 GPU machine 'pip install tensorrt'" + cpu
         ) from None
     major = int(str(trt.__version__).split(".")[0])
     if major < MIN_TRT_MAJOR:
         raise BackendError(
-            f"TensorRT {trt.__version__} is too old: the named-tensor API of TensorRT "
-            f">= {MIN_TRT_MAJOR} (JetPack 6) is required"
+            f"TensorRT {trt.__version__} is too old: TensorRT >= {MIN_TRT_MAJOR} is required "
+            "(named tensors, strongly typed networks). JetPack 6.0 ships TensorRT 8.6: upgrade "
+            "the Jetson to JetPack 6.1 or later (6.1/6.2 ship TensorRT 10.3)"
         )
     return trt
 
@@ -87,53 +93,40 @@ def import_pycuda() -> Any:
 
 
 def device_info(device: int = 0) -> DeviceInfo:
-    """Name, compute capability and SM count of CUDA device ``device`` (no context needed)."""
+    """Name, compute capability, SM count, memory and CUDA driver of device ``device`` (no
+    context needed): name and compute capability alone do not tell the Orin modules apart."""
     cuda = import_pycuda()
     if device >= cuda.Device.count():
         raise BackendError(f"CUDA device {device} does not exist ({cuda.Device.count()} found)")
     dev = cuda.Device(device)
     major, minor = dev.compute_capability()
     sms = dev.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT)
-    return DeviceInfo(name=dev.name(), compute_capability=f"{major}.{minor}", sm_count=int(sms))
+    return DeviceInfo(
+        name=dev.name(),
+        compute_capability=f"{major}.{minor}",
+        sm_count=int(sms),
+        memory_mib=int(dev.total_memory()) // 2**20,
+        cuda_driver=int(cuda.get_driver_version()),
+    )
 
 
-def load_fp32_layers(bundle: ModelBundle) -> dict[str, tuple[str, ...]]:
-    """Per stage, the ONNX node names whose layers an FP16 build pins to FP32, from the bundle's
-    precision.json ({} without one); BackendError if it is unreadable or belongs to other ONNX."""
-    path = bundle.root / PRECISION_FILE
-    if not path.is_file():
-        return {}
-    fix = f"re-run 'compactinst fp16-check {bundle.root} --write-pins' or delete {path}"
+@contextmanager
+def current_device(cuda: Any, device: int) -> Iterator[Any]:
+    """Device ``device``'s primary context made current for the block (TensorRT builds and
+    runs on the current context), popped afterwards."""
+    context = cuda.Device(device).retain_primary_context()
+    context.push()
     try:
-        record = json.loads(path.read_text())
-        stages = record["stages"]
-        if record.get("format") != PRECISION_FORMAT or not isinstance(stages, dict):
-            raise ValueError(f"format {record.get('format')!r}, expected {PRECISION_FORMAT}")
-        pins = {
-            name: (str(entry["onnx_sha256"]), tuple(str(n) for n in entry["fp32_layers"]))
-            for name, entry in stages.items()
-        }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise BackendError(f"{path} is not a valid precision record ({exc!r}); {fix}") from None
-    layers: dict[str, tuple[str, ...]] = {}
-    for stage in bundle.stages:
-        if stage.name not in pins:
-            continue
-        recorded, nodes = pins[stage.name]
-        if recorded != sha256_file(stage.path):
-            raise BackendError(
-                f"{path} was written for another {stage.path.name} (sha256 {recorded[:12]}…, the "
-                f"file is {sha256_file(stage.path)[:12]}…); its FP32 pins may not fit; {fix}"
-            )
-        layers[stage.name] = nodes
-    return layers
+        yield context
+    finally:
+        context.pop()
 
 
 def save_fp32_layers(
     bundle: ModelBundle, layers: dict[str, Iterable[str]], provenance: dict
 ) -> Path:
     """Write the bundle's precision.json: per stage the ONNX file's sha256 and the sorted node
-    names to pin, plus ``provenance`` (how the pins were found); returns its path."""
+    names the range analysis found unsafe in FP16, plus ``provenance``; returns its path."""
     unknown = sorted(set(layers) - set(STAGE_ORDER))
     if unknown:
         raise BackendError(f"no stage named {unknown} in a bundle (stages: {list(STAGE_ORDER)})")
@@ -153,56 +146,43 @@ def save_fp32_layers(
     return path
 
 
-def onnx_node_of_layer(layer: Any) -> str:
-    """The ONNX node a parsed layer came from: the name in the parser's metadata tag, else the
-    layer name (the parser names a node's first layer after the node, later ones NODE_<n>)."""
-    metadata = str(layer.metadata or "")
-    if metadata.startswith(ONNX_LAYER_TAG) and metadata.endswith("]"):
-        return metadata[len(ONNX_LAYER_TAG) : -1].split(" | ")[0]
-    return str(layer.name)
-
-
-def pin_fp32(trt: Any, network: Any, nodes: Iterable[str]) -> set[str]:
-    """Constrain every layer parsed from one of ``nodes`` to FP32 compute and FP32 float outputs
-    (needs BuilderFlag.OBEY_PRECISION_CONSTRAINTS); returns the node names that had a layer."""
-    wanted = set(nodes)
-    matched: set[str] = set()
-    for index in range(network.num_layers):
-        layer = network.get_layer(index)
-        node = onnx_node_of_layer(layer)
-        if node not in wanted:
-            continue
-        matched.add(node)
-        layer.precision = trt.DataType.FLOAT
-        for output in range(layer.num_outputs):
-            if layer.get_output(output).dtype == trt.DataType.FLOAT:
-                layer.set_output_type(output, trt.DataType.FLOAT)
-    return matched
+def engine_precision(
+    bundle: ModelBundle, requested: str | None, log: Callable[[str], None] = print
+) -> str:
+    """The precision to build: ``requested``, or DEFAULT_PRECISION where the bundle carries its
+    graphs, else fp32 (said in the log: a bundle without typed graphs has no FP16 to build)."""
+    if requested is not None:
+        return requested
+    if DEFAULT_PRECISION in bundle.precisions:
+        return DEFAULT_PRECISION
+    log(
+        f"bundle {bundle.root} has no {DEFAULT_PRECISION} graphs, so the TensorRT engines are "
+        f"fp32; add typed graphs with 'compactinst quantize' for {DEFAULT_PRECISION} engines"
+    )
+    return "fp32"
 
 
 def engine_key(
+    graph: StageGraph,
     stage: StageSpec,
     trt_version: str,
     device: DeviceInfo,
     options: BuildOptions,
-    fp32_layers: Sequence[str] = (),
 ) -> EngineKey:
-    """Cache key of ``stage``: hashes the ONNX file itself (not the bundle's recorded hash) and,
-    for FP16 builds with FP32 pins, the pinned node names."""
-    key_options = options.key_options()
-    if options.precision == "fp16" and fp32_layers:
-        names = json.dumps(sorted(set(fp32_layers))).encode()
-        key_options["fp32_layers"] = hashlib.sha256(names).hexdigest()[:16]
+    """Cache key of ``stage`` built from ``graph``: the typed graph's sha256 and precision, the
+    TensorRT version, the device module and the build options."""
     return EngineKey(
         stage=stage.name,
-        onnx_sha256=sha256_file(stage.path),
+        onnx_sha256=graph.sha256,
         trt_version=str(trt_version),
         gpu_name=device.name,
         compute_capability=device.compute_capability,
         sm_count=device.sm_count,
-        precision=options.precision,
+        precision=graph.precision,
         input_shapes={t.name: list(t.shape) for t in stage.inputs},
-        options=key_options,
+        options=options.key_options(),
+        gpu_memory_mib=device.memory_mib,
+        cuda_driver=device.cuda_driver,
     )
 
 
@@ -256,58 +236,102 @@ def _progress_monitor(trt: Any, label: str, stream: Any = None) -> Any:
     return Monitor()
 
 
+def _open_timing_cache(config: Any, path: Path, label: str) -> None:
+    """Give the build the timing cache at ``path``; one TensorRT rejects (written on another
+    device or TensorRT build) is moved aside to ``<path>.rejected`` and the build starts from an
+    empty cache, instead of failing now or after the build."""
+    blob = read_private(path) if path.is_file() else b""
+    try:
+        cache = config.create_timing_cache(blob)
+    except (RuntimeError, TypeError, ValueError):  # bytes that are no timing cache at all
+        cache = None
+    if cache is not None and config.set_timing_cache(cache, False):
+        return
+    if blob:
+        aside = path.with_name(f"{path.name}.rejected")
+        os.replace(path, aside)
+        print(
+            f"[{label}] TensorRT rejected the timing cache {path} (written on another device or "
+            f"TensorRT build); moved it to {aside} and building with an empty one",
+            file=sys.stderr,
+        )
+    if not config.set_timing_cache(config.create_timing_cache(b""), False):
+        raise BackendError(f"TensorRT rejected an empty timing cache for {path}")
+
+
 def build_serialized(
+    graph: StageGraph,
     stage: StageSpec,
     key: EngineKey,
     timing_cache: Path,
     options: BuildOptions,
     progress: bool = True,
-    fp32_layers: Sequence[str] = (),
 ) -> bytes:
-    """Parse ``stage``'s ONNX, build an FP16 engine with static shapes, the layers of the ONNX
-    nodes ``fp32_layers`` pinned to FP32; returns plan bytes."""
-    trt = import_tensorrt()
+    """Parse ``graph`` (the stage's typed ONNX) into a strongly typed network and build an
+    engine with static shapes and TF32 off; returns plan bytes."""
+    trt = import_tensorrt(for_node=False)
+    where = f"the {graph.precision} graph of stage '{stage.name}' ({stage.path.name})"
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
-    network = builder.create_network(0)
+    network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(stage.path)):
+    if not parser.parse(graph.model_bytes):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise BackendError(f"TensorRT cannot parse {stage.path}: {errors}")
+        raise BackendError(f"TensorRT cannot parse {where}: {errors}")
     for i in range(network.num_inputs):
         tensor = network.get_input(i)
         if any(d < 0 for d in tensor.shape):
             raise BackendError(
-                f"{stage.path}: input '{tensor.name}' has dynamic shape {tuple(tensor.shape)}; "
+                f"{where}: input '{tensor.name}' has dynamic shape {tuple(tensor.shape)}; "
                 "export the bundle with static shapes (one engine per input size)"
             )
     config = builder.create_builder_config()
-    if options.precision == "fp16":
-        config.set_flag(trt.BuilderFlag.FP16)
-        if fp32_layers:
-            config.set_flag(trt.BuilderFlag.OBEY_PRECISION_CONSTRAINTS)
-            missing = sorted(set(fp32_layers) - pin_fp32(trt, network, fp32_layers))
-            if missing:
-                print(
-                    f"[{key.stage}] {len(missing)} FP32-pinned ONNX nodes have no TensorRT layer "
-                    f"(folded by the parser), e.g. {missing[:3]}",
-                    file=sys.stderr,
-                )
+    config.clear_flag(trt.BuilderFlag.TF32)  # on by default: FP32 tensors would round to TF32
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
     config.builder_optimization_level = options.opt_level
-    cache_bytes = read_private(timing_cache) if timing_cache.is_file() else b""
-    cache = config.create_timing_cache(cache_bytes)
-    config.set_timing_cache(cache, False)
+    _open_timing_cache(config, timing_cache, key.stage)
     if progress:
         config.progress_monitor = _progress_monitor(trt, key.stage)
     plan = builder.build_serialized_network(network, config)
     if plan is None:
         raise BackendError(
-            f"TensorRT failed to build an engine for {stage.path} (see the log above); check "
+            f"TensorRT failed to build an engine from {where} (see the log above); check "
             "free GPU memory (stop other GPU work) and the ONNX opset (17)"
         )
-    write_private(timing_cache, bytes(config.get_timing_cache().serialize()))
+    cache = config.get_timing_cache()
+    if cache is not None:
+        write_private(timing_cache, bytes(cache.serialize()))
     return bytes(plan)
+
+
+def run_engine(engine: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs of one synchronous run of ``engine`` on host ``feeds`` (by input name), on the
+    current CUDA context: the acceptance check's runner, not the frame path."""
+    trt, cuda = import_tensorrt(), import_pycuda()
+    context = engine.create_execution_context()
+    stream = cuda.Stream()
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    host: dict[str, np.ndarray] = {}
+    device = {}
+    for name in names:
+        shape = tuple(context.get_tensor_shape(name))
+        dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
+        if name in feeds:
+            host[name] = np.ascontiguousarray(feeds[name], dtype).reshape(shape)
+        else:
+            host[name] = np.empty(shape, dtype)
+        device[name] = cuda.mem_alloc(max(1, host[name].nbytes))
+        context.set_tensor_address(name, int(device[name]))
+    outputs = [name for name in names if name not in feeds]
+    for name in names:
+        if name in feeds:
+            cuda.memcpy_htod_async(device[name], host[name], stream)
+    if not context.execute_async_v3(stream.handle):
+        raise BackendError("TensorRT failed to enqueue an engine for the acceptance check")
+    for name in outputs:
+        cuda.memcpy_dtoh_async(host[name], device[name], stream)
+    stream.synchronize()
+    return {name: host[name] for name in outputs}
 
 
 def ensure_engines(
@@ -315,25 +339,50 @@ def ensure_engines(
     cache: EngineCache,
     deserialize: Callable[[bytes], Any],
     device: DeviceInfo,
+    precision: str | None = None,
     allow_build: bool = True,
     options: BuildOptions | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Deserialized engine per stage: from the cache, or built now (never per frame)."""
+    """Deserialized engine per stage: from the cache, or built now (never per frame) from the
+    ``precision`` typed graphs (None: ``engine_precision``'s choice). A new engine is cached
+    only after it passes the acceptance check on the bundle's golden cases (stage by stage: the
+    decoder is fed by the encoder's engine); a failing one raises BackendError, and when the
+    decoder fails, an encoder engine built in the same call is removed from the cache too."""
     trt = import_tensorrt()
     options = options or BuildOptions()
-    fp32_by_stage = load_fp32_layers(bundle)
+    precision = engine_precision(bundle, precision, log)
+    cases = bundle.golden_cases(precision)
+    if not cases:
+        log(f"bundle {bundle.root} has no {precision} golden cases: new engines go unchecked")
     engines: dict[str, Any] = {}
+    built: list[EngineKey] = []
+    inputs = [{bundle.stages[0].inputs[0].name: case.image} for case in cases]
     for stage in bundle.stages:
-        fp32_layers = fp32_by_stage.get(stage.name, ())
-        key = engine_key(stage, trt.__version__, device, options, fp32_layers)
+        graph = bundle.stage_graph(stage.name, precision)
+        key = engine_key(graph, stage, trt.__version__, device, options)
 
         def build(
-            k: EngineKey, timing: Path, stage: StageSpec = stage, pins: Sequence[str] = fp32_layers
+            k: EngineKey, timing: Path, graph: StageGraph = graph, stage: StageSpec = stage
         ) -> bytes:
-            return build_serialized(stage, k, timing, options, fp32_layers=pins)
+            built.append(k)
+            return build_serialized(graph, stage, k, timing, options)
 
-        engines[stage.name] = cache.resolve(key, deserialize, build if allow_build else None, log)
+        def accept(engine: Any, stage: StageSpec = stage, inputs: list = inputs) -> None:
+            outputs = [run_engine(engine, feeds) for feeds in inputs]
+            try:
+                acceptance.check(stage.name, precision, cases, outputs)
+            except BackendError:
+                for earlier in built[:-1]:
+                    cache.discard(earlier)
+                raise
+
+        engine = cache.resolve(
+            key, deserialize, build if allow_build else None, log, accept if cases else None
+        )
+        engines[stage.name] = engine
+        if cases and stage is not bundle.stages[-1]:
+            inputs = [run_engine(engine, feeds) for feeds in inputs]
     return engines
 
 
@@ -350,36 +399,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", type=int, default=0, help="CUDA device index")
     parser.add_argument("--opt-level", type=int, default=3, choices=range(6), metavar="0-5")
     parser.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace cap")
-    parser.add_argument("--fp32", action="store_true", help="build FP32 engines (parity checks)")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help=f"typed graphs to build (default {DEFAULT_PRECISION} where the bundle has them, "
+        "else fp32; fp32 for parity checks)",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build (or validate) the engines of a bundle for this GPU and print where they are."""
+    """Build (or validate) the engines of a bundle on CUDA device ``--device`` (made current
+    for the builder) and print where they are."""
     bundle = ModelBundle.load(args.bundle)
     cache = EngineCache(args.cache_dir or default_cache_dir())
-    trt = import_tensorrt()
+    trt = import_tensorrt(for_node=False)
+    cuda = import_pycuda()
     device = device_info(args.device)
-    options = BuildOptions(
-        precision="fp32" if args.fp32 else "fp16",
-        opt_level=args.opt_level,
-        workspace_mib=args.workspace_mib,
-    )
-    pins = load_fp32_layers(bundle)
+    options = BuildOptions(opt_level=args.opt_level, workspace_mib=args.workspace_mib)
+    precision = engine_precision(bundle, args.precision)
     keys = {
-        stage.name: engine_key(stage, trt.__version__, device, options, pins.get(stage.name, ()))
+        stage.name: engine_key(
+            bundle.stage_graph(stage.name, precision), stage, trt.__version__, device, options
+        )
         for stage in bundle.stages
     }
     if args.force:
         for key in keys.values():
-            for path in cache.paths(key):
-                path.unlink(missing_ok=True)
-    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-    ensure_engines(bundle, cache, runtime.deserialize_cuda_engine, device, True, options)
-    print(f"TensorRT {trt.__version__} on {device.name} (sm {device.compute_capability}):")
+            cache.discard(key)
+    with current_device(cuda, args.device):
+        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        ensure_engines(
+            bundle, cache, runtime.deserialize_cuda_engine, device, precision, True, options
+        )
+    print(
+        f"TensorRT {trt.__version__} on {device.name} (device {args.device}, sm "
+        f"{device.compute_capability}), {precision} strongly typed:"
+    )
     for stage in bundle.stages:
         path, _ = cache.paths(keys[stage.name])
-        pinned = len(pins.get(stage.name, ())) if options.precision == "fp16" else 0
-        note = f"  ({pinned} ONNX nodes pinned to FP32)" if pinned else ""
-        print(f"  {stage.name:8s} {path}  {path.stat().st_size / 2**20:.1f} MiB{note}")
+        print(f"  {stage.name:8s} {path}  {path.stat().st_size / 2**20:.1f} MiB")
     return 0

@@ -8,6 +8,7 @@ halves it again on Ampere tensor cores). Sources are named per preset in ``sourc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import ConfigError
 
@@ -87,3 +88,98 @@ def get_device(name: str) -> Device:
         f"unknown device '{name}'; choose one of {', '.join(DEVICES)} or give a custom "
         "'label:bandwidth_GBps:tensor_TFLOPS[:cuda_TFLOPS]' (e.g. 'nx:102.4:25:3.8')"
     )
+
+
+@dataclass(frozen=True)
+class Identified:
+    """The GPU a measurement ran on: its preset key (None when no preset fits, so no figure is
+    computed from another device's peaks), what it is and how that was found."""
+
+    preset: str | None
+    module: str
+    evidence: str
+
+    def label(self) -> str:
+        """One line for reports: ``preset orin-nano (Jetson Orin Nano 8GB; <evidence>)``."""
+        return f"preset {self.preset or 'none'} ({self.module}; {self.evidence})"
+
+
+#: Jetson Orin modules by the part number in the device tree's ``compatible`` list
+#: (``nvidia,p3767-0005``), with their GPU's SM count (128 CUDA cores per SM) and the preset
+#: of that GPU. From NVIDIA's Jetson module data sheets (AGX Orin 64GB 2048 cores, 32GB 1792;
+#: Orin NX 16GB and 8GB 1024; Orin Nano 8GB 1024, 4GB 512); the part numbers are those of
+#: L4T's device trees (tegra234-p3768-0000+p3767-0005 and so on).
+JETSON_MODULES: dict[str, tuple[str, int, str | None]] = {
+    "p3701-0000": ("Jetson AGX Orin (developer kit module)", 16, "agx-orin"),
+    "p3701-0004": ("Jetson AGX Orin 32GB", 14, None),
+    "p3701-0005": ("Jetson AGX Orin 64GB", 16, "agx-orin"),
+    "p3767-0000": ("Jetson Orin NX 16GB", 8, None),
+    "p3767-0001": ("Jetson Orin NX 8GB", 8, None),
+    "p3767-0003": ("Jetson Orin Nano 8GB", 8, "orin-nano"),
+    "p3767-0004": ("Jetson Orin Nano 4GB", 4, None),
+    "p3767-0005": ("Jetson Orin Nano 8GB (developer kit)", 8, "orin-nano"),
+}
+#: Module family named in the device tree's ``model`` (``NVIDIA Jetson AGX Orin Developer Kit``,
+#: ``NVIDIA Orin Nano Developer Kit``, ``NVIDIA Jetson Orin NX Engineering Reference Developer
+#: Kit``): SM count -> (module, preset).
+JETSON_FAMILIES: dict[str, dict[int, tuple[str, str | None]]] = {
+    "AGX Orin": {
+        16: ("Jetson AGX Orin, 2048-core GPU", "agx-orin"),
+        14: ("Jetson AGX Orin 32GB", None),
+    },
+    "Orin NX": {8: ("Jetson Orin NX", None)},
+    "Orin Nano": {8: ("Jetson Orin Nano 8GB", "orin-nano"), 4: ("Jetson Orin Nano 4GB", None)},
+}
+#: What CUDA alone tells of an Orin ("Orin" for every module): SM count -> (module, preset).
+ORIN_BY_SMS: dict[int, tuple[str, str | None]] = {
+    16: ("Jetson AGX Orin, 2048-core GPU", "agx-orin"),
+    14: ("Jetson AGX Orin 32GB", None),
+    8: ("Jetson Orin Nano 8GB or Orin NX (same SM count)", None),
+    4: ("Jetson Orin Nano 4GB", None),
+}
+
+
+#: Where /proc is; tests pass a folder holding a fake proc/device-tree.
+SYSTEM_ROOT = Path("/")
+
+
+def _device_tree(root: Path, name: str) -> list[str]:
+    """The NUL-separated strings of ``root``/proc/device-tree/``name`` ([] when absent)."""
+    try:
+        raw = (root / "proc" / "device-tree" / name).read_bytes()
+    except OSError:
+        return []
+    return [s for s in raw.decode("ascii", "replace").split("\0") if s]
+
+
+def identify_device(
+    cuda_name: str, sm_count: int | None = None, root: Path = SYSTEM_ROOT
+) -> Identified:
+    """The preset for the GPU CUDA calls ``cuda_name`` with ``sm_count`` SMs. A Jetson (CUDA says
+    "Orin" for every module) is told apart by ``root``/proc/device-tree: the part number in
+    ``compatible``, else the family in ``model``, each checked against the SM count; else by the
+    SM count alone. Other GPUs match a preset by name."""
+    compatible = _device_tree(root, "compatible")
+    model = " ".join(_device_tree(root, "model"))
+    sms = f", {sm_count} SMs" if sm_count is not None else ""
+    for entry in compatible:
+        # "nvidia,p3768-0000+p3767-0005" (carrier + module) or "nvidia,p3767-0005"
+        part = next((p for p in entry.split(",", 1)[-1].split("+") if p in JETSON_MODULES), None)
+        if part:
+            module, expected, preset = JETSON_MODULES[part]
+            if sm_count is not None and sm_count != expected:
+                module, preset = f"{module} with {sm_count} SMs, not {expected}", None
+            return Identified(preset, module, f"device tree compatible {entry}{sms}")
+    for family, by_sms in JETSON_FAMILIES.items():
+        if family.lower() in model.lower():
+            known = by_sms.get(sm_count) if sm_count is not None else None
+            module, preset = known or (f"Jetson {family}", None)
+            return Identified(preset, module, f"device tree model '{model}'{sms}")
+    if "orin" in cuda_name.lower():
+        module, preset = ORIN_BY_SMS.get(sm_count or 0, (f"Jetson Orin{sms}", None))
+        return Identified(preset, module, f"CUDA name '{cuda_name}'{sms}, no device tree model")
+    lowered = cuda_name.lower().replace(" ", "-")
+    for key in DEVICES:
+        if key.replace("rtx-", "") in lowered and key not in ("orin-nano", "agx-orin"):
+            return Identified(key, DEVICES[key].name, f"CUDA name '{cuda_name}'")
+    return Identified(None, cuda_name, "no preset for this GPU")

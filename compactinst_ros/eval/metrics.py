@@ -25,7 +25,9 @@ consistent GT).
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -64,11 +66,17 @@ def instances_to_coco(raster: np.ndarray, instances: Instances, image_id: int) -
     ]
 
 
-def mask_ap(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> dict:
-    """AP, AP50, AP75, APs/m/l in percent over ``image_ids`` (None where a bucket has no GT)."""
+def coco_evaluation(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> dict:
+    """pycocotools' per-image segm evaluation over ``image_ids`` (JSON-ready): per category,
+    area range and image, the detections' scores, matches and ignore flags and the GT's ignore
+    flags. ``accumulate`` needs nothing else, so the evaluations of several replays merge into
+    one exact AP (``mask_ap_of``) without their masks."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
+    # pycocotools writes into the annotation dicts (area, bbox, ignore): it gets copies
+    gt_dataset = {**gt_dataset, "annotations": [dict(a) for a in gt_dataset["annotations"]]}
+    predictions = [dict(p) for p in predictions]
     with contextlib.redirect_stdout(io.StringIO()):
         gt = COCO()
         gt.dataset = gt_dataset
@@ -84,6 +92,61 @@ def mask_ap(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> 
         evaluator = COCOeval(gt, dt, "segm")
         evaluator.params.imgIds = sorted(int(i) for i in image_ids)
         evaluator.evaluate()
+    p = evaluator.params
+    images, n_img = [int(i) for i in p.imgIds], len(p.imgIds)
+    evals = [
+        [
+            None
+            if e is None
+            else [
+                e["dtScores"],
+                (e["dtMatches"] > 0).astype(int).tolist(),
+                e["dtIgnore"].astype(int).tolist(),
+                e["gtIgnore"].astype(int).tolist(),
+            ]
+            for e in evaluator.evalImgs[n * n_img : (n + 1) * n_img]
+        ]
+        for n in range(len(p.catIds) * len(p.areaRng))
+    ]
+    return {"cat_ids": [int(c) for c in p.catIds], "image_ids": images, "evals": evals}
+
+
+def mask_ap_of(evaluations: Sequence[dict]) -> dict:
+    """AP, AP50, AP75, APs/m/l in percent (None where a bucket has no GT) of one COCOeval over
+    every image of ``evaluations`` (``coco_evaluation``s), taken in order: pycocotools'
+    ``accumulate`` and ``summarize`` on their per-image results."""
+    from pycocotools.cocoeval import COCOeval
+
+    cat_ids = evaluations[0]["cat_ids"]
+    for part in evaluations:
+        if part["cat_ids"] != cat_ids:
+            raise DataError(
+                f"drives' instance GT lists categories {cat_ids} and {part['cat_ids']}; "
+                "give every drive the same category list"
+            )
+    evaluator = COCOeval(iouType="segm")
+    p = evaluator.params
+    p.imgIds = list(range(1, 1 + sum(len(e["image_ids"]) for e in evaluations)))
+    p.catIds = list(cat_ids)
+    t = len(p.iouThrs)
+    evaluator.evalImgs = []
+    for n in range(len(cat_ids) * len(p.areaRng)):
+        for part in evaluations:
+            for e in part["evals"][n]:
+                if e is None:
+                    evaluator.evalImgs.append(None)
+                    continue
+                scores, matches, ignore, gt_ignore = e
+                evaluator.evalImgs.append(
+                    {
+                        "dtScores": scores,
+                        "dtMatches": np.asarray(matches, np.float64).reshape(t, len(scores)),
+                        "dtIgnore": np.asarray(ignore, bool).reshape(t, len(scores)),
+                        "gtIgnore": np.asarray(gt_ignore, bool),
+                    }
+                )
+    evaluator._paramsEval = copy.deepcopy(p)  # what evaluate() leaves for accumulate()
+    with contextlib.redirect_stdout(io.StringIO()):
         evaluator.accumulate()
         evaluator.summarize()
     return {
@@ -92,9 +155,19 @@ def mask_ap(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> 
     }
 
 
+def mask_ap(gt_dataset: dict, predictions: list[dict], image_ids: list[int]) -> dict:
+    """AP, AP50, AP75, APs/m/l in percent over ``image_ids`` (None where a bucket has no GT)."""
+    return mask_ap_of([coco_evaluation(gt_dataset, predictions, image_ids)])
+
+
+#: matched IoUs (> 0.5, so multiples of 2**-53) are summed as exact integers in these units: the
+#: sum is then the same in any order, and per-drive sums merge exactly (``eval/merge.py``)
+IOU_UNITS = 2**53
+
+
 @dataclass
 class _ClassStats:
-    iou: float = 0.0
+    iou: int = 0  # sum of the matched IoUs in 1 / IOU_UNITS
     tp: int = 0
     fp: int = 0
     fn: int = 0
@@ -153,7 +226,7 @@ class PanopticQuality:
         for a, b in zip(gi, pj, strict=True):
             s = self.stats[int(gt_cat[a])]
             s.tp += 1
-            s.iou += float(iou[a, b])
+            s.iou += int(float(iou[a, b]) * IOU_UNITS)
         # A listed GT segment without pixels is still a miss; a listed prediction without
         # pixels (area 0) can neither match nor be a false positive.
         unmatched_gt = ~matched_gt & ~crowd
@@ -169,6 +242,16 @@ class PanopticQuality:
                 continue
             self.stats[int(pred_cat[b])].fp += 1
 
+    def state(self) -> dict[str, list[int]]:
+        """{category id: [IoU sum in 1 / IOU_UNITS, tp, fp, fn]}: integer sums, merged exactly."""
+        return {str(c): [s.iou, s.tp, s.fp, s.fn] for c, s in self.stats.items()}
+
+    def absorb(self, state: Mapping[str, Sequence[int]]) -> None:
+        """Add another accumulator's ``state`` (another drive's frames) to these sums."""
+        for cat, (iou, tp, fp, fn) in state.items():
+            s = self.stats[int(cat)]
+            s.iou, s.tp, s.fp, s.fn = s.iou + iou, s.tp + tp, s.fp + fp, s.fn + fn
+
     def result(self) -> dict:
         """{all, things, stuff: {PQ, SQ, RQ, n}} in percent plus per-category entries."""
         per_class = {}
@@ -176,7 +259,7 @@ class PanopticQuality:
             if s.tp + s.fp + s.fn == 0:
                 continue
             denom = s.tp + 0.5 * s.fp + 0.5 * s.fn
-            sq = s.iou / s.tp if s.tp else 0.0
+            sq = s.iou / (IOU_UNITS * s.tp) if s.tp else 0.0
             rq = s.tp / denom
             per_class[cat] = {
                 "PQ": 100 * sq * rq,
@@ -235,6 +318,11 @@ class SemanticIoU:
         self.confusion += np.bincount(
             g[valid] * (n + 1) + p[valid], minlength=(n + 1) ** 2
         ).reshape(n + 1, n + 1)
+
+    def absorb(self, class_ids: Sequence[int], confusion: Sequence[Sequence[int]]) -> None:
+        """Add another confusion matrix over ``class_ids`` (last row/column void) to this one."""
+        index = [self.class_ids.index(c) for c in class_ids] + [len(self.class_ids)]
+        self.confusion[np.ix_(index, index)] += np.asarray(confusion, np.int64)
 
     def result(self) -> dict:
         """mIoU in percent over classes present in GT or prediction, plus per-class IoU."""
@@ -301,21 +389,39 @@ class Evaluator:
             self.miou.add(self.gt.semantic_frame(image_id), semantic)
         return True
 
-    def result(self) -> dict:
-        """Metrics in percent: mask_ap, panoptic (PQ/SQ/RQ), semantic (mIoU); None if absent;
-        with GT track ids, ``tracking``: CLEAR-MOT counts of the instance ids (id switches)."""
-        out: dict = {"frames_evaluated": len(self.image_ids)}
+    def statistics(self) -> dict:
+        """Sufficient statistics of the frames added (JSON-ready): the per-image COCO evaluation,
+        PQ sums, the confusion matrix and tracking counts. Those of several replays merge into
+        the figures of one replay over all their frames (``merge.py``)."""
         instances = self.gt.instances
-        out["mask_ap"] = (
-            mask_ap(instances, self.predictions, self.image_ids)
-            if instances is not None and self.image_ids
-            else None
-        )
-        out["panoptic"] = self.pq.result() if self.pq and self.image_ids else None
-        out["semantic"] = self.miou.result() if self.miou and self.image_ids else None
-        if self.tracking is not None and self.tracking.frames:
-            out["tracking"] = asdict(self.tracking.counts())
-        return out
+        coco = None
+        if instances is not None and self.image_ids:
+            coco = coco_evaluation(instances, self.predictions, self.image_ids)
+        cats = self.gt.categories.values()
+        return {
+            "image_ids": list(self.image_ids),
+            "coco": coco,
+            "categories": {str(c.id): c.isthing for c in cats},
+            "panoptic": self.pq.state() if self.pq is not None else None,
+            "semantic": (
+                {"class_ids": list(self.miou.class_ids), "confusion": self.miou.confusion.tolist()}
+                if self.miou is not None
+                else None
+            ),
+            "tracking": (
+                asdict(self.tracking.counts())
+                if self.tracking is not None and self.tracking.frames
+                else None
+            ),
+        }
+
+    def result(self, statistics: dict | None = None) -> dict:
+        """Metrics in percent: mask_ap, panoptic (PQ/SQ/RQ), semantic (mIoU); None if absent;
+        with GT track ids, ``tracking``: CLEAR-MOT counts of the instance ids (id switches).
+        ``statistics``: this evaluator's ``statistics()`` where already computed."""
+        from .merge import merge_statistics
+
+        return merge_statistics([statistics or self.statistics()])
 
 
 def semantic_from_panoptic(raster: np.ndarray, segments: dict[int, int]) -> np.ndarray:

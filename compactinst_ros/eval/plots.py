@@ -133,3 +133,36 @@ def accuracy_by_size(accuracy: dict, path: Path) -> str:
     ax.set_title(f"Accuracy by object size ({accuracy.get('frames_evaluated')} frames)")
     ax.tick_params(axis="x", labelsize=8)
     return _save(plt, fig, path)
+
+
+def ap_by_tag(rows: list[dict], path: Path) -> str:
+    """Bars of the merged mask AP and PQ of each tag value (``key=value``) of a fleet report."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(rows) + 2), 4))
+    x = np.arange(len(rows))
+    for offset, metric in ((-0.2, "AP"), (0.2, "PQ")):
+        values = [np.nan if r.get(metric) is None else r[metric] for r in rows]
+        ax.bar(x + offset, values, width=0.4, label=metric)
+    ax.set_xticks(x, [f"{r['tag']}={r['value']}" for r in rows], rotation=30, ha="right")
+    ax.set_ylabel("percent")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    ax.set_title("Accuracy by tag (merged over the tag's drives)")
+    return _save(plt, fig, path)
+
+
+def latency_cdf_by_tag(samples: dict[str, list[float]], span: str, path: Path) -> str:
+    """Empirical CDF of one span's samples per tag value (``{"site=farm": [ms, ...]}``)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, raw in samples.items():
+        values = np.sort(np.asarray(raw, float))
+        if values.size:
+            ax.step(values, np.arange(1, values.size + 1) / values.size, where="post", label=label)
+    ax.set_xlabel(f"{span} latency (ms)")
+    ax.set_ylabel("fraction of frames")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{span} latency CDF by tag")
+    return _save(plt, fig, path)

@@ -1,15 +1,18 @@
 """Realtime replay: publish a bag at its recorded rate to a real ``compactinst_node`` over ROS.
 
-The node runs as a subprocess (``python -m compactinst_ros.ros.node``) with DDS on loopback and
-the FastDDS shared-memory profile. Frames are preloaded and published as the recorded CDR bytes
-(no re-serialisation), paced on the monotonic clock by the bag's log times / ``rate``. Each frame
-is re-stamped with its send time, as a live camera stamps its frames (only the stamp bytes are
-patched), so the node's ``pipeline`` latency (publish time - header.stamp) is camera-to-output; the
-bag's camera_info, if any, is sent with the same stamp just before its frame. What comes back is
-matched to the sent frames by header stamp: the per-frame latency record (``~/latency/frame``:
-stage timings measured in the node), the mask rasters and /diagnostics. End-to-end latency =
-receipt of the latency record - send time, on this process's clock. The output bag gets every
-recorded output with the frame's recorded stamp back, so outputs join the input image there.
+The node runs as a subprocess (``python -m compactinst_ros.ros.node``) with DDS on loopback (the
+loopback-only shared-memory profile, config/fastdds_loopback.xml), on a private ROS domain and in a
+namespace of its own, so that a replay on a running vehicle neither reaches nor hears its nodes (the
+Recorder keeps only the /diagnostics of the replayed node's name). Frames are preloaded and
+published as the recorded CDR bytes (no re-serialisation), paced on the monotonic clock by the bag's
+log times / ``rate``. Each frame is re-stamped with its send time, as a live camera stamps its
+frames (only the stamp bytes are patched), so the node's ``pipeline`` latency (publish time -
+header.stamp) is camera-to-output; the bag's camera_info, if any, is sent with the same stamp just
+before its frame. What comes back is matched to the sent frames by header stamp: the per-frame
+latency record (``~/latency/frame``: stage timings measured in the node), the mask rasters and
+/diagnostics. End-to-end latency = receipt of the latency record - send time, on this process's
+clock. The output bag gets every recorded output with the frame's recorded stamp back, so outputs
+join the input image there.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import dds_env
 from ..errors import BackendError, ConfigError
-from ..resources import fastdds_profile
+from ..resources import loopback_profile
 from ..ros.camera_info import StampMatcher
+from ..ros.diagnostics import status_name
 from ..ros.params import ros_param_text
 from .bags import (
     BAG_OUTPUTS,
@@ -55,21 +60,30 @@ RASTERS = ("instance_mask", "panoptic", "semantic")
 CAMERA_INFO_TOLERANCE_NS = 1_000_000
 
 
+def replay_namespace(pid: int | None = None) -> str:
+    """The namespace of the replayed node: unique per replaying process, so that its topics and
+    its /diagnostics status name differ from a vehicle's ``/compactinst``."""
+    return f"/compactinst_replay_{os.getpid() if pid is None else pid}"
+
+
 def ros_environment(domain_id: int | None = None) -> dict[str, str]:
-    """os.environ with DDS kept on loopback and the shipped FastDDS shared-memory profile."""
-    env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    env.setdefault("ROS_LOCALHOST_ONLY", "1")
+    """os.environ with DDS kept on loopback and the shipped loopback-only profile (under the
+    variable names the distribution reads; see dds_env)."""
+    env = dds_env.loopback_environment(os.environ, loopback_profile())
     env.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
-    profile = fastdds_profile()
-    current = env.get("FASTDDS_DEFAULT_PROFILES_FILE")
-    if profile is not None and (not current or not Path(current).is_file()):
-        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)  # unset, or set to a missing file
     if domain_id is not None:
         env["ROS_DOMAIN_ID"] = str(domain_id)
     env.setdefault("ROS_DOMAIN_ID", "0")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def use_in_this_process(env: dict[str, str]) -> None:
+    """Give this process's own DDS participant the discovery and profile settings of ``env``
+    (its domain is an rclpy.init argument)."""
+    managed = (*dds_env.PROFILE_VARIABLES, dds_env.DISCOVERY_RANGE, dds_env.LOCALHOST_ONLY)
+    os.environ.update({key: env[key] for key in managed if key in env})
+    os.environ.setdefault("RMW_IMPLEMENTATION", env["RMW_IMPLEMENTATION"])
 
 
 def cdr_stamp_ns(raw: bytes) -> int:
@@ -148,7 +162,9 @@ class NodeProcess:
 
 
 class Recorder:
-    """Player-side rclpy node: publishes frames, records the node's outputs by stamp."""
+    """Player-side rclpy node: publishes frames, records the outputs of the node named
+    ``node_name`` (fully qualified) by stamp, and only that node's /diagnostics. The output bag
+    gets them under the node's default namespace (``OUTPUT_NS``)."""
 
     def __init__(
         self,
@@ -157,6 +173,7 @@ class Recorder:
         writer: BagWriter | None,
         outputs: tuple[str, ...],
         camera_infos: Sequence[tuple[int, bytes]] = (),
+        node_name: str = OUTPUT_NS,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -188,7 +205,8 @@ class Recorder:
         self.bag_time: dict[int, int] = {}
         self.send_time: dict[int, float] = {}
         self.recorded_stamp: dict[int, int] = {}
-        self.latency_topic = f"{OUTPUT_NS}/latency/frame"
+        self.status_name = status_name(node_name)
+        self.latency_topic = f"{node_name}/latency/frame"
         deep = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         self.node.create_subscription(
             _msg_class(JOINT_STATE), self.latency_topic, self._on_latency, deep, raw=True
@@ -199,9 +217,12 @@ class Recorder:
             if camera_infos:
                 recorded["camera_info"] = CAMERA_INFO
         for name, name_type in recorded.items():
-            topic = f"{OUTPUT_NS}/{name}"
             self.node.create_subscription(
-                _msg_class(name_type), topic, self._output_cb(topic, name_type), deep, raw=True
+                _msg_class(name_type),
+                f"{node_name}/{name}",
+                self._output_cb(name, name_type),
+                deep,
+                raw=True,
             )
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
         self.executor = SingleThreadedExecutor(context=self.context)
@@ -223,7 +244,7 @@ class Recorder:
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         with self.lock:
             self.records.setdefault(stamp, (now, dict(zip(msg.name, msg.position, strict=False))))
-            self._write(self.latency_topic, JOINT_STATE, stamp, now, raw)
+            self._write(f"{OUTPUT_NS}/latency/frame", JOINT_STATE, stamp, now, raw)
 
     def _write(self, topic: str, msgtype: str, stamp: int, now: float, raw: bytes) -> None:
         """Copy one output to the bag at the frame's log time + its lag, with the recorded
@@ -232,8 +253,8 @@ class Recorder:
             t_ns = self.bag_time[stamp] + int((now - self.send_time[stamp]) * 1e9)
             self.writer.write(topic, msgtype, t_ns, cdr_with_stamp(raw, self.recorded_stamp[stamp]))
 
-    def _output_cb(self, topic: str, msgtype: str) -> Any:
-        name = topic.removeprefix(f"{OUTPUT_NS}/")
+    def _output_cb(self, name: str, msgtype: str) -> Any:
+        topic = f"{OUTPUT_NS}/{name}"
 
         def record(raw: bytes) -> None:
             """Count one serialised output and copy it to the output bag."""
@@ -248,8 +269,8 @@ class Recorder:
 
     def _on_diag(self, msg: Any) -> None:
         for status in msg.status:
-            values = {kv.key: kv.value for kv in status.values}
-            if "frames_received" in values:
+            if status.name == self.status_name:
+                values = {kv.key: kv.value for kv in status.values}
                 with self.lock:
                     self.diagnostics.append({"_message": status.message, **values})
 
@@ -332,24 +353,17 @@ def run_realtime(
     """Replay ``bag`` to a fresh node subprocess; returns (report block, model facts).
 
     ``outputs``: the rasters subscribed (and written to ``output_bag``); the node computes only
-    outputs that have subscribers, so this is the consumer load being measured.
+    outputs that have subscribers, so this is the consumer load being measured. ``domain_id``
+    None: a private domain (``dds_env.private_domain``), never the environment's.
     """
     if rate <= 0:
         raise ConfigError(f"rate {rate} must be positive (1.0 = recorded rate)")
     if domain_id is None:
-        domain_id = int(os.environ.get("ROS_DOMAIN_ID", "0") or 0)
+        domain_id = dds_env.private_domain()
     frames = [f for f, _ in zip(bag.frames(), range(max_frames or bag.count), strict=False)]
     camera_infos = bag.camera_infos()
     env = ros_environment(domain_id)
-    # This process's own DDS participant needs the same loopback/SHM settings (domain: init arg).
-    for key in (
-        "ROS_AUTOMATIC_DISCOVERY_RANGE",
-        "ROS_LOCALHOST_ONLY",
-        "RMW_IMPLEMENTATION",
-        "FASTDDS_DEFAULT_PROFILES_FILE",
-    ):
-        if key in env and (key not in os.environ or key == "FASTDDS_DEFAULT_PROFILES_FILE"):
-            os.environ[key] = env[key]
+    use_in_this_process(env)
     params = {
         "model": str(Path(model).resolve()),
         "backend": backend,
@@ -364,10 +378,12 @@ def run_realtime(
         or Path(os.environ.get("TMPDIR", "/tmp")) / f"compactinst_replay_node_{domain_id}.log"
     )
     writer = open_output_bag(output_bag) if output_bag else None
-    node = NodeProcess(node_command(params), env, log_path)
+    namespace = replay_namespace()
+    node = NodeProcess([*node_command(params), "-r", f"__ns:={namespace}"], env, log_path)
     recorder = None
     try:
-        recorder = Recorder(domain_id, bag.msgtype, writer, outputs, camera_infos)
+        node_name = namespace + OUTPUT_NS  # the node's default name, in the replay's namespace
+        recorder = Recorder(domain_id, bag.msgtype, writer, outputs, camera_infos, node_name)
         _wait(recorder.node_ready, ready_timeout, node, "the node to load the model and subscribe")
         time.sleep(0.5)  # let the node see our output subscriptions too
         bar = Progress(len(frames), f"realtime x{rate:g}", progress)

@@ -50,6 +50,7 @@ class ReplayOptions:
     topic: str | None = None  # None: detected (raw Image preferred)
     mode: str = "lockstep"
     rate: float = 1.0  # realtime playback rate factor
+    domain_id: int | None = None  # realtime ROS domain; None: a private one, never the env's
     gt_instances: Path | None = None
     gt_panoptic: Path | None = None
     gt_panoptic_dir: Path | None = None
@@ -144,8 +145,10 @@ def run_lockstep(
     max_frames: int | None = None,
     warmup: int = 3,
     progress: bool = True,
+    statistics: bool = False,
 ) -> dict:
-    """Run every frame through ``pipeline`` (a Pipeline or any callable with its signature)."""
+    """Run every frame through ``pipeline`` (a Pipeline or any callable with its signature);
+    ``statistics`` adds the evaluator's sufficient statistics (for merging, ``merge.py``)."""
     from .metrics import Evaluator
 
     total = bag.count if max_frames is None else min(bag.count, max_frames)
@@ -200,8 +203,9 @@ def run_lockstep(
     frames = {"total": total, "processed": processed, "dropped": read - processed}
     if read < total:  # the bag broke while being read
         frames["unread"] = total - read
+    stats = evaluator.statistics() if evaluator is not None else None
     return {
-        "accuracy": evaluator.result() if evaluator is not None else None,
+        "accuracy": evaluator.result(stats) if evaluator is not None else None,
         "warmup_frames": warm,
         "latency": latency_stats(samples, warm),
         "frames": frames,
@@ -212,6 +216,7 @@ def run_lockstep(
         },
         "samples": {k: [round(v, 4) for v in vals] for k, vals in samples.items()},
         "notes": notes,
+        **({"statistics": stats} if statistics and stats is not None else {}),
     }
 
 
@@ -255,6 +260,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", help="image topic (default: detected; raw Image preferred)")
     parser.add_argument("--mode", choices=MODES, default="lockstep", help="default: lockstep")
     parser.add_argument("--rate", type=float, default=1.0, help="realtime playback rate factor")
+    parser.add_argument(
+        "--domain",
+        dest="domain_id",
+        type=int,
+        help="realtime ROS domain (default: a free private one in 1..101, not ROS_DOMAIN_ID)",
+    )
     parser.add_argument("--gt-instances", type=Path, help="COCO instance JSON")
     parser.add_argument("--gt-panoptic", type=Path, help="COCO panoptic JSON")
     parser.add_argument("--gt-panoptic-dir", type=Path, help="folder of the panoptic PNGs")
@@ -309,10 +320,26 @@ def options_from_args(args: argparse.Namespace) -> ReplayOptions:
     )
 
 
-def replay(options: ReplayOptions) -> dict:
-    """Run one replay; returns the report (also written under ``options.out``)."""
+def lockstep_pipeline(options: ReplayOptions, **backend_overrides: object) -> Pipeline:
+    """The tracking Pipeline of a lockstep replay with ``options``; ``backend_overrides``
+    replace BackendOptions fields (a fleet worker's ``threads``)."""
     from ..pipeline import Pipeline
 
+    thresholds = None
+    if options.score_threshold is not None:
+        thresholds = PostprocessOptions(score_threshold=options.score_threshold)
+    return Pipeline(
+        options.model,
+        options.backend,
+        thresholds,
+        tracking=True,
+        precision=options.precision,
+        **backend_overrides,
+    )
+
+
+def replay(options: ReplayOptions) -> dict:
+    """Run one replay; returns the report (also written under ``options.out``)."""
     gt = options.load_ground_truth()
     modes: dict[str, dict] = {}
     with ImageBag(options.bag, options.topic) as bag:
@@ -322,16 +349,7 @@ def replay(options: ReplayOptions) -> dict:
             "bag": bag_block(bag, options.bag),
         }
         if options.mode in ("lockstep", "both"):
-            thresholds = None
-            if options.score_threshold is not None:
-                thresholds = PostprocessOptions(score_threshold=options.score_threshold)
-            with Pipeline(
-                options.model,
-                options.backend,
-                thresholds,
-                tracking=True,
-                precision=options.precision,
-            ) as pipeline:
+            with lockstep_pipeline(options) as pipeline:
                 report["model"] = pipeline.describe()
                 modes["lockstep"] = run_lockstep(
                     bag,
@@ -351,6 +369,7 @@ def replay(options: ReplayOptions) -> dict:
                 options.model,
                 options.backend,
                 rate=options.rate,
+                domain_id=options.domain_id,
                 output_bag=options.output_bag,
                 max_frames=options.max_frames,
                 warmup=options.warmup,

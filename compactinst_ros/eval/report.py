@@ -76,14 +76,15 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def write_report(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
-    """Write ``report.json`` and ``report.md`` into ``out_dir``; returns both paths."""
+def write_report(report: dict, out_dir: str | Path, text: str | None = None) -> tuple[Path, Path]:
+    """Write ``report.json`` and ``report.md`` (``text``, default the replay's Markdown) into
+    ``out_dir``; returns both paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path = out / "report.json"
     json_path.write_text(json.dumps(report, indent=2) + "\n")
     md_path = out / "report.md"
-    md_path.write_text(markdown(report))
+    md_path.write_text(markdown(report) if text is None else text)
     return json_path, md_path
 
 

@@ -1,11 +1,16 @@
 """The TensorRT ONNX parser's documented rules, checked on an exported graph without TensorRT.
 
-TensorRT runs only on the vehicle, so a graph that JetPack 6's parser rejects would otherwise
-surface there, at the first engine build. Sources: onnx-tensorrt ``docs/operators.md`` (the
-support matrix and its per-operator restrictions, TensorRT 8.5 edition), TensorRT 10's opset
-range 9 to 20, and LayerNormalization, which the parser imports natively since TensorRT 8.6.
-The restrictions are the 8.5 edition's, the newest matrix we could read; a graph that meets them
-is expected to import on TensorRT 10.3, which only an engine build on the vehicle proves.
+TensorRT runs only on the vehicle, so a graph that the parser of JetPack 6.1/6.2's TensorRT 10.3
+rejects would otherwise surface there, at the first engine build. Source: onnx-tensorrt
+``docs/operators.md`` of the 10.1-GA branch (the newest 10.x edition we could read; its opset
+range 9 to 20 and per-operator restrictions), which TensorRT 10.x changed from the 8.5 edition:
+TopK's K may be a tensor (``sorted`` must be 1, K below 3840), Conv weights and
+InstanceNormalization's scale and bias may be tensors, while the ``axes`` of Pad and of every
+Reduce operator must be initializers, Resize gained attribute rules (aspect ratio policy
+``stretch``, no antialiasing, ``axes`` an iota when ``scales`` is a tensor), LayerNormalization
+may only have its output ``Y``, pooling must be 2D or 3D without dilations, GridSample's input
+must be 4D, ScatterND has no ``reduction``, Q/DQ zero points must be zero. A graph that meets
+them is expected to import on TensorRT 10.3, which only an engine build on the vehicle proves.
 """
 
 from __future__ import annotations
@@ -13,25 +18,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:
     import onnx
 
 OPSET_RANGE = (9, 20)
 
-#: Operators the parser imports ("Y" in the support matrix, plus LayerNormalization).
+#: Operators the parser imports ("Y" in the 10.1-GA support matrix).
 SUPPORTED_OPS = frozenset({
     "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan",
-    "Atanh", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Celu", "Clip", "Concat",
-    "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum",
-    "DepthToSpace", "DequantizeLinear", "Div", "Dropout", "Einsum", "Elu", "Equal", "Erf",
-    "Exp", "Expand", "EyeLike", "Flatten", "Floor", "Gather", "GatherElements", "GatherND",
-    "Gemm", "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool", "Greater", "GreaterOrEqual",
-    "GridSample", "GRU", "HardSigmoid", "HardSwish", "Identity", "If", "ImageScaler",
-    "InstanceNormalization", "IsNaN", "LayerNormalization", "LeakyRelu", "Less",
-    "LessOrEqual", "Log", "LogSoftmax", "Loop", "LRN", "LSTM", "LpNormalization", "LpPool",
-    "MatMul", "Max", "MaxPool", "Mean", "MeanVarianceNormalization", "Min", "Mod", "Mul",
-    "Neg", "NonMaxSuppression", "NonZero", "Not", "OneHot", "Or", "Pad", "ParametricSoftplus",
-    "Pow", "PRelu", "QuantizeLinear", "RandomNormal", "RandomNormalLike", "RandomUniform",
+    "Atanh", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Ceil", "Celu", "Clip",
+    "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "Cosh", "CumSum",
+    "DeformConv", "DepthToSpace", "DequantizeLinear", "Div", "Dropout", "Einsum", "Elu",
+    "Equal", "Erf", "Exp", "Expand", "EyeLike", "Flatten", "Floor", "Gather", "GatherElements",
+    "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool",
+    "Greater", "GreaterOrEqual", "GridSample", "GroupNormalization", "GRU", "Hardmax",
+    "HardSigmoid", "HardSwish", "Identity", "If", "ImageScaler", "InstanceNormalization",
+    "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log",
+    "LogSoftmax", "Loop", "LRN", "LSTM", "LpNormalization", "LpPool", "MatMul", "Max",
+    "MaxPool", "Mean", "MeanVarianceNormalization", "Min", "Mish", "Mod", "Mul", "Neg",
+    "NonMaxSuppression", "NonZero", "Not", "OneHot", "Or", "Pad", "ParametricSoftplus", "Pow",
+    "PRelu", "QuantizeLinear", "RandomNormal", "RandomNormalLike", "RandomUniform",
     "RandomUniformLike", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum",
     "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum",
     "ReduceSumSquare", "Relu", "Reshape", "Resize", "ReverseSequence", "RNN", "RoiAlign",
@@ -42,14 +50,21 @@ SUPPORTED_OPS = frozenset({
     "Xor"
 })  # fmt: skip
 
+REDUCE_OPS = (
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean",
+    "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare",
+)  # fmt: skip
+
 #: Inputs that must be known at build time (an initializer or a Constant node's output).
 CONSTANT_INPUTS = {
-    "TopK": {1: "K"},
     "Slice": {3: "axes"},
     "Squeeze": {1: "axes"},
     "Unsqueeze": {1: "axes"},
     "CumSum": {1: "axis"},
-    "InstanceNormalization": {1: "scale", 2: "B"},
+    "Pad": {3: "axes"},
+    "OneHot": {1: "depth"},
+    "Dropout": {2: "training_mode"},
+    **{op: {1: "axes"} for op in REDUCE_OPS},
 }
 
 RESIZE_MODES = {"nearest", "linear"}
@@ -57,6 +72,13 @@ RESIZE_COORDINATES = {
     "half_pixel", "pytorch_half_pixel", "tf_half_pixel_for_nn", "asymmetric", "align_corners",
 }  # fmt: skip
 RESIZE_NEAREST = {"floor", "ceil", "round_prefer_floor", "round_prefer_ceil"}
+POOLING_OPS = ("AveragePool", "MaxPool", "LpPool")
+#: TopK's K must be below this.
+TOPK_MAX_K = 3840
+#: Constant node attributes the parser does not import.
+CONSTANT_UNSUPPORTED = ("sparse_value", "value_string", "value_strings")
+#: Zero-point inputs that must be zero: TensorRT quantizes symmetrically.
+ZERO_POINTS = {"QuantizeLinear": "y_zero_point", "DequantizeLinear": "x_zero_point"}
 
 
 def _attribute(node: onnx.NodeProto, name: str, default: str) -> str:
@@ -66,37 +88,130 @@ def _attribute(node: onnx.NodeProto, name: str, default: str) -> str:
     return default
 
 
+def _ints(node: onnx.NodeProto, name: str) -> list[int] | None:
+    """An int or ints attribute as a list; None when absent."""
+    for attr in node.attribute:
+        if attr.name == name:
+            return list(attr.ints) if attr.ints else [attr.i]
+    return None
+
+
+def _int(node: onnx.NodeProto, name: str, default: int) -> int:
+    """An int attribute; ``default`` when absent."""
+    return (_ints(node, name) or [default])[0]
+
+
+def _ranks(model: onnx.ModelProto) -> dict[str, int]:
+    """Rank of every tensor whose shape ONNX shape inference knows (graph inputs included)."""
+    import onnx
+
+    graph = onnx.shape_inference.infer_shapes(model).graph
+    return {
+        v.name: len(v.type.tensor_type.shape.dim)
+        for v in [*graph.input, *graph.value_info, *graph.output]
+        if v.type.tensor_type.HasField("shape")
+    }
+
+
+def _value(constants: dict[str, object], name: str) -> np.ndarray | None:
+    """The value of constant ``name`` as an array; None where it is unknown."""
+    from onnx import numpy_helper
+
+    proto = constants.get(name)
+    return None if proto is None else numpy_helper.to_array(proto)
+
+
+def _node_issues(
+    node: onnx.NodeProto, constants: dict[str, object], ranks: dict[str, int]
+) -> list[str]:
+    """The restrictions of the 10.x support matrix that ``node`` breaks."""
+    op, issues = node.op_type, []
+    for index, role in CONSTANT_INPUTS.get(op, {}).items():
+        if index < len(node.input) and node.input[index] and node.input[index] not in constants:
+            issues.append(f"input '{role}' must be an initializer for TensorRT")
+    if op == "Resize":
+        mode = _attribute(node, "mode", "nearest")
+        coordinates = _attribute(node, "coordinate_transformation_mode", "half_pixel")
+        nearest = _attribute(node, "nearest_mode", "round_prefer_floor")
+        if mode not in RESIZE_MODES or coordinates not in RESIZE_COORDINATES:
+            issues.append(f"mode '{mode}' with '{coordinates}' is not supported")
+        if mode == "nearest" and nearest not in RESIZE_NEAREST:
+            issues.append(f"nearest_mode '{nearest}' is not supported")
+        policy = _attribute(node, "keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            issues.append(f"keep_aspect_ratio_policy '{policy}' is not supported (only stretch)")
+        if _int(node, "antialias", 0):
+            issues.append("antialiasing is not supported")
+        axes, scales = _ints(node, "axes"), node.input[2] if len(node.input) > 2 else ""
+        if axes is not None and scales and scales not in constants:
+            rank = ranks.get(node.input[0], len(axes))
+            if axes != list(range(rank)):
+                issues.append(f"axes {axes} must be 0..{rank - 1} when 'scales' is a tensor")
+    elif op in POOLING_OPS:
+        kernel = _ints(node, "kernel_shape") or []
+        if op != "LpPool" and len(kernel) not in (2, 3):
+            issues.append(f"{len(kernel)}D pooling is not supported (2D or 3D only)")
+        if any(d != 1 for d in _ints(node, "dilations") or []):
+            issues.append(f"dilations {_ints(node, 'dilations')} are not supported (all ones)")
+        if op == "MaxPool" and len(node.output) > 1 and node.output[1]:
+            issues.append("the Indices output is not supported")
+    elif op == "TopK":
+        if _int(node, "sorted", 1) != 1:
+            issues.append("sorted must be 1")
+        k = _value(constants, node.input[1]) if len(node.input) > 1 else None
+        if k is not None and int(k.reshape(-1)[0]) >= TOPK_MAX_K:
+            issues.append(f"K = {int(k.reshape(-1)[0])} must be below {TOPK_MAX_K}")
+    elif op == "LayerNormalization" and any(node.output[1:]):
+        issues.append("only the first output Y is supported (Mean and InvStdDev are not)")
+    elif op == "GridSample" and ranks.get(node.input[0], 4) != 4:
+        issues.append(f"the input must be 4D, not {ranks[node.input[0]]}D")
+    elif op == "ScatterND" and _attribute(node, "reduction", "none") != "none":
+        issues.append(f"reduction '{_attribute(node, 'reduction', 'none')}' is not supported")
+    elif op == "LSTM" and (_int(node, "input_forget", 0) or _int(node, "layout", 0)):
+        issues.append("input_forget and layout must be 0")
+    elif op == "Constant":
+        unsupported = [a.name for a in node.attribute if a.name in CONSTANT_UNSUPPORTED]
+        if unsupported:
+            issues.append(f"attribute {unsupported[0]} is not supported")
+    elif op == "Dropout" and len(node.input) > 2:
+        training = _value(constants, node.input[2])
+        if training is not None and bool(training.reshape(-1)[0]):
+            issues.append("training_mode must be False")
+    if op in ZERO_POINTS and len(node.input) > 2 and node.input[2]:
+        point = _value(constants, node.input[2])
+        if point is None or np.any(point != 0):
+            issues.append(f"{ZERO_POINTS[op]} must be a zero initializer (symmetric quantization)")
+    return issues
+
+
 def parser_issues(model: onnx.ModelProto) -> list[str]:
     """What in ``model`` breaks a documented rule of the TensorRT ONNX parser (empty: none)."""
+    import onnx
+
     graph = model.graph
     issues = []
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or not OPSET_RANGE[0] <= opset <= OPSET_RANGE[1]:
         issues.append(f"opset {opset} is outside TensorRT 10's {OPSET_RANGE[0]}..{OPSET_RANGE[1]}")
-    constants = {i.name for i in graph.initializer}
+    #: build-time constants: name -> TensorProto (None where the value is not in the file)
+    constants: dict[str, object] = {
+        i.name: i if i.data_location != onnx.TensorProto.EXTERNAL else None
+        for i in graph.initializer
+    }
     for node in graph.node:  # nodes are topologically sorted: producers come first
-        if node.op_type == "Constant" or (
-            node.op_type == "Identity" and node.input and node.input[0] in constants
-        ):
-            constants.update(node.output)
+        if node.op_type == "Constant":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            constants[node.output[0]] = value
+        elif node.op_type == "Identity" and node.input and node.input[0] in constants:
+            constants[node.output[0]] = constants[node.input[0]]
+    ranked = any(n.op_type in ("GridSample", "Resize") for n in graph.node)
+    ranks = _ranks(model) if ranked else {}
     for node in graph.node:
         where = f"{node.op_type} node '{node.name}'"
         if node.op_type not in SUPPORTED_OPS:
             issues.append(f"{where}: not in the TensorRT ONNX parser's support matrix")
             continue
-        for index, role in CONSTANT_INPUTS.get(node.op_type, {}).items():
-            if index < len(node.input) and node.input[index] and node.input[index] not in constants:
-                issues.append(f"{where}: input '{role}' must be a constant for TensorRT")
-        if node.op_type == "Resize":
-            mode = _attribute(node, "mode", "nearest")
-            coordinates = _attribute(node, "coordinate_transformation_mode", "half_pixel")
-            nearest = _attribute(node, "nearest_mode", "round_prefer_floor")
-            if mode not in RESIZE_MODES or coordinates not in RESIZE_COORDINATES:
-                issues.append(f"{where}: mode '{mode}' with '{coordinates}' is not supported")
-            if mode == "nearest" and nearest not in RESIZE_NEAREST:
-                issues.append(f"{where}: nearest_mode '{nearest}' is not supported")
-        if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1]:
-            issues.append(f"{where}: the Indices output is not supported")
+        issues += [f"{where}: {issue}" for issue in _node_issues(node, constants, ranks)]
     return issues
 
 

@@ -1,4 +1,4 @@
-"""``make kernels``: build every kernel image with NVRTC 12.6 (JetPack 6's CUDA) into
+"""``make kernels``: build every kernel image with NVRTC 12.6 (the CUDA of JetPack 6.1/6.2) into
 kernels/images and write the manifest; ``--check`` rebuilds in memory and fails if the shipped
 images or manifest differ (a source edited without ``make kernels``, or another compiler).
 

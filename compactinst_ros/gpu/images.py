@@ -22,11 +22,13 @@ MANIFEST = IMAGE_DIR / "manifest.json"
 
 #: The kernel sources, one module (and one image per target) each.
 SOURCES = ("preprocess", "postprocess", "overlay")
-#: Shipped targets: Jetson Orin (JetPack 6) cubin and its PTX for newer GPUs, Hopper cubin.
+#: Shipped targets: Jetson Orin (JetPack 6.1/6.2) cubin and its PTX for newer GPUs, Hopper cubin.
 TARGETS = ("sm_87", "compute_87", "sm_90")
 #: Options of every build of the sources, NVRTC's and nvcc's alike (device code is optimised
-#: by default; nvcc's -O3 would only concern host code, of which there is none).
-COMPILE_OPTIONS = ("-std=c++17",)
+#: by default; nvcc's -O3 would only concern host code, of which there is none). Both contract
+#: a multiply and an add into one FMA by default; ``--fmad=false`` keeps every operation
+#: separately rounded, as the spec computes (docs/gpu.md, "Float arithmetic").
+COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")
 
 _ELF_MAGIC = b"\x7fELF"
 _EM_CUDA = 190

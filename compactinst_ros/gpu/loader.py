@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BackendError
+from ..private_files import check_private_folder, default_cache_dir, read_private, write_private
 from .images import COMPILE_OPTIONS, IMAGE_DIR, KERNEL_DIR, image_path, load_manifest, source_digest
 
 #: Environment variable that forces one target instead of choosing by the device.
@@ -34,9 +35,9 @@ NVCC_DIRS = (Path("/usr/local/cuda/bin"),)
 LOADED: dict[str, str] = {}
 
 _FIX = (
-    "install the CUDA compiler (JetPack 6: `sudo apt install nvidia-jetpack` or `cuda-nvcc-12-6`, "
-    "which put nvcc in /usr/local/cuda/bin) or point CUDA_HOME at a CUDA toolkit; on a machine "
-    "without a usable GPU run the onnxruntime backend"
+    "install the CUDA compiler (JetPack 6.1/6.2: `sudo apt install nvidia-jetpack` or "
+    "`cuda-nvcc-12-6`, which put nvcc in /usr/local/cuda/bin) or point CUDA_HOME at a CUDA "
+    "toolkit; on a machine without a usable GPU run the onnxruntime backend"
 )
 
 
@@ -100,18 +101,14 @@ def find_nvcc() -> Path | None:
 def cache_dir() -> Path:
     """The per-user folder of nvcc-built cubins: ``kernels`` in the engine cache, under the same
     privacy rules (a cubin, like an engine, is code this process runs)."""
-    from ..backends.engine_cache import default_cache_dir
-
     return default_cache_dir() / "kernels"
 
 
 def compile_cached(source: str, arch: str, nvcc: Path, folder: Path | None = None) -> bytes:
     """Cubin of kernels/``source``.cu for ``arch`` (``sm_XY``) by ``nvcc``, from ``folder``
     (default ``cache_dir()``) when the same source, options and nvcc built it before."""
-    from ..backends.engine_cache import EngineCache, read_private, write_private
-
     folder = folder or cache_dir()
-    EngineCache(folder).check_root(create=True)
+    check_private_folder(folder, create=True)
     version = _run([str(nvcc), "--version"], "nvcc --version")
     key = hashlib.sha256(
         "\0".join([source_digest(source), arch, *COMPILE_OPTIONS, version]).encode()

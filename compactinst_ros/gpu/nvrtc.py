@@ -2,7 +2,7 @@
 on a machine without a GPU or nvcc (used by ``make kernels`` and its CI check, never at run time).
 
 The library comes from the ``nvidia-cuda-nvrtc-cu12`` wheel pinned in setup.py's dev extra, so
-every image is built by the same NVRTC, that of JetPack 6's CUDA 12.6.
+every image is built by the same NVRTC, that of JetPack 6.1/6.2's CUDA 12.6.
 """
 
 from __future__ import annotations

@@ -67,8 +67,8 @@ def bilinear_rows(
 ) -> np.ndarray:
     """(N, rows, cols) float32 samples of (N, h, w) maps: ``a + (b - a) * w``, rows first.
 
-    The kernel evaluates exactly these float32 operations (no FMA contraction), so the twin
-    and the kernel agree bit for bit on the interpolated logits.
+    The kernel evaluates exactly these float32 operations (no FMA contraction, docs/gpu.md
+    "Float arithmetic"), so the twin and the kernel agree bit for bit on the interpolated logits.
     """
     y0, y1, wy = ry
     x0, x1, wx = cx

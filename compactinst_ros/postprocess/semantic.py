@@ -24,9 +24,10 @@ def semantic_dtype(labels: LabelSet) -> type[np.unsignedinteger]:
 def class_maps(class_probs: np.ndarray, mask_probs: np.ndarray) -> np.ndarray:
     """(K, h, w) float32 ``S[c] = sum_q p[q, c] * s_q`` for (Q, K) ``p`` and (Q, h, w) ``s``.
 
-    Summed in query order, one rounded float32 multiply and add per query: the same bits on
-    every IEEE-754 machine and thread count (a threaded BLAS product's last bits depend on how
-    many threads split it), in the order the CUDA kernel sums.
+    Summed in query order, one rounded float32 multiply and add per query (never fused; see
+    docs/gpu.md, "Float arithmetic"): the same bits on every IEEE-754 machine and thread count
+    (a threaded BLAS product's last bits depend on how many threads split it), in the order the
+    CUDA kernel sums.
     """
     q, h, w = mask_probs.shape
     probs = mask_probs.reshape(q, h * w)

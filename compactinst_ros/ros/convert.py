@@ -18,6 +18,7 @@ import numpy as np
 from sensor_msgs.msg import CompressedImage, Image, JointState, PointCloud2, PointField
 from std_msgs.msg import Header
 
+from ..errors import InputError
 from ..image_formats import array_from_buffer, decode_compressed
 from ..labels import LabelSet
 from ..structures import RASTER_ENCODINGS, FrameResult, Instances, Segments
@@ -116,6 +117,33 @@ def _table_msg(header: Header, table: np.dtype, columns: dict[str, np.ndarray]) 
     msg.is_dense = True
     msg.data = _payload(rows.view(np.uint8))
     return msg
+
+
+def table_from_msg(msg: PointCloud2) -> np.ndarray:
+    """Structured numpy array (one row per point, one column per field) of a PointCloud2 table,
+    read from its own fields and byte order: no sensor_msgs_py needed."""
+    codes = {code: dtype for dtype, code in POINTFIELD_TYPES.items()}
+    unknown = sorted({f.name for f in msg.fields if f.datatype not in codes})
+    if unknown:
+        raise InputError(
+            f"PointCloud2 fields {unknown} have a datatype this reader does not know; it reads "
+            f"{sorted(str(d) for d in POINTFIELD_TYPES)}, as the node's tables use"
+        )
+    order = ">" if msg.is_bigendian else "<"
+    dtype = np.dtype(
+        {
+            "names": [f.name for f in msg.fields],
+            "formats": [
+                (codes[f.datatype].newbyteorder(order), (f.count,))
+                if f.count > 1
+                else codes[f.datatype].newbyteorder(order)
+                for f in msg.fields
+            ],
+            "offsets": [f.offset for f in msg.fields],
+            "itemsize": msg.point_step,
+        }
+    )
+    return np.frombuffer(msg.data, np.uint8)[: msg.width * msg.height * msg.point_step].view(dtype)
 
 
 def instance_table_msg(header: Header, instances: Instances) -> PointCloud2:

@@ -3,8 +3,10 @@ health checks it includes live in ``health``)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +17,43 @@ from rclpy.qos import ReliabilityPolicy
 from .health import Problem
 from .qos import reliability_name
 
+#: distinct error reasons counted per node; a new one beyond these is counted as OTHER_REASON
+MAX_REASONS = 32
+OTHER_REASON = "other"
+#: /diagnostics key prefix of a reason's count: ``error_count: <reason>``
+REASON_KEY = "error_count: "
+
+
+def error_reason(message: str) -> str:
+    """The kind of an error ``message``: the problem before the fix (``;``) with numbers and
+    quoted values blanked, so frames that fail alike share one reason whatever their sizes."""
+    problem = message.split(";", 1)[0].splitlines()[0] if message else ""
+    return re.sub(r"\d+(?:\.\d+)?", "N", re.sub(r"'[^']*'", "'...'", problem)).strip()
+
+
+class ReasonThrottle:
+    """Log throttle with one window per error reason (rclpy's throttle is one per call site, so
+    a frequent reason would hide every other): the first message of a reason in ``window_s``
+    seconds is logged, later ones are counted and reported with the next one logged."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._logged_at: dict[str, float] = {}
+        self._suppressed: Counter[str] = Counter()
+
+    def admit(self, reason: str, now: float | None = None) -> int | None:
+        """None: suppress this message; else log it, and the count is how many of ``reason``
+        were suppressed since the last one logged."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            last = self._logged_at.get(reason)
+            if last is not None and now - last < self.window_s:
+                self._suppressed[reason] += 1
+                return None
+            self._logged_at[reason] = now
+            return self._suppressed.pop(reason, 0)
+
 
 @dataclass
 class _Snapshot:
@@ -24,7 +63,8 @@ class _Snapshot:
 
 
 class FrameStats:
-    """Thread-safe counters: received, processed, dropped, errors, QoS events, last timings."""
+    """Thread-safe counters: received, processed, dropped, errors (in total and per
+    ``error_reason``), QoS events, last timings."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -36,6 +76,7 @@ class FrameStats:
         self.errors = 0
         self.qos_incompatible = 0
         self.last_error = ""
+        self.reasons: Counter[str] = Counter()
         self.last_frame_at: float | None = None
         self.last_timings: dict[str, float] = {}
         self._last = _Snapshot()
@@ -66,20 +107,34 @@ class FrameStats:
             self.processed += 1
             self.last_timings = dict(timings_ms)
 
-    def on_error(self, message: str, input_error: bool) -> None:
-        """A frame failed (bad input or a pipeline/backend error)."""
+    def on_error(self, message: str, input_error: bool) -> str:
+        """A frame failed (bad input or a pipeline/backend error); returns its reason."""
         with self._lock:
             if input_error:
                 self.input_errors += 1
             else:
                 self.errors += 1
+            return self._count_reason(message)
+
+    def on_failure(self, message: str) -> None:
+        """A lifecycle transition failed: ``last_error`` says why in every later report."""
+        with self._lock:
             self.last_error = message
 
     def on_qos_incompatible(self, message: str) -> None:
         """The middleware reported a publisher whose QoS cannot match the subscription."""
         with self._lock:
             self.qos_incompatible += 1
-            self.last_error = message
+            self._count_reason(message)
+
+    def _count_reason(self, message: str) -> str:
+        """Record ``message`` as the last error and count its reason (lock held)."""
+        self.last_error = message
+        reason = error_reason(message)
+        if reason not in self.reasons and len(self.reasons) >= MAX_REASONS:
+            reason = OTHER_REASON
+        self.reasons[reason] += 1
+        return reason
 
     def tick(self) -> dict:
         """Counters plus rates and new-problem flags since the previous tick."""
@@ -97,6 +152,7 @@ class FrameStats:
                 "errors": self.errors,
                 "qos_incompatible": self.qos_incompatible,
                 "last_error": self.last_error,
+                "error_reasons": dict(self.reasons),
                 "input_rate_hz": (self.received - self._last.received) / dt,
                 "output_rate_hz": (self.processed - self._last.processed) / dt,
                 "input_age_s": None if self.last_frame_at is None else now - self.last_frame_at,
@@ -126,6 +182,12 @@ def input_facts(subs: Mapping[str, Any], reliability: Mapping[str, ReliabilityPo
             f"{k}={reliability_name(v)}" for k, v in reliability.items() if k in subs
         ),
     }
+
+
+def status_name(node_name: str) -> str:
+    """The DiagnosticStatus name of the node whose fully qualified name is ``node_name`` (a
+    replay keeps only its own node's reports by it)."""
+    return f"{node_name}: segmentation"
 
 
 def health_status(
@@ -181,6 +243,7 @@ def health_status(
         "errors": report["errors"],
         "qos_incompatible_events": report["qos_incompatible"],
         "last_error": report["last_error"],
+        **{f"{REASON_KEY}{r}": n for r, n in sorted(report["error_reasons"].items())},
         "input_rate_hz": report["input_rate_hz"],
         "output_rate_hz": report["output_rate_hz"],
         "input_age_s": "never" if age is None else age,

@@ -7,6 +7,7 @@ publishes. See docs/ros.md for topics, parameters and QoS."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -14,17 +15,25 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 from rclpy.qos import ReliabilityPolicy, qos_policy_name_from_kind
 from sensor_msgs.msg import CompressedImage, Image
 
+from ..bundle import METADATA_FILE, ModelBundle, default_bundle_path
 from ..errors import CompactInstError, InputError
 from ..pipeline import Pipeline
 from . import convert
 from .camera_info import CameraInfoRelay, stamp_ns
-from .diagnostics import FrameStats, diagnostic_array, health_status, input_facts
+from .diagnostics import (
+    FrameStats,
+    ReasonThrottle,
+    diagnostic_array,
+    health_status,
+    input_facts,
+    status_name,
+)
 from .entry import spin
 from .fallback import cpu_fallback_warning
 from .health import HealthLimits, HealthMonitor
@@ -46,6 +55,26 @@ try:
 except ImportError:  # Humble
     from rclpy.qos_event import SubscriptionEventCallbacks
 
+#: seconds between two log lines of one error reason (each reason has its own window)
+LOG_THROTTLE_S = 2.0
+
+
+def demo_model_caveat(bundle: ModelBundle) -> str | None:
+    """What to know when ``bundle`` is the embedded demo model (trained from models/default's
+    checkpoint), else None."""
+    default = default_bundle_path()
+    if default is None:
+        return None
+    source = json.loads((default / METADATA_FILE).read_text()).get("source", {})
+    checkpoint = source.get("checkpoint_sha256")
+    if not checkpoint or bundle.source.get("checkpoint_sha256") != checkpoint:
+        return None
+    return (
+        f"model {bundle.root} is the demo model ({bundle.name}): trained only on synthetic "
+        "field/road scenes (models/README.md), it is not a detector for real camera images; "
+        "pass model:=/path/to/your/bundle for real use"
+    )
+
 
 class CompactInstCore:
     """What the plain and the lifecycle node share: configure, activate, deactivate, cleanup."""
@@ -56,6 +85,7 @@ class CompactInstCore:
         declare_parameters(node, lambda: self.worker is not None, self._apply_config)
         self.config: NodeConfig | None = None
         self.stats = FrameStats()
+        self.throttle = ReasonThrottle(LOG_THROTTLE_S)
         self.worker: Worker | None = None
         self.facts: dict[str, Any] = {}
         self.fallback: str | None = None
@@ -81,11 +111,13 @@ class CompactInstCore:
             check_topic(self.node, cfg.camera_info_topic, "camera_info_topic")
         self.config = cfg
         self.stats = FrameStats()
+        self.throttle = ReasonThrottle(LOG_THROTTLE_S)
         self.health = HealthMonitor(cfg.health)
         self.worker = Worker(self._make_pipeline, self._process)
         self.facts = {"status": "loading"}
         pipeline = self.worker.start()
         self.facts = {"backend": pipeline.backend_name, **pipeline.describe()}
+        self.facts.setdefault("precision", cfg.backend_options.precision or "backend default")
         self.fallback = cpu_fallback_warning(cfg.backend, pipeline.backend_name)
         if self.fallback:
             self.log.warning(self.fallback)
@@ -112,10 +144,18 @@ class CompactInstCore:
             clock=Clock(clock_type=ClockType.STEADY_TIME),
         )
         self.timers.append(self._diag_timer)
+        inputs = ", ".join(
+            f"{self.node.resolve_topic_name(self._topic(kind, cfg))} ({kind})"
+            for kind in INPUT_KINDS[cfg.input_transport]
+        )
         self.log.info(
             f"loaded {self.facts.get('model')} ({self.facts.get('input_size')}) on "
-            f"{self.facts.get('backend')}; outputs: {sorted(cfg.outputs)}"
+            f"{self.facts.get('backend')}, precision {self.facts['precision']}; input: {inputs}; "
+            f"outputs: {self.pubs.offered()}"
         )
+        caveat = demo_model_caveat(pipeline.bundle)
+        if caveat:
+            self.log.warning(caveat)
 
     def activate(self) -> None:
         """Subscribe to the input topic(s) while an output has a subscriber (``IdleGate``); in
@@ -164,6 +204,16 @@ class CompactInstCore:
         if self.camera_info is not None:
             self.camera_info.destroy()
             self.camera_info = None
+
+    def report_failure(self, what: str, exc: Exception) -> None:
+        """Log a failed transition, with the traceback unless it is a CompactInstError (whose
+        message names the fix), and report it on /diagnostics at once where that exists."""
+        ours = isinstance(exc, CompactInstError)
+        message = f"{what} failed: {exc}" if ours else f"{what} failed: {type(exc).__name__}: {exc}"
+        self.log.error(message if ours else f"{message}\n{traceback.format_exc()}")
+        self.stats.on_failure(message)
+        if self.diag_pub is not None and self.config is not None:
+            self._publish_diagnostics(failure=message)
 
     def _apply_config(self, cfg: NodeConfig) -> None:
         """A run-time parameter change (only while configured): the worker's next frame uses it."""
@@ -287,18 +337,26 @@ class CompactInstCore:
             if wanted["latency"]:
                 pubs.publish_latency(frame.msg.header, timings)
         except InputError as exc:
-            self.stats.on_error(f"bad input frame: {exc}", input_error=True)
-            self.log.warning(f"skipping a bad input frame: {exc}", throttle_duration_sec=2.0)
+            message = f"bad input frame: {exc}"
+            self._report_failure(message, True, f"skipping a {message}")
         except Exception as exc:
             if not self.node.context.ok():
                 return  # shutting down (Ctrl-C): publishers are gone, nothing to report
-            self.stats.on_error(f"{type(exc).__name__}: {exc}", input_error=False)
-            self.log.error(
-                f"frame failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
-                throttle_duration_sec=2.0,
-            )
+            message = f"{type(exc).__name__}: {exc}"
+            self._report_failure(message, False, f"frame failed: {message}", traceback.format_exc())
 
-    def _publish_diagnostics(self) -> None:
+    def _report_failure(self, message: str, input_error: bool, line: str, detail: str = "") -> None:
+        """Count a failed frame under its reason and log ``line`` (then ``detail``), throttled
+        per reason: a frequent reason never hides another one."""
+        suppressed = self.throttle.admit(self.stats.on_error(message, input_error))
+        if suppressed is None:
+            return
+        more = f" ({suppressed} more like it since the last one logged)" if suppressed else ""
+        log = self.log.warning if input_error else self.log.error
+        log(f"{line}{more}" + (f"\n{detail}" if detail else ""))
+
+    def _publish_diagnostics(self, failure: str | None = None) -> None:
+        """One /diagnostics report; ``failure`` (a transition that failed) makes it ERROR."""
         cfg = self.config
         assert cfg is not None
         idle = self.gate is not None and self.gate.idle
@@ -309,8 +367,10 @@ class CompactInstCore:
         checks = [self.health.check(report["to_output"], report["processed"], state == "active")]
         if self.camera_info is not None:
             checks.append(self.camera_info.check())
+        if failure is not None:
+            checks.append(([(DiagnosticStatus.ERROR, failure)], {}))
         status = health_status(
-            name=f"{self.node.get_fully_qualified_name()}: segmentation",
+            name=status_name(self.node.get_fully_qualified_name()),
             report=report,
             facts={**self.facts, **input_facts(self.subs, self.reliability), "state": state},
             publishers=publishers,
@@ -362,12 +422,18 @@ def _lifecycle_class() -> type:
         def _attempt(
             self, what: str, step: Callable[[], None], undo: Callable[[], None]
         ) -> TransitionCallbackReturn:
-            """Run ``step``; on a CompactInstError log it, ``undo`` and return FAILURE."""
+            """Run ``step``; on any exception report it (``report_failure``), ``undo`` and
+            return FAILURE. rclpy itself (humble and jazzy lifecycle/node.py,
+            ``__execute_callback``) turns an exception into ERROR without logging it."""
             try:
                 step()
-            except CompactInstError as exc:
-                self.get_logger().error(f"{what} failed: {exc}")
-                undo()
+            except Exception as exc:
+                self.core.report_failure(what, exc)
+                try:
+                    undo()
+                except Exception as undo_exc:
+                    self.core.report_failure(f"undoing the failed {what}", undo_exc)
+                    return TransitionCallbackReturn.ERROR
                 return TransitionCallbackReturn.FAILURE
             return TransitionCallbackReturn.SUCCESS
 

@@ -8,6 +8,7 @@ Post-processing and overlay parameters take their defaults and ranges from
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from rclpy.qos import ReliabilityPolicy
 from rclpy.validate_full_topic_name import validate_full_topic_name
 
 from ..backends import BackendOptions
-from ..bundle import default_bundle_path
+from ..bundle import PRECISIONS, default_bundle_path
 from ..errors import ConfigError
 from ..structures import PostprocessOptions
 from .health import HealthLimits
@@ -52,6 +53,8 @@ OUTPUTS = (
     "semantic_color",
 )
 BACKEND_CHOICES = ("auto", "tensorrt", "onnxruntime")
+#: ``precision`` values; auto = the backend's default (onnxruntime fp32, tensorrt fp16)
+PRECISION_CHOICES = ("auto", *PRECISIONS)
 TRANSPORT_CHOICES = ("raw", "compressed", "both")
 #: ``input_transport`` value -> the input kinds subscribed
 INPUT_KINDS = {"raw": ("raw",), "compressed": ("compressed",), "both": ("raw", "compressed")}
@@ -77,6 +80,11 @@ def _option(name: str, description: str) -> ParamSpec:
 PARAMETERS: dict[str, ParamSpec] = {
     "model": ParamSpec("", "model bundle folder; empty = the installed models/default"),
     "backend": ParamSpec("auto", "inference backend", choices=BACKEND_CHOICES),
+    "precision": ParamSpec(
+        "auto",
+        "stage graph precision the backend runs; auto = the backend's default",
+        choices=PRECISION_CHOICES,
+    ),
     "engine_cache_dir": ParamSpec("", "TensorRT engine cache folder; empty = backend default"),
     "allow_engine_build": ParamSpec(
         True, "tensorrt: build a missing or stale engine at start (minutes) instead of failing"
@@ -187,8 +195,24 @@ def declare_parameters(
                 f"{name}:={ros_param_text(spec.default)} (see config/compactinst.yaml)"
             ) from None
         except InvalidParameterValueException as exc:
-            raise ConfigError(f"parameter {name}: {exc}; see config/compactinst.yaml") from None
+            raise ConfigError(_value_refused(name, spec, exc)) from None
     node.add_on_set_parameters_callback(ParameterGate(node, running, apply))
+
+
+def _value_refused(name: str, spec: ParamSpec, exc: InvalidParameterValueException) -> str:
+    """The start-up error of a value rclpy's descriptor check refused (out of range): the
+    parameter, the value, the valid range and a value to pass."""
+    given = re.match(r"Invalid parameter value \((.*?)\) for parameter", str(exc))
+    shown = f"{name}:={given.group(1)}" if given else name
+    example = f"e.g. {name}:={ros_param_text(spec.default)} (the default)"
+    if spec.bounds is None:
+        return f"parameter {shown} is refused ({exc}); pass {example}, see config/compactinst.yaml"
+    low, high = spec.bounds
+    return (
+        f"parameter {shown} is out of range: {name} ({spec.description}) takes "
+        f"{ros_param_text(low)} to {ros_param_text(high)}; pass a value in that range, {example}, "
+        "see config/compactinst.yaml"
+    )
 
 
 @dataclass(frozen=True)
@@ -233,6 +257,7 @@ def backend_options(values: dict[str, Any]) -> BackendOptions:
         device=int(values["gpu_device"]),
         engine_cache_dir=values["engine_cache_dir"] or None,
         allow_build=bool(values["allow_engine_build"]),
+        precision=None if values["precision"] == "auto" else values["precision"],
     )
 
 

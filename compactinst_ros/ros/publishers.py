@@ -4,6 +4,7 @@ have subscribers (the ``OutputSet`` the Pipeline computes), and fed one frame's 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from rclpy.node import Node
@@ -49,6 +50,30 @@ def output_set(wanted: Mapping[str, bool]) -> OutputSet:
     )
 
 
+def vision_publishers(
+    node: Node, vision_msgs: ModuleType, labels: LabelSet, score_threshold: float, out_qos: Any
+) -> dict[str, Any]:
+    """~/detections, and the latched ~/label_info (published now) where ``vision_msgs`` (the
+    installed vision_msgs.msg) has LabelInfo: 4.1 and later, not the 4.0.0 of early Humble."""
+    pubs = {
+        "detections": node.create_publisher(vision_msgs.Detection2DArray, "~/detections", out_qos)
+    }
+    if not hasattr(vision_msgs, "LabelInfo") or not hasattr(vision_msgs, "VisionClass"):
+        node.get_logger().warning(
+            "the installed vision_msgs has no LabelInfo (vision_msgs 4.0; it came with 4.1, "
+            "in Humble since February 2023): ~/label_info is off, ~/detections works, ~/labels "
+            "carries the label names (upgrade ros-<distro>-vision-msgs to enable ~/label_info)",
+            once=True,
+        )
+        return pubs
+    info = node.create_publisher(vision_msgs.LabelInfo, "~/label_info", latched_qos())
+    header = Header()
+    header.stamp = node.get_clock().now().to_msg()
+    info.publish(convert.label_info_msg(header, labels, score_threshold, vision_msgs))
+    pubs["label_info"] = info
+    return pubs
+
+
 class Publishers:
     """Publishers of the offered outputs, the latched label tables and the latency topics."""
 
@@ -62,6 +87,7 @@ class Publishers:
         jpeg_quality: int = 80,
     ) -> None:
         self.node = node
+        self.outputs = outputs
         self.labels = labels
         self.jpeg_quality = jpeg_quality
         out_qos = frame_qos(reliability)
@@ -100,14 +126,14 @@ class Publishers:
                 "ros-<distro>-vision-msgs to enable them)"
             )
             return
-        self.pubs["detections"] = self.node.create_publisher(
-            vision_msgs.Detection2DArray, "~/detections", out_qos
+        self.pubs.update(
+            vision_publishers(self.node, vision_msgs, labels, score_threshold, out_qos)
         )
-        info = self.node.create_publisher(vision_msgs.LabelInfo, "~/label_info", latched_qos())
-        header = Header()
-        header.stamp = self.node.get_clock().now().to_msg()
-        info.publish(convert.label_info_msg(header, labels, score_threshold, vision_msgs))
-        self.pubs["label_info"] = info
+
+    def offered(self) -> list[str]:
+        """The ``outputs`` names that have publishers (not ``detections`` without vision_msgs)."""
+        made = {*self.pubs, *(("latency",) if self.latency else ())}
+        return sorted(name for name in self.outputs if name in made)
 
     def wanted(self) -> dict[str, bool]:
         """Output name -> whether it has a subscriber now; ``latency`` for any latency topic."""

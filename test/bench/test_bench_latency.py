@@ -121,8 +121,10 @@ def _gpu_bench():
 
 def test_gpu_script_cpu_parts(capsys: pytest.CaptureFixture) -> None:
     gpu_bench = _gpu_bench()
-    assert gpu_bench.device_preset("NVIDIA H200").name.startswith("NVIDIA H200")
-    assert gpu_bench.device_preset("NVIDIA RTX A4000").bandwidth_gbs == 448.0
+    assert gpu_bench.device_preset("NVIDIA H200", 132, None)[0].name.startswith("NVIDIA H200")
+    assert gpu_bench.device_preset("NVIDIA RTX A4000", 48, None)[0].bandwidth_gbs == 448.0
+    device, line = gpu_bench.device_preset("Orin", 8, "agx-orin")
+    assert device.bandwidth_gbs == 204.8 and "given with --device" in line
     record = {
         "results": [
             {"scope": "decoder", "config": c, "size": [1088, 1920], "median_ms": ms, "speedup": s}

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from eval_helpers import make_scenes, scene_bag
 
+from compactinst_ros import dds_env
 from compactinst_ros.errors import BackendError
-from compactinst_ros.eval.bags import ImageBag
+from compactinst_ros.eval import realtime
+from compactinst_ros.eval.bags import IMAGE, OUTPUT_NS, ImageBag
 from compactinst_ros.eval.realtime import run_realtime
 
 
@@ -65,3 +68,40 @@ def test_realtime_node_that_cannot_start_is_a_clear_error(tmp_path):
             ready_timeout=60,
         )
     assert "bundle.json is missing" in str(err.value)
+
+
+def test_recorder_keeps_only_the_diagnostics_of_the_node_it_replays_to():
+    """A vehicle's /compactinst on the same domain reports the same keys; the replay keeps only
+    the reports of its own node (its namespace is unique, the status name says it)."""
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+
+    from compactinst_ros.ros.diagnostics import status_name
+
+    def report(node_name: str, received: int) -> DiagnosticArray:
+        values = [KeyValue(key="frames_received", value=str(received))]
+        status = DiagnosticStatus(name=status_name(node_name), values=values)
+        return DiagnosticArray(status=[status])
+
+    domain = dds_env.private_domain()
+    realtime.use_in_this_process(realtime.ros_environment(domain))
+    own = realtime.replay_namespace() + OUTPUT_NS
+    assert own != OUTPUT_NS
+    recorder = realtime.Recorder(domain, IMAGE, None, (), node_name=own)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    vehicle = rclpy.create_node("vehicle_diagnostics", context=context)
+    try:
+        pub = vehicle.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        deadline = time.monotonic() + 20
+        while len(recorder.diagnostics) < 3 and time.monotonic() < deadline:
+            pub.publish(report(OUTPUT_NS, 999))  # the vehicle's node, default name
+            pub.publish(report(own, 1))
+            time.sleep(0.05)
+        with recorder.lock:
+            kept = [d["frames_received"] for d in recorder.diagnostics]
+    finally:
+        vehicle.destroy_node()
+        rclpy.try_shutdown(context=context)
+        recorder.close()
+    assert len(kept) >= 3 and set(kept) == {"1"}, kept

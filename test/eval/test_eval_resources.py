@@ -1,4 +1,4 @@
-"""Shipped files (FastDDS profile, default model) are found from a checkout, an ament install
+"""Shipped files (Fast DDS profiles, default model) are found from a checkout, an ament install
 prefix and a pip install alike; the package is copied out of the checkout for the installed
 layouts, so nothing but the install location can lead to the files."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from compactinst_ros import resources
+from compactinst_ros import dds_env, resources
 from compactinst_ros.bundle import default_bundle_path
 from compactinst_ros.eval.realtime import ros_environment
 
@@ -24,9 +24,10 @@ PROBE = (
     "from compactinst_ros import resources\n"
     "from compactinst_ros.bundle import default_bundle_path\n"
     "from compactinst_ros.eval.realtime import ros_environment\n"
-    "print(json.dumps({'profile': str(resources.fastdds_profile()),\n"
+    "env = ros_environment()\n"
+    "print(json.dumps({'profile': str(resources.loopback_profile()),\n"
     "    'model': str(resources.default_model()), 'bundle': str(default_bundle_path()),\n"
-    "    'env': ros_environment().get('FASTDDS_DEFAULT_PROFILES_FILE')}))\n"
+    f"    'env': env.get({dds_env.PROFILE_VARIABLES[0]!r})}}))\n"
 )
 
 
@@ -45,7 +46,8 @@ def share_tree(prefix: Path) -> Path:
     data_files lay them out."""
     share = prefix / "share" / resources.PACKAGE
     (share / "config").mkdir(parents=True)
-    shutil.copy(REPO / resources.FASTDDS_PROFILE, share / resources.FASTDDS_PROFILE)
+    for profile in (resources.FASTDDS_PROFILE, resources.LOOPBACK_PROFILE):
+        shutil.copy(REPO / profile, share / profile)
     (share / resources.DEFAULT_MODEL).mkdir(parents=True)
     (share / resources.DEFAULT_MODEL / "bundle.json").write_text("{}")
     return share
@@ -53,7 +55,7 @@ def share_tree(prefix: Path) -> Path:
 
 def probe(python: str, site: Path, ament_prefix: str | None) -> dict:
     """What the installed copy finds, run in a fresh interpreter."""
-    env = {k: v for k, v in os.environ.items() if k != "FASTDDS_DEFAULT_PROFILES_FILE"}
+    env = {k: v for k, v in os.environ.items() if k not in dds_env.PROFILE_VARIABLES}
     others = [p for p in sys.path if p and Path(p).resolve() != REPO]  # numpy, rosbags, ...
     env["PYTHONPATH"] = os.pathsep.join([str(site), *others])
     env.pop("AMENT_PREFIX_PATH", None)
@@ -70,9 +72,15 @@ def test_checkout_files_are_found_first(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("AMENT_PREFIX_PATH", str(tmp_path))
     share_tree(tmp_path)
     assert resources.fastdds_profile() == REPO / "config" / "fastdds_shm.xml"
+    assert resources.loopback_profile() == REPO / "config" / "fastdds_loopback.xml"
     assert resources.default_model() == default_bundle_path() == REPO / "models" / "default"
-    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE", raising=False)
-    assert ros_environment()["FASTDDS_DEFAULT_PROFILES_FILE"] == str(resources.fastdds_profile())
+    site = tmp_path / "site.xml"
+    site.write_text("<profiles/>")
+    for name in dds_env.PROFILE_VARIABLES:  # the replay keeps to loopback even over a site's
+        monkeypatch.setenv(name, str(site))
+    env = ros_environment()
+    assert env[dds_env.PROFILE_VARIABLES[0]] == str(resources.loopback_profile())
+    assert str(site) not in env.values()
 
 
 def test_ament_install_prefix_is_searched(tmp_path: Path) -> None:
@@ -80,7 +88,7 @@ def test_ament_install_prefix_is_searched(tmp_path: Path) -> None:
     share = share_tree(tmp_path / "install" / "compactinst_ros")
     prefixes = os.pathsep.join([str(tmp_path / "elsewhere"), str(share.parents[1])])
     found = probe(sys.executable, site, prefixes)
-    assert found["profile"] == found["env"] == str(share / resources.FASTDDS_PROFILE)
+    assert found["profile"] == found["env"] == str(share / resources.LOOPBACK_PROFILE)
     assert found["model"] == found["bundle"] == str(share / resources.DEFAULT_MODEL)
 
 
@@ -93,5 +101,5 @@ def test_pip_install_data_prefix_is_searched(tmp_path: Path) -> None:
     assert probe(python, site, str(tmp_path / "empty")) == nothing  # profile left unset
     share = share_tree(prefix)
     found = probe(python, site, None)
-    assert Path(found["profile"]).resolve() == (share / resources.FASTDDS_PROFILE).resolve()
+    assert Path(found["profile"]).resolve() == (share / resources.LOOPBACK_PROFILE).resolve()
     assert Path(found["model"]).resolve() == (share / resources.DEFAULT_MODEL).resolve()

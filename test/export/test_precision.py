@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from typed_helpers import write_bundle_json
 
 from compactinst_ros.backends.ort import create_session
-from compactinst_ros.backends.trt_build import PRECISION_FILE, load_fp32_layers
+from compactinst_ros.backends.trt_build import PRECISION_FILE
 from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.cli import main as cli_main
 from compactinst_ros.export.precision import (
@@ -231,8 +231,11 @@ def test_cli_prints_the_table_writes_csv_and_pins(tmp_path, capsys) -> None:
     assert rows[0]["node"] == "/big" and rows[0]["pinned"] == "1"
     headrooms = [float(r["headroom"]) for r in rows[1:]]
     assert headrooms == sorted(headrooms)
-    assert load_fp32_layers(bundle) == {"encoder": (), "decoder": ("/big", "/small")}
     record = json.loads((bundle.root / PRECISION_FILE).read_text())
+    assert {name: entry["fp32_layers"] for name, entry in record["stages"].items()} == {
+        "encoder": [],
+        "decoder": ["/big", "/small"],
+    }
     assert record["flagged"] == {"encoder": [], "decoder": ["/big"]}
     assert cli_main(["fp16-check", str(bundle.root), "--frames", "-1"]) == 1
     assert "--frames -1" in capsys.readouterr().err

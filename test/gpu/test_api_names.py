@@ -1,5 +1,6 @@
-"""Every TensorRT and pycuda name our GPU code uses exists in the real TensorRT 10.3 and pycuda
-wheels (JetPack 6 has TensorRT 10.3), checked without a GPU.
+"""Every TensorRT and pycuda name our GPU code uses exists in the real TensorRT 10.3 (JetPack
+6.1/6.2), TensorRT 11.x (``pip install tensorrt`` on x86) and pycuda wheels, checked without a
+GPU; the names TensorRT 11 removed (weak typing) are in neither our code nor the stand-in.
 
 The fixtures in test/fixtures/api were written by scripts/api_names.py from the wheels named on
 their first line. Names are matched whole or as a suffix of a registered string, because the
@@ -12,6 +13,7 @@ import argparse
 import ast
 import builtins
 import concurrent.futures
+import functools
 import hashlib
 import json
 import os
@@ -30,12 +32,13 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "test" / "fixtures" / "api"
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from api_names import extension_names, python_names  # noqa: E402
+from api_names import dotted, extension_names, python_names  # noqa: E402
 
 #: Modules that call TensorRT or pycuda, and the names they bind those modules to.
 GPU_SOURCES = (
     "compactinst_ros/backends/trt.py",
     "compactinst_ros/backends/trt_build.py",
+    "compactinst_ros/backends/acceptance.py",
     "compactinst_ros/gpu/launch.py",
     "compactinst_ros/gpu/loader.py",
     "compactinst_ros/gpu/preprocess.py",
@@ -49,7 +52,7 @@ GPU_SOURCES = (
 TRT_ROOTS = {"trt", "self._trt"}
 PYCUDA_ROOTS = {"cuda", "self.cuda", "self._cuda"}
 #: The package modules where every attribute must be explained (closed world).
-CLOSED_WORLD = GPU_SOURCES[:7]
+CLOSED_WORLD = GPU_SOURCES[:8]
 
 #: TensorRT 8 names that TensorRT 10 removed; the fixture must not know them.
 REMOVED_IN_TRT10 = (
@@ -69,23 +72,21 @@ def load_names(name: str) -> frozenset[str]:
     return frozenset(lines[1:])
 
 
-TRT_NAMES = load_names("tensorrt-10.3.0.txt")
+#: TensorRT version -> the names its Python bindings register: every version the builder claims.
+TRT_VERSIONS = {
+    "10.3": load_names("tensorrt-10.3.0.txt"),
+    "11.4": load_names("tensorrt-11.4.0.106.txt"),
+}
+TRT_NAMES = TRT_VERSIONS["10.3"]
+TRT_11_NAMES = TRT_VERSIONS["11.4"]
 PYCUDA_NAMES = load_names("pycuda-2026.1.txt")
+#: Removed BuilderFlag names that TensorRT 11 keeps as DataType members (so still registered).
+STILL_DATA_TYPES = frozenset({"BF16", "INT8", "FP8", "INT4", "FP4"})
 
 
 def registered(name: str, names: frozenset[str]) -> bool:
     """Whole name, or the tail of a longer registered string (linker string merging)."""
     return name in names or any(other.endswith(name) for other in names)
-
-
-def dotted(node: ast.expr) -> str | None:
-    """``a.b.c`` for a chain of plain attributes on a name, else None."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
 
 
 def api_uses(tree: ast.AST, roots: set[str], package: str) -> set[str]:
@@ -137,18 +138,28 @@ def test_fixtures_know_the_tensorrt_10_api_and_not_the_removed_one() -> None:
         assert registered(name, PYCUDA_NAMES), name
 
 
-def test_fixture_knows_the_layer_precision_api() -> None:
-    """What the FP32 pins of trt_build.py use. ``ILayer.precision``, ``ILayer.set_output_type``
-    and ``ITensor.dtype`` (pybind11 properties/methods in the 10.3 bindings' pyGraph.cpp) are only
-    stored as the tails of ``compute_precision``, ``reset_output_type`` and ``get_tensor_dtype``,
-    so they are found as suffixes; the others are whole strings."""
-    for name in (
-        "OBEY_PRECISION_CONSTRAINTS", "get_layer", "num_layers", "num_outputs", "get_output",
-        "metadata", "precision_is_set", "get_output_type", "DataType", "FLOAT",
-    ):  # fmt: skip
-        assert name in TRT_NAMES, name
-    for name in ("precision", "set_output_type", "dtype"):
-        assert registered(name, TRT_NAMES), name
+def test_fixtures_know_the_strongly_typed_api_in_both_versions() -> None:
+    """What the strongly typed builder uses is in TensorRT 10.3 and 11.x."""
+    for names in TRT_VERSIONS.values():
+        for name in (
+            "NetworkDefinitionCreationFlag", "STRONGLY_TYPED", "TF32", "clear_flag", "parse",
+            "set_timing_cache", "get_timing_cache", "create_timing_cache", "OnnxParser",
+        ):  # fmt: skip
+            assert name in names, name
+
+
+def test_what_tensorrt_11_removed_is_in_10_3_and_not_in_11() -> None:
+    """The stand-in refuses exactly names the wheels show removed (test_trt_strongly_typed.py
+    shows the refusals): present in 10.3, absent from 11.x unless 11.x keeps the name as a
+    DataType member. The removal list itself is NVIDIA's "Removed Python APIs" page for 11.x."""
+    sys.path.insert(0, str(ROOT / "test" / "gpu" / "emu"))
+    import tensorrt_emu
+
+    for name in tensorrt_emu.REMOVED_IN_TRT11:
+        if name != "FP4":  # new in 10.8 as a flag, removed again in 11
+            assert registered(name, TRT_NAMES), name
+        if name not in STILL_DATA_TYPES:
+            assert not registered(name, TRT_11_NAMES), f"{name} is still in TensorRT 11"
 
 
 def test_extension_names_reads_identifiers_that_end_c_strings() -> None:
@@ -158,16 +169,18 @@ def test_extension_names_reads_identifiers_that_end_c_strings() -> None:
     assert registered("num_errors", frozenset(extension_names(blob)))
 
 
+@pytest.mark.parametrize("version", TRT_VERSIONS)
 @pytest.mark.parametrize("source", GPU_SOURCES)
-def test_module_rooted_names_exist_in_tensorrt_10_3_and_pycuda(source: str) -> None:
+def test_module_rooted_names_exist_in_each_tensorrt_and_pycuda(source: str, version: str) -> None:
     tree = ast.parse((ROOT / source).read_text())
+    trt_names = TRT_VERSIONS[version]
     missing_trt = sorted(
-        n for n in api_uses(tree, TRT_ROOTS, "tensorrt") if not registered(n, TRT_NAMES)
+        n for n in api_uses(tree, TRT_ROOTS, "tensorrt") if not registered(n, trt_names)
     )
     missing_cuda = sorted(
         n for n in api_uses(tree, PYCUDA_ROOTS, "pycuda") if not registered(n, PYCUDA_NAMES)
     )
-    assert not missing_trt, f"{source}: not in TensorRT 10.3: {missing_trt}"
+    assert not missing_trt, f"{source}: not in TensorRT {version}: {missing_trt}"
     assert not missing_cuda, f"{source}: not in pycuda: {missing_cuda}"
 
 
@@ -184,10 +197,9 @@ def test_api_uses_follows_calls_and_ignores_other_roots() -> None:
     assert api_uses(tree, TRT_ROOTS, "tensorrt") == {"Logger", "WARNING"}
 
 
-def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api() -> None:
-    """Closed world: engines, contexts and parsers are not reachable from a module alias, so
-    an attribute that is neither defined by this project nor by Python/numpy must be a name
-    TensorRT 10.3 or pycuda registers (catches TensorRT 8 calls such as execute_async_v2)."""
+@functools.cache
+def known_names() -> tuple[set[str], set[str]]:
+    """(names this project defines, names of Python, numpy and the stdlib modules used)."""
     ours: set[str] = set()
     for path in [*(ROOT / "compactinst_ros").rglob("*.py"), *(ROOT / "scripts").glob("*.py")]:
         text = path.read_text()
@@ -201,24 +213,43 @@ def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api() -> 
         argparse.ArgumentParser, concurrent.futures.ThreadPoolExecutor, concurrent.futures.Future,
     ):  # fmt: skip
         python |= set(dir(obj))
+    return ours, python
+
+
+@pytest.mark.parametrize("version", TRT_VERSIONS)
+def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api(version: str) -> None:
+    """Closed world: engines, contexts and parsers are not reachable from a module alias, so
+    an attribute that is neither defined by this project nor by Python/numpy must be a name
+    TensorRT ``version`` or pycuda registers (catches TensorRT 8 calls such as
+    execute_async_v2, and the weak-typing calls TensorRT 11 removed)."""
+    trt_names = TRT_VERSIONS[version]
+    ours, python = known_names()
     unknown = {}
     for source in CLOSED_WORLD:
         for node in ast.walk(ast.parse((ROOT / source).read_text())):
             if not isinstance(node, ast.Attribute) or node.attr in ours or node.attr in python:
                 continue
-            if not (registered(node.attr, TRT_NAMES) or registered(node.attr, PYCUDA_NAMES)):
+            if not (registered(node.attr, trt_names) or registered(node.attr, PYCUDA_NAMES)):
                 unknown.setdefault(source, set()).add(node.attr)
     assert not unknown, f"attributes found in no API: {unknown}"
 
 
 @pytest.mark.parametrize(
     ("stand_in", "names"),
-    [("tensorrt_emu.py", TRT_NAMES), ("pycuda_emu.py", PYCUDA_NAMES)],
-    ids=["tensorrt", "pycuda"],
+    [
+        ("tensorrt_emu.py", TRT_NAMES),
+        ("tensorrt_emu.py", TRT_11_NAMES),
+        ("pycuda_emu.py", PYCUDA_NAMES),
+    ],
+    ids=["tensorrt-10.3", "tensorrt-11.4", "pycuda"],
 )
 def test_stand_ins_offer_only_real_api_names(stand_in: str, names: frozenset[str]) -> None:
     """The emulation tests' stand-ins (test/gpu/emu) must not invent API: every public method,
-    property and class attribute they define is a name the real wheel registers."""
+    property and class attribute they define is a name the real wheel registers, apart from the
+    names TensorRT 11 removed, which the TensorRT stand-in defines only to refuse them."""
+    sys.path.insert(0, str(ROOT / "test" / "gpu" / "emu"))
+    import tensorrt_emu
+
     tree = ast.parse((ROOT / "test" / "gpu" / "emu" / stand_in).read_text())
     helpers = {"DeviceAllocation", "EmulatedModule", "KernelFunction", "PreparedFunction"}
     invented = set()
@@ -229,6 +260,8 @@ def test_stand_ins_offer_only_real_api_names(stand_in: str, names: frozenset[str
             elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
                 member = node.targets[0].id
             else:
+                continue
+            if member in tensorrt_emu.REMOVED_IN_TRT11:
                 continue
             if not member.startswith("_") and not registered(member, names):
                 invented.add(f"{cls.name}.{member}")

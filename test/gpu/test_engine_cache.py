@@ -24,6 +24,8 @@ def make_key(**changes: object) -> EngineKey:
         precision="fp16",
         input_shapes={"image": [1, 3, 512, 1024]},
         options={"opt_level": 3, "workspace_mib": 1024},
+        gpu_memory_mib=7620,
+        cuda_driver=12060,
     )
     return dataclasses.replace(key, **changes)
 
@@ -54,6 +56,8 @@ def test_digest_changes_with_every_field() -> None:
         make_key(precision="fp32"),
         make_key(input_shapes={"image": [1, 3, 1024, 2048]}),
         make_key(options={"opt_level": 5, "workspace_mib": 1024}),
+        make_key(gpu_memory_mib=15656),
+        make_key(cuda_driver=12020),
     ]
     digests = {base.digest} | {v.digest for v in variants}
     assert len(digests) == len(variants) + 1
@@ -65,7 +69,7 @@ def test_build_then_hit(tmp_path: Path) -> None:
     first = cache.resolve(make_key(), rec.deserialize, rec.build, log=lambda _: None)
     second = cache.resolve(make_key(), rec.deserialize, rec.build, log=lambda _: None)
     assert first == second and len(rec.builds) == 1
-    assert rec.builds[0][1].name.startswith("timing-trt1030-Orin-sm87")
+    assert rec.builds[0][1].name == "timing-trt1030-cuda12060-Orin-sm87-8sm-7620mib.cache"
     engine, sidecar = cache.paths(make_key())
     meta = json.loads(sidecar.read_text())
     assert meta["key"] == make_key().to_json()
@@ -126,3 +130,31 @@ def test_no_temp_files_left(tmp_path: Path) -> None:
     cache = EngineCache(tmp_path)
     cache.store(make_key(), b"ENGINE")
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".engine", ".json"]
+
+
+def test_timing_cache_tells_the_orin_modules_apart(tmp_path: Path) -> None:
+    """CUDA names every Orin module "Orin" with sm_87: SM count and memory tell Nano (8 SMs,
+    8 GB), NX (8 SMs, 16 GB) and AGX (16 SMs) apart, and a CUDA upgrade starts a new cache."""
+    cache = EngineCache(tmp_path)
+    nano = make_key(sm_count=8, gpu_memory_mib=7620)
+    modules = [nano, make_key(sm_count=8, gpu_memory_mib=15656), make_key(sm_count=16)]
+    paths = {cache.timing_cache_path(k) for k in [*modules, make_key(cuda_driver=12020)]}
+    assert len(paths) == 4
+    assert cache.timing_cache_path(nano) == cache.timing_cache_path(make_key())
+
+
+def test_a_refused_engine_is_not_stored(tmp_path: Path) -> None:
+    cache, rec = EngineCache(tmp_path), Recorder()
+
+    def refuse(engine: bytes) -> None:
+        raise BackendError("engine disagrees with the golden outputs")
+
+    with pytest.raises(BackendError, match="disagrees"):
+        cache.resolve(make_key(), rec.deserialize, rec.build, lambda _: None, refuse)
+    assert len(rec.builds) == 1 and list(tmp_path.iterdir()) == []
+    accepted: list[bytes] = []
+    cache.resolve(make_key(), rec.deserialize, rec.build, lambda _: None, accepted.append)
+    assert accepted and cache.lookup(make_key()).status is CacheStatus.HIT
+    cache.resolve(make_key(), rec.deserialize, rec.build, lambda _: None, refuse)  # a hit
+    cache.discard(make_key())
+    assert cache.lookup(make_key()).status is CacheStatus.MISSING

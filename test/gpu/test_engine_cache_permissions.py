@@ -10,13 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from compactinst_ros.backends.engine_cache import (
-    CacheStatus,
-    EngineCache,
-    EngineKey,
-    read_private,
-)
+from compactinst_ros.backends.engine_cache import CacheStatus, EngineCache, EngineKey
 from compactinst_ros.errors import BackendError
+from compactinst_ros.private_files import read_private
 
 KEY = EngineKey(
     stage="encoder",

@@ -71,7 +71,7 @@ def test_engine_build_and_cache_hit(tmp_path: Path) -> None:
         engine_key,
         import_tensorrt,
     )
-    from compactinst_ros.bundle import StageSpec, TensorSpec, sha256_file
+    from compactinst_ros.bundle import StageGraph, StageSpec, TensorSpec, sha256_file
 
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
@@ -87,14 +87,15 @@ def test_engine_build_and_cache_hit(tmp_path: Path) -> None:
     )  # fmt: skip
     trt = import_tensorrt()
     options = BuildOptions(workspace_mib=256)
-    key = engine_key(stage, trt.__version__, device_info(0), options)
+    graph = StageGraph("encoder", "fp32", path.read_bytes(), sha256_file(path))
+    key = engine_key(graph, stage, trt.__version__, device_info(0), options)
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
     cache = EngineCache(tmp_path / "cache")
     builds = []
 
     def build(k, timing):
         builds.append(k)
-        return build_serialized(stage, k, timing, options, progress=False)
+        return build_serialized(graph, stage, k, timing, options, progress=False)
 
     engine = cache.resolve(key, runtime.deserialize_cuda_engine, build, log=lambda _: None)
     assert engine.num_io_tensors == 2

@@ -1,8 +1,8 @@
 """The shipped kernel images (compactinst_ros/gpu/kernels/images): rebuilt here byte for byte
-with NVRTC 12.6, JetPack 6's CUDA, so a source that this compiler rejects, or one edited without
-``make kernels``, fails CI; and read back from their bytes: each holds the architecture its name
-promises in a form a CUDA 12 driver loads, and exactly the kernels of its source with the
-parameter layout the host's prepare() strings pack."""
+with NVRTC 12.6, JetPack 6.1/6.2's CUDA, so a source that this compiler rejects, or one edited
+without ``make kernels``, fails CI; and read back from their bytes: each holds the architecture
+its name promises in a form a CUDA 12 driver loads, and exactly the kernels of its source with
+the parameter layout the host's prepare() strings pack."""
 
 from __future__ import annotations
 

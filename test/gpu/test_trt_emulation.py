@@ -3,12 +3,13 @@ TensorRT is the stand-in of emu/tensorrt_emu.py (engines run the bundle's ONNX g
 Runtime), pycuda the stand-in of emu/pycuda_emu.py (the real kernel sources on the CPU emulator).
 This exercises the engine cache, the build CLI with its progress display, the GPU thread, buffer
 binding by tensor name, the stage chain, events, the overlay path and teardown; the names used
-are checked against real TensorRT 10.3 by test_api_names.py. What it cannot show: TensorRT's
-parser and FP16 numerics, real streams and timing."""
+are checked against real TensorRT 10.3 and 11.x by test_api_names.py. What it cannot show:
+TensorRT's parser and FP16 numerics, real streams and timing."""
 
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -21,10 +22,15 @@ sys.path.insert(0, str(Path(__file__).parent / "emu"))
 
 import tensorrt_emu  # noqa: E402
 
+from compactinst_ros.backends.base import BackendOptions  # noqa: E402
 from compactinst_ros.backends.engine_cache import EngineCache  # noqa: E402
 from compactinst_ros.backends.ort import OrtBackend  # noqa: E402
-from compactinst_ros.backends.trt_build import BuildOptions, engine_key  # noqa: E402
-from compactinst_ros.bundle import ModelBundle, default_bundle_path  # noqa: E402
+from compactinst_ros.backends.trt_build import (  # noqa: E402
+    BuildOptions,
+    engine_key,
+    engine_precision,
+)
+from compactinst_ros.bundle import METADATA_FILE, ModelBundle, default_bundle_path  # noqa: E402
 from compactinst_ros.cli import main as cli_main  # noqa: E402
 from compactinst_ros.errors import BackendError  # noqa: E402
 from compactinst_ros.gpu.frames import encode, smooth_rgb  # noqa: E402
@@ -45,17 +51,22 @@ def test_build_engine_cli_builds_caches_and_rebuilds_corrupt(
     emulated_gpu, tmp_path, capsys
 ) -> None:
     cache_dir = tmp_path / "engines"
-    bundle = default_bundle_path()
+    bundle = shutil.copytree(default_bundle_path(), tmp_path / "fp32_only")
+    meta = json.loads((bundle / METADATA_FILE).read_text())
+    del meta["variants"]  # the shipped fp16/int8 variants: this bundle has only fp32 graphs
+    (bundle / METADATA_FILE).write_text(json.dumps(meta))
     assert cli_main(["build-engine", str(bundle), "--cache-dir", str(cache_dir)]) == 0
     out, err = capsys.readouterr()
     assert err.count("Building engine (2 steps)") == 2  # progress display, one per stage
     assert "building TensorRT engine for 'encoder' (missing" in out
-    assert "TensorRT 10.3.0 on CPU kernel emulator (sm 0.0)" in out
+    assert "has no fp16 graphs, so the TensorRT engines are fp32" in out
+    assert "TensorRT 10.3.0 on CPU kernel emulator (device 0, sm 0.0), fp32 strongly typed" in out
     engines = sorted(cache_dir.glob("*.engine"))
     assert [p.name.split("-")[0] for p in engines] == ["decoder", "encoder"]
-    assert all(p.read_bytes().startswith(tensorrt_emu.PLAN_MAGIC + b"fp16") for p in engines)
-    timing = next(cache_dir.glob("timing-trt1030-*.cache")).read_bytes()
-    assert timing == tensorrt_emu.TIMING_MAGIC + b"++"  # loaded and saved back per build
+    # FP32 math, not TF32 (on by default in TensorRT): the builder cleared it
+    assert all(p.read_bytes().startswith(tensorrt_emu.PLAN_MAGIC + b"fp32") for p in engines)
+    timing = next(cache_dir.glob("timing-trt1030-cuda0-*-1sm-1024mib.cache")).read_bytes()
+    assert timing == tensorrt_emu.TIMING_MAGIC + b"emulated-0:++"  # loaded, saved per build
 
     assert cli_main(["build-engine", str(bundle), "--cache-dir", str(cache_dir)]) == 0
     assert "building" not in capsys.readouterr().out  # both cached
@@ -71,10 +82,13 @@ def test_foreign_engine_is_refused_when_building_is_disabled(emulated_gpu, tmp_p
     with pytest.raises(BackendError, match="building is disabled; run 'compactinst build-engine"):
         Pipeline(bundle, backend="tensorrt", allow_build=False)
     Pipeline(bundle, backend="tensorrt").backend.close()  # builds both
-    other = engine_key(bundle.stages[0], "10.3.0", pycuda_info(), BuildOptions(precision="fp32"))
+    other_options = BuildOptions(opt_level=5)
+    stage = bundle.stages[0]
+    graph = bundle.stage_graph(stage.name, "fp32")
+    other = engine_key(graph, stage, "10.3.0", pycuda_info(), other_options)
     assert not cache.paths(other)[0].exists()
     with pytest.raises(BackendError, match="no usable TensorRT engine for stage 'encoder'"):
-        Pipeline(bundle, backend="tensorrt", allow_build=False, build_options=BuildOptions("fp32"))
+        Pipeline(bundle, backend="tensorrt", allow_build=False, build_options=other_options)
 
 
 def pycuda_info():
@@ -84,8 +98,10 @@ def pycuda_info():
 
 
 def cpu_frame_result(bundle: ModelBundle, tensor: np.ndarray, meta, outputs: OutputSet):
-    """ONNX Runtime stages and the numpy reference post-processing on a given encoder input."""
-    backend = OrtBackend(bundle)
+    """ONNX Runtime stages (the typed graphs of the precision the engines are built in) and the
+    numpy reference post-processing on a given encoder input."""
+    precision = engine_precision(bundle, None, log=lambda _: None)
+    backend = OrtBackend(bundle, BackendOptions(precision=precision))
     try:
         raw = backend.run_decoder(backend.run_encoder(tensor))
     finally:
@@ -123,8 +139,8 @@ def test_tensorrt_backend_frame_path(emulated_gpu, encoding: str, levels: float)
         shown = trt_pipe(frame, encoding, OutputSet(overlay=True))
         assert shown.overlay is not None and shown.overlay.shape == (120, 168, 3)
         assert shown.overlay.dtype == np.uint8 and shown.overlay.flags.c_contiguous
-        described = trt_pipe.backend.describe()
-        assert described["tensorrt"] == "10.3.0"
+        described = trt_pipe.backend.describe()  # fp16: the shipped variant
+        assert described["tensorrt"] == "10.3.0" and described["precision"] == "fp16"
         assert described["gpu_memory_total_mib"] == 1024
     assert set(emulated_gpu.launches) >= {"pre_letterbox", "pp_fused", "pp_finalize", "ov_instance"}
     with pytest.raises(BackendError, match="closed"):
@@ -147,7 +163,7 @@ def test_build_progress_rewrites_a_line_on_a_terminal_and_logs_lines_otherwise(
     network.onnx_bytes = b"graph"
     for stream, throttle in ((Terminal(), 5.0), (io.StringIO(), 5.0), (io.StringIO(), 0.0)):
         monkeypatch.setattr(trt_build, "LOG_PROGRESS_S", throttle)
-        config = tensorrt_emu.BuilderConfig()
+        config = tensorrt_emu.BuilderConfig(b"emulated-0")
         config.progress_monitor = trt_build._progress_monitor(trt, "encoder", stream)
         assert tensorrt_emu.Builder(trt.Logger()).build_serialized_network(network, config)
         text = stream.getvalue()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 #: two resolver runs per distro against PyPI (about 30 s each)
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 REPO = Path(__file__).resolve().parents[2]
 HUMBLE_CONSTRAINTS = REPO / "constraints" / "humble-jetpack6.txt"

@@ -4,7 +4,8 @@ Imported by name (``ros_harness``), not through ``conftest``, so that it cannot 
 another directory's conftest module.
 
 DDS stays on loopback, each fixture gets its own ROS_DOMAIN_ID, and both sides use the
-shipped FastDDS shared-memory profile (config/fastdds_shm.xml).
+shipped loopback-only Fast DDS profile (config/fastdds_loopback.xml: the vehicle profile's shared
+memory, UDP on 127.0.0.1 only), under the variable names the distribution reads (dds_env).
 """
 
 from __future__ import annotations
@@ -22,17 +23,14 @@ from typing import Any
 
 from ros_messages import publisher_count
 
+from compactinst_ros import dds_env
 from compactinst_ros.eval import realtime
 
 REPO = Path(__file__).resolve().parents[2]
-FASTDDS_PROFILE = REPO / "config" / "fastdds_shm.xml"
+FASTDDS_PROFILE = REPO / "config" / "fastdds_loopback.xml"
 
-os.environ.update(
-    ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-    ROS_LOCALHOST_ONLY="1",
-    RMW_IMPLEMENTATION="rmw_fastrtps_cpp",
-    FASTDDS_DEFAULT_PROFILES_FILE=str(FASTDDS_PROFILE),
-)
+os.environ.update(dds_env.loopback_environment(os.environ, FASTDDS_PROFILE))
+os.environ["RMW_IMPLEMENTATION"] = "rmw_fastrtps_cpp"
 
 _DOMAINS = itertools.count(30 + (os.getpid() % 40) * 4)
 
@@ -56,7 +54,7 @@ def cpu_node_params(model: Any, **params: Any) -> dict[str, Any]:
 
 class NodeProcess(realtime.NodeProcess):
     """The node (or its lifecycle variant, or a ``script`` that starts it wrapped) on its own ROS
-    domain; must exit on Ctrl-C."""
+    domain, in ``namespace`` if given; must exit on Ctrl-C."""
 
     def __init__(
         self,
@@ -64,6 +62,7 @@ class NodeProcess(realtime.NodeProcess):
         params: dict[str, Any],
         lifecycle: bool = False,
         script: Path | None = None,
+        namespace: str = "",
     ) -> None:
         log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"compactinst_node_{domain}.log"
         command = (
@@ -71,6 +70,8 @@ class NodeProcess(realtime.NodeProcess):
             if script
             else realtime.node_command(params, lifecycle)
         )
+        if namespace:
+            command += ["-r", f"__ns:={namespace}"]
         super().__init__(command, ros_env(domain), log_path, cwd=REPO)
 
     def stop(self, timeout: float = 15.0) -> int:

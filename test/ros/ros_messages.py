@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from compactinst_ros.ros.convert import POINTFIELD_TYPES
+from compactinst_ros.ros.convert import table_from_msg
 from compactinst_ros.structures import RASTER_ENCODINGS
 
+__all__ = ["publisher_count", "raster_from_image", "table_from_msg"]
+
 _RASTER_DTYPES = {encoding: dtype for dtype, encoding in RASTER_ENCODINGS.items()}
-_COLUMN_DTYPES = {code: dtype for dtype, code in POINTFIELD_TYPES.items()}
 
 
 def raster_from_image(msg: Any) -> np.ndarray:
@@ -23,19 +24,6 @@ def raster_from_image(msg: Any) -> np.ndarray:
     flat = np.frombuffer(msg.data, np.uint8)[: msg.height * msg.step]
     rows = flat.reshape(msg.height, msg.step)[:, : msg.width * dtype.itemsize]
     return rows.view(dtype).reshape(msg.height, msg.width)
-
-
-def table_from_msg(msg: Any) -> np.ndarray:
-    """Structured numpy array of a PointCloud2 table from ``instance/segment_table_msg``."""
-    dtype = np.dtype(
-        {
-            "names": [f.name for f in msg.fields],
-            "formats": [_COLUMN_DTYPES[f.datatype] for f in msg.fields],
-            "offsets": [f.offset for f in msg.fields],
-            "itemsize": msg.point_step,
-        }
-    )
-    return np.frombuffer(msg.data, np.uint8).view(dtype)
 
 
 def publisher_count(node: Any, subscription: Any) -> int:

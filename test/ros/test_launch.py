@@ -28,9 +28,11 @@ from ros_harness import REPO, Client, next_domain
 from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 
+from compactinst_ros import dds_env
+
 pytest.importorskip("rclpy")
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CameraInfo, Image
 
 #: a cold run builds composition_interfaces (about 50 s) and the package with colcon (about 20 s)
 pytestmark = pytest.mark.slow
@@ -82,6 +84,12 @@ def launch_install(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     with interfaces.activated(), pytest.MonkeyPatch.context() as mp:
         mp.setenv("AMENT_PREFIX_PATH", str(prefix), prepend=os.pathsep)
         yield env, prefix
+
+
+def profiles(env: dict[str, str]) -> set[str]:
+    """The profiles a node's environment names; the 3.x variable (read here) must be one."""
+    assert dds_env.PROFILE_VARIABLES[0] in env, "Fast DDS 3.x reads FASTDDS_DEFAULT_PROFILES_FILE"
+    return {env[name] for name in dds_env.PROFILE_VARIABLES if name in env}
 
 
 def load_launch_module(prefix: Path, name: str) -> ModuleType:
@@ -193,6 +201,26 @@ def mask_for_frame(
     return mask
 
 
+def relayed_camera_info(
+    client: Client, infos: Any, image_topic: str, node: str, sec: int
+) -> CameraInfo:
+    """Publish a 160x120 CameraInfo and a frame stamped ``sec`` (again until answered); the
+    node's ``~/camera_info`` for that frame."""
+    client.wait_for(infos.get_subscription_count, 60, f"the node's reader of {infos.topic_name}")
+    info = CameraInfo(width=160, height=120, k=[float(v) for v in range(1, 10)])
+    info.header.stamp.sec = sec
+    frame = image_msg(scene(120, 160, sec), "bgr8", sec=sec)
+    images = client.publisher(Image, image_topic)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and client.stamped(f"{node}/camera_info", sec) is None:
+        infos.publish(info)
+        images.publish(frame)
+        time.sleep(0.5)
+    relayed = client.stamped(f"{node}/camera_info", sec)
+    assert relayed is not None, f"no {node}/camera_info for the frame stamped {sec}"
+    return relayed
+
+
 def write_params(path: Path, **values: Any) -> Path:
     """The shipped parameters file with ``values`` changed."""
     data = yaml.safe_load((REPO / "config" / "compactinst.yaml").read_text())
@@ -229,8 +257,9 @@ def test_single_launch_yaml_wins_unless_given_namespace_name_and_site_profile(
 ):
     env, _ = launch_install
     site_profile = tmp_path / "site_fastdds.xml"
-    shutil.copy(REPO / "config" / "fastdds_shm.xml", site_profile)
-    env = {**env, "FASTDDS_DEFAULT_PROFILES_FILE": str(site_profile)}
+    shutil.copy(REPO / "config" / "fastdds_loopback.xml", site_profile)
+    env = {k: v for k, v in env.items() if k not in dds_env.PROFILE_VARIABLES}
+    env["FASTRTPS_DEFAULT_PROFILES_FILE"] = str(site_profile)  # a Humble site's, kept for 3.x too
     params = write_params(
         tmp_path / "mine.yaml",
         image_topic="cam/yaml_image",
@@ -251,20 +280,25 @@ def test_single_launch_yaml_wins_unless_given_namespace_name_and_site_profile(
         camera_info_topic="/veh/cam/info",
     )
     (pid,) = launch.node_pids(1)
-    assert environ_of(pid)["FASTDDS_DEFAULT_PROFILES_FILE"] == str(site_profile), "site profile"
+    assert profiles(environ_of(pid)) == {str(site_profile)}, "the site's, read by every Fast DDS"
     client = Client(domain)
     try:
         names = ["image_topic", "backend", "model", "ort_threads", "use_sim_time"]
-        assert node_parameters(client, "/veh/seg", names) == {
+        assert node_parameters(client, "/veh/seg", [*names, "camera_info_topic"]) == {
             "image_topic": "cam/yaml_image",
             "backend": "onnxruntime",
             "model": str(random_bundle),
             "ort_threads": 1,
             "use_sim_time": False,
+            "camera_info_topic": "/veh/cam/info",
         }
+        client.subscribe(CameraInfo, "/veh/seg/camera_info")
+        infos = client.publisher(CameraInfo, "/veh/cam/info")
         mask = mask_for_frame(client, "/veh/cam/yaml_image", "/veh/seg/instance_mask", 120, 160, 7)
         assert raster_from_image(mask).shape == (120, 160)
         assert "/veh/cam/yaml_image" in subscribed_topics(client, "/veh/seg")
+        relayed = relayed_camera_info(client, infos, "/veh/cam/yaml_image", "/veh/seg", 8)
+        assert list(relayed.k) == list(range(1, 10)) and relayed.header.frame_id == "camera_bgr8"
     finally:
         client.close()
 
@@ -276,11 +310,12 @@ def test_lifecycle_launch_reaches_active_and_arguments_override_the_yaml(
     from lifecycle_msgs.srv import GetState
 
     explicit_profile = tmp_path / "explicit_fastdds.xml"
-    shutil.copy(REPO / "config" / "fastdds_shm.xml", explicit_profile)
+    shutil.copy(REPO / "config" / "fastdds_loopback.xml", explicit_profile)
     params = write_params(
         tmp_path / "mine.yaml",
         image_topic="/yaml/image",
         backend="tensorrt",
+        precision="int8",
         ort_threads=1,
         outputs=["instance_mask"],
     )
@@ -292,12 +327,13 @@ def test_lifecycle_launch_reaches_active_and_arguments_override_the_yaml(
         model=random_bundle,
         image_topic="/cli/image",
         backend="onnxruntime",
+        precision="fp32",
         use_sim_time="true",
         lifecycle="true",
         fastdds_profile=explicit_profile,
     )
     (pid,) = launch.node_pids(1)
-    assert environ_of(pid)["FASTDDS_DEFAULT_PROFILES_FILE"] == str(explicit_profile)
+    assert profiles(environ_of(pid)) == {str(explicit_profile)}
     client = Client(domain)
     try:
         get_state = client.node.create_client(GetState, "/compactinst/get_state")
@@ -309,10 +345,11 @@ def test_lifecycle_launch_reaches_active_and_arguments_override_the_yaml(
             return future.result().current_state.id == State.PRIMARY_STATE_ACTIVE
 
         client.wait_for(active, 90, f"the lifecycle node to become active:\n{launch.log()}")
-        names = ["image_topic", "backend", "use_sim_time"]
+        names = ["image_topic", "backend", "precision", "use_sim_time"]
         assert node_parameters(client, "/compactinst", names) == {
             "image_topic": "/cli/image",
             "backend": "onnxruntime",
+            "precision": "fp32",
             "use_sim_time": True,
         }
         mask = mask_for_frame(client, "/cli/image", "/compactinst/instance_mask", 96, 128, 5)
@@ -325,7 +362,7 @@ def test_multi_camera_launch_keeps_outputs_apart_and_shares_the_engine_cache(
     launch_install, running, random_bundle, tmp_path
 ):
     env, prefix = launch_install
-    env = {k: v for k, v in env.items() if k != "FASTDDS_DEFAULT_PROFILES_FILE"}
+    env = {k: v for k, v in env.items() if k not in dds_env.PROFILE_VARIABLES}
     params = write_params(
         tmp_path / "mine.yaml", backend="onnxruntime", ort_threads=1, outputs=["instance_mask"]
     )
@@ -355,13 +392,18 @@ def test_multi_camera_launch_keeps_outputs_apart_and_shares_the_engine_cache(
     shipped = prefix / "share" / "compactinst_ros" / "config" / "fastdds_shm.xml"
     for pid in pids:
         node_env = environ_of(pid)
-        assert node_env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(shipped), "no profile: shipped"
+        assert profiles(node_env) == {str(shipped)}, "no profile: the shipped vehicle profile"
         assert node_env["COMPACTINST_ENGINE_CACHE"] == str(cache)
     client = Client(domain)
     try:
-        for node in ("/cam_a/compactinst", "/cam_b/compactinst"):
-            params_now = node_parameters(client, node, ["engine_cache_dir", "model"])
-            assert params_now == {"engine_cache_dir": str(cache), "model": str(random_bundle)}
+        cameras_info = (("/cam_a/compactinst", ""), ("/cam_b/compactinst", "/drivers/b/info"))
+        for node, info_topic in cameras_info:
+            names = ["engine_cache_dir", "model", "camera_info_topic"]
+            assert node_parameters(client, node, names) == {
+                "engine_cache_dir": str(cache),
+                "model": str(random_bundle),
+                "camera_info_topic": info_topic,
+            }
         frames = {
             "cam_a": ("/drivers/a/image", 120, 160, 11),
             "cam_b": ("/cam_b/image", 96, 128, 22),
@@ -431,5 +473,9 @@ def test_multi_camera_launch_builds_tensorrt_engines_once_before_the_nodes(
     assert command == (
         f"compactinst build-engine {default_model} --cache-dir {tmp_path / 'engines'} --device 1"
     )
+    write_params(params, backend="tensorrt", gpu_device=1, precision="fp32")
+    built = next(a for a in multi.camera_actions(context) if isinstance(a, ExecuteProcess))
+    command = " ".join("".join(s.perform(context) for s in part) for part in built.cmd)
+    assert command.endswith("--device 1 --precision fp32"), "the nodes' precision is built"
     assert not any(isinstance(a, GroupAction) for a in actions), "the nodes wait for the build"
     assert sum(isinstance(a, RegisterEventHandler) for a in actions) == 1

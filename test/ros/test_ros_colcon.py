@@ -46,6 +46,7 @@ def test_colcon_build_installs_a_node_that_starts_and_stops(tmp_path, random_bun
         "launch/compactinst.launch.py",
         "config/compactinst.yaml",
         "config/fastdds_shm.xml",
+        "config/fastdds_loopback.xml",
         "rviz/compactinst.rviz",
     ):
         assert (share / rel).is_file(), rel

@@ -1,5 +1,6 @@
-"""The health checks' arithmetic (FrequencyStatus / TimeStampStatus semantics) and stamp
-matching, without DDS; the node-level behaviour: test_ros_health.py, test_ros_camera_info.py."""
+"""The health checks' arithmetic (FrequencyStatus / TimeStampStatus semantics), stamp
+matching and the per-reason error log and counts, without DDS; the node-level behaviour:
+test_ros_health.py, test_ros_camera_info.py."""
 
 from __future__ import annotations
 
@@ -9,9 +10,28 @@ pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticStatus
 
 from compactinst_ros.ros.camera_info import StampMatcher
+from compactinst_ros.ros.diagnostics import (
+    MAX_REASONS,
+    OTHER_REASON,
+    REASON_KEY,
+    FrameStats,
+    ReasonThrottle,
+    error_reason,
+    health_status,
+)
 from compactinst_ros.ros.health import FrequencyStatus, HealthLimits, HealthMonitor
 
 MS = 1_000_000
+#: seven distinct bad-frame messages, as the converters word them
+BAD_FRAMES = (
+    "step 100 is smaller than width x channels = 1920 (640 px); fix the driver",
+    "image data has 10 bytes, fewer than height x step = 1920; the message is truncated",
+    "unsupported image encoding 'bayer_rggb8'; publish one of ['bgr8']",
+    "image has zero size (0x640); the camera sent an empty frame",
+    "image 40000x40000 exceeds the 16384-pixel side limit; downscale at the camera",
+    "compressed image is empty; the camera sent no data",
+    "CompressedImage format 'tiff' is not supported; publish one of ['jpeg', 'png']",
+)
 
 
 def test_frequency_window_reaches_back_window_updates():
@@ -80,3 +100,42 @@ def test_stamp_matcher_exact_nearest_and_bounded():
     assert matcher.match(300 * MS + MS // 2) == "info3"  # within 1 ms
     assert matcher.match(300 * MS + 2 * MS) is None  # outside the tolerance
     assert matcher.match(100 * MS) is None  # no longer kept
+
+
+def test_each_error_reason_has_its_own_log_window():
+    """One reason logged often never hides another: each is logged once per window, and the
+    suppressed ones are counted for the next line of that reason."""
+    throttle = ReasonThrottle(window_s=2.0)
+    reasons = [error_reason(f"bad input frame: {m}") for m in BAD_FRAMES]
+    assert len(set(reasons)) == len(BAD_FRAMES)
+    logged = [throttle.admit(r, now=0.1 * i) for i, r in enumerate(reasons)]
+    assert logged == [0] * len(BAD_FRAMES)  # seven reasons 0.1 s apart: all seven logged
+    assert throttle.admit(reasons[0], now=1.0) is None
+    assert throttle.admit(reasons[0], now=1.5) is None
+    assert throttle.admit(reasons[1], now=1.9) is None
+    assert throttle.admit(reasons[0], now=2.1) == 2  # next window: two suppressed meanwhile
+    assert throttle.admit(reasons[1], now=2.2) == 1
+
+
+def test_frame_stats_count_each_reason_and_diagnostics_show_every_count():
+    stats = FrameStats()
+    for message in [*BAD_FRAMES, BAD_FRAMES[0].replace("640", "320"), BAD_FRAMES[0]]:
+        stats.on_error(f"bad input frame: {message}", input_error=True)
+    stats.on_error("RuntimeError: CUDA out of memory", input_error=False)
+    report = stats.tick()
+    counts = report["error_reasons"]
+    assert len(counts) == len(BAD_FRAMES) + 1
+    assert counts[error_reason(f"bad input frame: {BAD_FRAMES[0]}")] == 3  # sizes differ: 1 reason
+    status = health_status("n", report, {}, 1, 2.0, True)
+    values = {kv.key: kv.value for kv in status.values}
+    shown = {k[len(REASON_KEY) :]: int(v) for k, v in values.items() if k.startswith(REASON_KEY)}
+    assert shown == counts and values["input_errors"] == str(len(BAD_FRAMES) + 2)
+    assert "bad input frame: step N is smaller than width x channels = N (N px)" in shown
+
+
+def test_reasons_beyond_the_limit_are_counted_as_other():
+    stats = FrameStats()
+    for i in range(MAX_REASONS + 5):
+        stats.on_error(f"RuntimeError: failure kind {'x' * i}", input_error=False)
+    counts = stats.tick()["error_reasons"]
+    assert len(counts) == MAX_REASONS + 1 and counts[OTHER_REASON] == 5

@@ -3,6 +3,8 @@ that cannot match a publisher is reported on /diagnostics."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 
 import pytest
@@ -149,8 +151,12 @@ def test_lifecycle_transitions_and_incompatible_qos(random_bundle, make_client):
     assert code == 0, node.log()
 
 
-def test_lifecycle_failed_activate_stays_inactive_and_an_error_cleans_up(random_bundle):
-    """An activate that fails on purpose returns FAILURE; one that raises ends unconfigured."""
+def test_lifecycle_failed_transitions_log_report_and_return_failure(
+    random_bundle, make_client, tmp_path, capfd
+):
+    """Any exception in configure or activate is logged (a plain one with its traceback),
+    reported on /diagnostics where the node has it, and returns FAILURE: configure ends
+    unconfigured, activate stays inactive with the model loaded."""
     import rclpy
     from rclpy.context import Context
     from rclpy.lifecycle import TransitionCallbackReturn
@@ -159,28 +165,59 @@ def test_lifecycle_failed_activate_stays_inactive_and_an_error_cleans_up(random_
     from compactinst_ros.errors import ConfigError
     from compactinst_ros.ros.node import _lifecycle_class
 
+    broken = tmp_path / "broken_bundle"  # "source" must be a mapping: a ValueError in loading
+    shutil.copytree(random_bundle, broken)
+    meta = json.loads((broken / "bundle.json").read_text())
+    (broken / "bundle.json").write_text(json.dumps({**meta, "source": "exported by hand"}))
+
     def refuse() -> None:
         raise ConfigError("refused on purpose")
 
     def crash() -> None:
         raise RuntimeError("crashed on purpose")
 
+    domain = next_domain()
+    client = make_client(domain)
+    client.subscribe(DiagnosticArray, "/diagnostics")
     context = Context()
-    rclpy.init(context=context, domain_id=next_domain())
-    params = [Parameter("model", value=str(random_bundle)), Parameter("ort_threads", value=1)]
+    rclpy.init(context=context, domain_id=domain)
+    params = [Parameter("model", value=str(broken)), Parameter("ort_threads", value=1)]
     node = _lifecycle_class()(context=context, parameter_overrides=params)
     try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert node.core.worker is None and not node.core.pubs  # back to unconfigured
+        log = capfd.readouterr().err
+        assert "configure failed: ValueError: dictionary update sequence" in log, log
+        assert "Traceback (most recent call last)" in log and "bundle.py" in log, log
+
+        node.set_parameters([Parameter("model", value=str(random_bundle))])
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         activate = node.core.activate
         node.core.activate = refuse
         assert node.trigger_activate() == TransitionCallbackReturn.FAILURE
         assert node.core.worker is not None and not node.core.active  # still inactive, loaded
+        log = capfd.readouterr().err
+        assert "activate failed: refused on purpose" in log and "Traceback" not in log, log
+
+        client.wait_for(lambda: client.matched("/diagnostics"), 20, "the node's /diagnostics")
+        node.core.activate = crash
+        assert node.trigger_activate() == TransitionCallbackReturn.FAILURE
+        assert node.core.worker is not None and not node.core.active
+        log = capfd.readouterr().err
+        assert "activate failed: RuntimeError: crashed on purpose" in log, log
+        assert "Traceback (most recent call last)" in log, log
+        report = client.wait_for(
+            lambda: "crashed on purpose" in client.latest_diagnostics().get("_message", "")
+            and client.latest_diagnostics(),
+            10,
+            "the failed activate on /diagnostics",
+        )
+        assert report["_level"] == b"\x02"  # ERROR
+        assert report["last_error"] == "activate failed: RuntimeError: crashed on purpose"
+
         node.core.activate = activate
         assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
         assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
-        node.core.activate = crash
-        assert node.trigger_activate() == TransitionCallbackReturn.ERROR
-        assert node.core.worker is None and not node.core.pubs  # on_error released everything
     finally:
         node.destroy_node()
         rclpy.try_shutdown(context=context)

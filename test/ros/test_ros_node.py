@@ -11,6 +11,7 @@ import pytest
 from ros_harness import Client, NodeProcess, next_domain
 from ros_messages import raster_from_image, table_from_msg
 
+from compactinst_ros.ros.diagnostics import REASON_KEY
 from compactinst_ros.structures import STAGES
 
 pytest.importorskip("rclpy")
@@ -317,6 +318,45 @@ def test_bad_input_is_reported_and_the_next_frame_processed(ros, case):
     wait_outputs(client, good.header.stamp.sec, (f"{NS}/instance_mask",))
 
 
+#: bad frames whose reasons the cases above do not use (those may still be in their log
+#: window): the change, what the log line says, what its reason on /diagnostics says
+DISTINCT_BAD_FRAMES = (
+    (dict(step=10), "step 10 is smaller", "step N is smaller than width x channels = N"),
+    (dict(encoding="yuv422", width=79), "even width, got 79", "even width, got N"),
+    (dict(format="jpeg", data=b""), "compressed image is empty", "compressed image is empty"),
+    (dict(format="tiff", data=b"II*\0"), "format 'tiff' is not", "format '...' is not"),
+    (dict(format="png", data=b"\xff\xd8\xff" + bytes(64)), "says 'png' but", "says '...' but"),
+)
+
+
+def test_distinct_bad_frames_in_quick_succession_are_each_logged_and_counted(ros):
+    """Each reason has its own log window, and /diagnostics counts every reason."""
+    node, client, raw, comp = ros
+    before = int(client.settled_diagnostics()["input_errors"])
+    log_start = len(node.log())
+    for change, _, _ in DISTINCT_BAD_FRAMES:
+        if "data" in change:
+            comp.publish(CompressedImage(format=change["format"], data=change["data"]))
+        else:
+            bad = image_msg(scene(64, 80), "bgr8")
+            for key, value in change.items():
+                setattr(bad, key, value)
+            raw.publish(bad)
+        time.sleep(0.15)  # one frame in the mailbox at a time: none replaced unprocessed
+    diag = client.wait_for(
+        lambda: (d := client.latest_diagnostics())
+        and int(d["input_errors"]) >= before + len(DISTINCT_BAD_FRAMES)
+        and d,
+        20,
+        "every bad frame counted",
+    )
+    logged = [line for line in node.log()[log_start:].splitlines() if "bad input frame" in line]
+    reasons = [key for key in diag if key.startswith(REASON_KEY)]
+    for _, in_log, reason in DISTINCT_BAD_FRAMES:
+        assert sum(in_log in line for line in logged) == 1, (in_log, logged)
+        assert sum(reason in key and int(diag[key]) >= 1 for key in reasons) == 1, (reason, diag)
+
+
 def test_input_qos_follows_the_publishers(ros):
     _, client, _, _ = ros
     d = client.wait_for(
@@ -331,3 +371,4 @@ def test_input_qos_follows_the_publishers(ros):
     )
     assert d["backend"] == "onnxruntime"
     assert d["model"] == "compactinst_demo"
+    assert d["precision"] == "backend default"  # precision: auto, and ORT does not report one

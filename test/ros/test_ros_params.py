@@ -109,29 +109,51 @@ def test_descriptors_say_which_parameters_change_at_run_time():
 
 
 def test_run_time_refusals_read_as_the_start_up_errors():
-    """One validation path: an invalid value set later is refused with the start-up reason."""
+    """One validation path: an invalid value set later is refused with the start-up reason; a
+    value out of range is refused by rclpy's descriptor check, naming the range and the value."""
     import rclpy
     from rclpy.context import Context
     from rclpy.node import Node
 
     context = Context()
     rclpy.init(context=context, domain_id=next_domain())
-    overrides = [Parameter("model", value="/m"), Parameter("score_threshold", value=1.5)]
-    nodes = [Node(f"n{i}", context=context, parameter_overrides=overrides[:i]) for i in (1, 2)]
+    set_later = Node("n1", context=context, parameter_overrides=[Parameter("model", value="/m")])
     try:
-        set_later, started_with_it = nodes
         declare_parameters(set_later, lambda: False, lambda config: None)
         (choice,) = set_later.set_parameters([Parameter(k, value=v) for k, v in BAD_CHOICE.items()])
         assert not choice.successful and choice.reason == start_up_error(BAD_CHOICE)
         (bounds,) = set_later.set_parameters([Parameter("score_threshold", value=1.5)])
-        assert refused(bounds, "score_threshold", "out of range")
-        with pytest.raises(ConfigError) as start_up:
-            declare_parameters(started_with_it, lambda: False, lambda config: None)
-        assert bounds.reason in str(start_up.value)
+        assert refused(bounds, "score_threshold", "out of range", "Max: 1.0", "1.5")
     finally:
-        for node in nodes:
-            node.destroy_node()
+        set_later.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("score_threshold", 1.5, ("0.0 to 1.0", "score_threshold:=0.3 (the default)")),
+        ("max_instances", 0, ("1 to 65535", "max_instances:=100 (the default)")),
+    ],
+)
+def test_out_of_range_at_start_names_the_parameter_value_range_and_fix(name, value, words):
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.node import Node
+
+    context = Context()
+    rclpy.init(context=context, domain_id=next_domain())
+    node = Node("n2", context=context, parameter_overrides=[Parameter(name, value=value)])
+    try:
+        with pytest.raises(ConfigError) as start_up:
+            declare_parameters(node, lambda: False, lambda config: None)
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+    message = str(start_up.value)
+    assert message.startswith(f"parameter {name}:={value} is out of range: {name} ("), message
+    assert all(w in message for w in words), message
+    assert "Reason" not in message and f": {name};" not in message  # no rclpy text twice
 
 
 def test_plain_node_applies_run_time_changes_and_refuses_the_rest(random_bundle, make_client):

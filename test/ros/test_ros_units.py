@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import threading
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("rclpy")
+from rcl_interfaces.msg import ParameterType
 from rclpy.qos import ReliabilityPolicy
 from ros_messages import publisher_count, raster_from_image, table_from_msg
 from std_msgs.msg import Header
@@ -30,6 +32,7 @@ from compactinst_ros.ros.params import (
 )
 from compactinst_ros.ros.publishers import output_set
 from compactinst_ros.ros.qos import matched_reliability
+from compactinst_ros.ros.tool import typed_value
 from compactinst_ros.ros.worker import Frame, Mailbox, Worker
 from compactinst_ros.structures import (
     RASTER_ENCODINGS,
@@ -217,6 +220,18 @@ def test_read_config_makes_the_typed_options():
     assert config.options.overlay_alpha == 0.25
 
 
+def test_precision_parameter_picks_the_backends_graphs():
+    """auto leaves the backend its default; fp32/fp16/int8 reach BackendOptions; others fail."""
+    values = {name: spec.default for name, spec in PARAMETERS.items()} | {"model": "/m"}
+    assert values["precision"] == "auto"
+    assert read_config(values).backend_options.precision is None
+    for precision in ("fp32", "fp16", "int8"):
+        config = read_config(values | {"precision": precision})
+        assert config.backend_options.precision == precision
+    with pytest.raises(ConfigError, match=r"precision='fp64' is invalid; choose one of \['auto'"):
+        read_config(values | {"precision": "fp64"})
+
+
 def test_output_set_follows_the_subscribed_outputs():
     """The overlay alone asks for the overlay only: the Pipeline adds the instance raster."""
     assert output_set({}) == OutputSet(False, False, False, False)
@@ -225,3 +240,40 @@ def test_output_set_follows_the_subscribed_outputs():
     assert output_set({"instance_table": True}) == OutputSet(True, False, False, False)
     assert output_set({"panoptic_segments": True}) == OutputSet(False, True, False, False)
     assert output_set({"semantic": True, "latency": True}) == OutputSet(False, False, True, False)
+
+
+def test_tool_values_take_the_parameters_type():
+    """``compactinst ros param-set`` text -> the parameter's type; a mismatch names the type."""
+    assert typed_value("1", ParameterType.PARAMETER_DOUBLE) == 1.0
+    assert isinstance(typed_value("1", ParameterType.PARAMETER_DOUBLE), float)
+    assert typed_value("3", ParameterType.PARAMETER_INTEGER) == 3
+    assert typed_value("false", ParameterType.PARAMETER_BOOL) is False
+    assert typed_value("0.5", ParameterType.PARAMETER_STRING) == "0.5"
+    arrays = typed_value("[overlay, 1]", ParameterType.PARAMETER_STRING_ARRAY)
+    assert arrays == ["overlay", "1"]
+    for text, kind, name in (
+        ("high", ParameterType.PARAMETER_DOUBLE, "double"),
+        ("1.5", ParameterType.PARAMETER_INTEGER, "integer"),
+        ("[a: b", ParameterType.PARAMETER_STRING_ARRAY, "string_array"),
+    ):
+        with pytest.raises(ConfigError, match=f"value '.*' is not a {name}, the parameter's type"):
+            typed_value(text, kind)
+
+
+def test_table_reader_follows_the_messages_byte_order():
+    """A big-endian table (another host's) decodes to the same values."""
+    inst = Instances(
+        ids=np.array([1, 2], np.uint16),
+        class_index=np.array([0, 3], np.int32),
+        label_id=np.array([1, 4], np.int32),
+        score=np.array([0.9, 0.5], np.float32),
+        box=np.array([[0, 1, 5, 6], [2, 2, 9, 9]], np.float32),
+        area=np.array([25, 49], np.int64),
+    )
+    little = convert.instance_table_msg(Header(), inst)
+    big = convert.instance_table_msg(Header(), inst)
+    big.is_bigendian = True
+    rows = np.frombuffer(bytes(little.data), convert.INSTANCE_TABLE)
+    big.data = array.array("B", rows.astype(convert.INSTANCE_TABLE.newbyteorder(">")).tobytes())
+    for name in convert.INSTANCE_TABLE.names:
+        assert table_from_msg(big)[name].tolist() == table_from_msg(little)[name].tolist(), name

@@ -7,11 +7,12 @@ cache prefix, and the node runs with that prefix on its paths.
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 import numpy as np
 import pytest
 from interface_build import VISION_MSGS, built_for_test
-from ros_harness import Client, NodeProcess, next_domain
+from ros_harness import REPO, Client, NodeProcess, next_domain
 from ros_messages import raster_from_image, table_from_msg
 from test_ros_node import image_msg, scene
 
@@ -21,6 +22,7 @@ pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, PointCloud2
+from std_msgs.msg import Header
 
 #: a cold run compiles the messages (about 20-30 s on 2 cores); cached runs take about 5 s
 pytestmark = pytest.mark.slow
@@ -142,3 +144,70 @@ def test_label_info_is_transient_local_with_every_label(vision):
     )
     assert info.threshold == pytest.approx(SCORE_THRESHOLD)
     assert info.header.stamp.sec > 0
+
+
+def vision_msgs_4_0(msgs: ModuleType) -> ModuleType:
+    """The built vision_msgs.msg cut down to the messages of vision_msgs 4.0.0 (fixture from its
+    upstream tag), each checked to have exactly 4.0.0's fields."""
+    lines = (REPO / "test" / "fixtures" / "ros_api" / "vision_msgs-4.0.0.txt").read_text()
+    fields: dict[str, set[str]] = {}
+    for kind, name, *_ in (line.split() for line in lines.splitlines()[1:]):
+        if kind == "class":
+            fields[name.rpartition(".")[2]] = set()
+        elif kind == "field":
+            owner, _, field = name.rpartition(".")
+            fields[owner.rpartition(".")[2]].add(field)
+    view = ModuleType("vision_msgs.msg")
+    for name, expected in fields.items():
+        message = getattr(msgs, name)
+        assert set(message.get_fields_and_field_types()) == expected, name
+        setattr(view, name, message)
+    return view
+
+
+def test_vision_msgs_4_0_keeps_detections_and_turns_label_info_off_once(
+    vision_msgs_prefix, random_bundle, capfd
+):
+    """Humble shipped vision_msgs 4.0.0, without LabelInfo, until February 2023."""
+    import rclpy
+    from rclpy.context import Context
+
+    from compactinst_ros.ros.convert import detections_msg
+    from compactinst_ros.ros.publishers import vision_publishers
+    from compactinst_ros.structures import Instances
+
+    labels = ModelBundle.load(random_bundle).labels
+    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+    with vision_msgs_prefix.activated():
+        msgs = importlib.import_module("vision_msgs.msg")
+        old = vision_msgs_4_0(msgs)
+        assert not hasattr(old, "LabelInfo") and hasattr(msgs, "LabelInfo")
+        context = Context()
+        rclpy.init(context=context, domain_id=next_domain())
+        node = rclpy.create_node("vision_msgs_4_0", context=context)
+        try:
+            assert set(vision_publishers(node, msgs, labels, 0.3, qos)) == {
+                "detections",
+                "label_info",
+            }
+            first = vision_publishers(node, old, labels, 0.3, qos)
+            second = vision_publishers(node, old, labels, 0.3, qos)  # a re-configure
+            assert set(first) == set(second) == {"detections"}
+            instances = Instances(
+                ids=np.array([1], np.uint16),
+                class_index=np.array([0], np.int32),
+                label_id=np.array([labels.ids[0]], np.int32),
+                score=np.array([0.9], np.float32),
+                box=np.array([[2, 4, 12, 10]], np.float32),
+                area=np.array([60], np.int64),
+            )
+            header = Header(frame_id="cam")
+            dets = detections_msg(header, instances, old)
+            first["detections"].publish(dets)
+            assert dets.detections[0].bbox.center.position.x == 7.0
+        finally:
+            node.destroy_node()
+            rclpy.try_shutdown(context=context)
+    log = capfd.readouterr().err
+    assert log.count("the installed vision_msgs has no LabelInfo") == 1, log
+    assert "~/label_info is off, ~/detections works" in log

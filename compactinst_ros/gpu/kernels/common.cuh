@@ -1,8 +1,8 @@
 // Shared device helpers for the CompactInst kernels (pre-processing, post-processing, overlay).
 //
-// Arithmetic that must agree bit for bit with the numpy twin (gpu/twin.py) and the
-// numpy reference uses explicit round-to-nearest intrinsics, so nvcc cannot contract it into
-// FMAs: a + (b - a) * w is evaluated as three separately rounded float operations.
+// Every float operation is rounded on its own, as the numpy twin (gpu/twin.py) and the spec
+// compute: the images are built with --fmad=false, and the interpolation also spells it out
+// with round-to-nearest intrinsics (docs/gpu.md, "Float arithmetic").
 #pragma once
 
 #ifdef __CUDACC_RTC__

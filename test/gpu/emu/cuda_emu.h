@@ -4,7 +4,8 @@
 // switches to the next thread, and a block advances only when every thread has reached the
 // barrier (or returned). A fiber is entered once with swapcontext; every later switch is
 // _setjmp/_longjmp, which skips swapcontext's signal-mask system call. Blocks run one after another, which is one legal CUDA schedule.
-// Floating point is IEEE float32 without contraction (-ffp-contract=off); expf is the host's.
+// Floating point is IEEE float32 without contraction (-ffp-contract=off); expf is the host's
+// (docs/gpu.md, "Float arithmetic": the spec's, the emulator's and the kernels' semantics).
 #pragma once
 
 #include <algorithm>

@@ -10,6 +10,9 @@ The stand-in reads the image (gpu/images.py): a module offers only the kernels t
 and a launch must pack its arguments at the offsets the image gives its parameters; the
 emulator then runs those kernels from the same sources, which the images' manifest digests.
 
+The emulated devices (one unless ``install`` is told more) share that host memory; a primary
+context pushed makes its device current (``_context_stack``, read by the TensorRT stand-in's
+builder, as TensorRT builds on the current context).
 Device memory is host memory with a guard band after every allocation (checked after every
 launch, so an out-of-bounds kernel write fails loudly). ``prepared_async_call`` packs the
 arguments with ``struct.pack`` of the prepare string, as pycuda does, and the emulator reads that
@@ -19,7 +22,6 @@ buffer through the kernel's C++ signature. Work runs eagerly in stream order, on
 from __future__ import annotations
 
 import ctypes
-import functools
 import importlib.machinery
 import shutil
 import struct
@@ -47,6 +49,10 @@ EMU_DIR = Path(__file__).resolve().parent
 PREBUILT_LIBRARY_ENV = "COMPACTINST_TEST_EMU_LIBRARY"
 GUARD = 256
 GUARD_BYTE = 0xA5
+#: Ordinals of the pushed contexts, innermost last (``install`` gives each test a new list).
+_context_stack: list[int] = []
+#: How many emulated devices there are (``install`` sets it).
+_device_count = 1
 
 
 def build_library(out_dir: Path) -> ctypes.CDLL:
@@ -127,39 +133,52 @@ class LogicError(Error):
 
 
 class Context:
-    """The primary context: push/pop and its device."""
+    """A device's primary context: push makes it current, pop undoes the innermost push."""
+
+    def __init__(self, ordinal: int) -> None:
+        self.ordinal = ordinal
 
     @staticmethod
     def get_device() -> Device:
-        """The one emulated device."""
-        return Device(0)
+        """The device of the current context; device 0 with none pushed (the launchers' tests
+        call them without a context, which the real driver would refuse)."""
+        return Device(_context_stack[-1] if _context_stack else 0)
 
     def push(self) -> None:
-        """Nothing to make current."""
+        """Make this context current."""
+        _context_stack.append(self.ordinal)
 
     def pop(self) -> None:
-        """Nothing to release."""
+        """Release the current context, which must be this one."""
+        if not _context_stack or _context_stack[-1] != self.ordinal:
+            raise LogicError(f"context of device {self.ordinal} popped but not current")
+        _context_stack.pop()
 
 
 class Device:
-    """The one emulated device."""
+    """An emulated device (all run the kernels on the CPU emulator)."""
 
     def __init__(self, ordinal: int) -> None:
-        if ordinal != 0:
-            raise ValueError(f"the emulator has one device, not {ordinal + 1}")
+        if not 0 <= ordinal < _device_count:
+            raise LogicError(f"cuDeviceGet failed: invalid device ordinal {ordinal}")
+        self.ordinal = ordinal
 
     @staticmethod
     def count() -> int:
-        """One device."""
-        return 1
+        """The number of emulated devices."""
+        return _device_count
 
     def name(self) -> str:
         """Says what runs the kernels."""
         return "CPU kernel emulator"
 
     def retain_primary_context(self) -> Context:
-        """A context with nothing behind it."""
-        return Context()
+        """This device's primary context (not yet current)."""
+        return Context(self.ordinal)
+
+    def total_memory(self) -> int:
+        """Bytes of device memory: the nominal 1 GiB of ``mem_get_info``."""
+        return 1 << 30
 
     def compute_capability(self) -> tuple[int, int]:
         """No CUDA architecture: (0, 0)."""
@@ -281,7 +300,7 @@ class PreparedFunction:
     """A kernel after ``prepare``: packs arguments like pycuda and launches on the emulator."""
 
     def __init__(
-        self, driver: EmulatedDriver, name: str, arg_format: str, params: tuple | None
+        self, driver: EmulatedDriver, name: str, arg_format: str, params: tuple
     ) -> None:
         self.driver, self.name, self.arg_format, self.params = driver, name, arg_format, params
 
@@ -291,7 +310,7 @@ class PreparedFunction:
         """struct.pack the arguments (a count or type mismatch raises, as in pycuda), check the
         packing against the image's parameter offsets and sizes, and run."""
         buf = struct.pack(self.arg_format, *args)
-        if self.params is not None and param_layout(self.arg_format) != self.params:
+        if param_layout(self.arg_format) != self.params:
             raise RuntimeError(
                 f"{self.name}: prepare('{self.arg_format}') packs {param_layout(self.arg_format)}"
                 f", the image's parameters are {self.params}"
@@ -302,7 +321,7 @@ class PreparedFunction:
 class KernelFunction:
     """``module.get_function(name)``."""
 
-    def __init__(self, driver: EmulatedDriver, name: str, params: tuple | None) -> None:
+    def __init__(self, driver: EmulatedDriver, name: str, params: tuple) -> None:
         self.driver, self.name, self.params = driver, name, params
 
     def prepare(self, arg_format: str) -> PreparedFunction:
@@ -311,44 +330,34 @@ class KernelFunction:
 
 
 class EmulatedModule:
-    """A loaded module. From ``module_from_buffer``: the kernels of that ``image``, with their
-    parameter layouts. From ``SourceModule`` (the scripts' own one-off kernels): every kernel of
-    runner.cpp, which includes the sources (the given source is not compiled)."""
+    """A module ``module_from_buffer`` loaded: the kernels of that ``image``, with their
+    parameter layouts."""
 
-    def __init__(
-        self,
-        driver: EmulatedDriver,
-        source: str = "",
-        image: ImageInfo | None = None,
-        **options: Any,
-    ) -> None:
+    def __init__(self, driver: EmulatedDriver, image: ImageInfo) -> None:
         self.driver, self.image = driver, image
 
     def get_function(self, name: str) -> KernelFunction:
         """The kernel ``name``: LogicError if the image lacks it, as the driver's
-        ``cuModuleGetFunction``; from a SourceModule an unknown name fails at launch."""
-        if self.image is None:
-            return KernelFunction(self.driver, name, None)
+        ``cuModuleGetFunction``."""
         if name not in self.image.params:
             raise LogicError(f"cuModuleGetFunction failed: named symbol not found ({name})")
         return KernelFunction(self.driver, name, self.image.params[name])
 
 
-def install(monkeypatch: Any, lib: ctypes.CDLL, target: str = "sm_87") -> EmulatedDriver:
-    """Make ``pycuda.driver`` and ``pycuda.compiler.SourceModule`` use the emulator for one test,
-    with the loader told to hand over the shipped image for ``target``."""
+def install(
+    monkeypatch: Any, lib: ctypes.CDLL, target: str = "sm_87", devices: int = 1
+) -> EmulatedDriver:
+    """Make ``pycuda.driver`` use the emulator for one test, with ``devices`` emulated devices
+    and the loader told to hand over the shipped image for ``target``. There is no
+    ``pycuda.compiler``: nothing here may need nvcc, which a stock Jetson lacks on PATH."""
+    monkeypatch.setattr(sys.modules[__name__], "_context_stack", [])
+    monkeypatch.setattr(sys.modules[__name__], "_device_count", devices)
     driver = EmulatedDriver(lib)
     package = types.ModuleType("pycuda")
     package.__spec__ = importlib.machinery.ModuleSpec("pycuda", None, is_package=True)
     package.__version__ = "emulated"  # type: ignore[attr-defined]
-    compiler = types.ModuleType("pycuda.compiler")
-    compiler.SourceModule = functools.partial(EmulatedModule, driver)  # type: ignore[attr-defined]
-    package.driver, package.compiler = driver, compiler  # type: ignore[attr-defined]
-    for name, module in (
-        ("pycuda", package),
-        ("pycuda.driver", driver),
-        ("pycuda.compiler", compiler),
-    ):
+    package.driver = driver  # type: ignore[attr-defined]
+    for name, module in (("pycuda", package), ("pycuda.driver", driver)):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv(loader.TARGET_ENV, target)
     return driver

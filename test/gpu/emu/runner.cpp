@@ -94,9 +94,6 @@ static void emu_call_packed(void (*kernel)(A...), dim3 grid, dim3 block, const c
   emu_launch(grid, block, [&] { std::apply(kernel, args); });
 }
 
-// scripts/bench_postprocess_gpu.py times one launch of this (its own source, same body).
-extern "C" __global__ void empty_kernel() {}
-
 // 0: launched; 1: unknown kernel; 2: the buffer does not match the kernel's parameters.
 extern "C" int emu_launch_packed(const char* name, unsigned gx, unsigned gy, unsigned bx,
                                  unsigned by, unsigned bz, const char* buf, size_t size) {
@@ -111,7 +108,6 @@ extern "C" int emu_launch_packed(const char* name, unsigned gx, unsigned gy, uns
     else if (kernel == "pre_letterbox") emu_call_packed(pre_letterbox, grid, block, buf, size);
     else if (kernel == "ov_instance") emu_call_packed(ov_instance, grid, block, buf, size);
     else if (kernel == "ov_panoptic") emu_call_packed(ov_panoptic, grid, block, buf, size);
-    else if (kernel == "empty_kernel") emu_call_packed(empty_kernel, grid, block, buf, size);
     else return 1;
   } catch (const std::runtime_error&) {
     return 2;

@@ -1,10 +1,16 @@
-"""Test-only stand-in for the part of the TensorRT 10 Python API our builder and backend use, so
-CI executes trt_build.py and trt.py end to end: a "plan" is the ONNX file's bytes behind a
-header, and an engine runs that graph with ONNX Runtime on the emulated device memory of
-pycuda_emu (host addresses). It checks how the API is driven (static shapes, named tensors,
-every I/O address set before execute_async_v3, FP16 flag, per-layer precision constraints,
-timing cache round trip, progress callbacks), not TensorRT itself. test_api_names.py checks that
-every name used is real TensorRT.
+"""Test-only stand-in for the part of the TensorRT 10.3-11 Python API our builder and backend use,
+so CI executes trt_build.py and trt.py end to end: a "plan" is the typed ONNX graph's bytes
+behind a header, and an engine runs that graph with ONNX Runtime on the emulated device memory
+of pycuda_emu (host addresses). It checks how the API is driven (strongly typed networks only,
+TF32 cleared, static shapes, named tensors, every I/O address set before execute_async_v3, the
+timing cache round trip and its rejection, progress callbacks, the CUDA device current at
+builder creation), not TensorRT itself. test_api_names.py checks that every name used is real
+TensorRT 10.3 and 11.x.
+
+What TensorRT 11 removed (weak typing: the precision builder flags, per-layer precision and
+output types, INT8 calibrators; NVIDIA's "Removed Python APIs and Replacements") is refused with
+an error naming the removal, so a weak-typing call fails CI. ``perturb`` lets a test make an
+engine's outputs wrong (the acceptance check must refuse it).
 
 Parsed layers follow the ONNX parser of TensorRT 10 (onnx-tensorrt ``registerLayer``): one layer
 per non-Constant node, named after the node (``node_of_<output 0>`` when unnamed; a repeated name
@@ -18,7 +24,7 @@ import ctypes
 import enum
 import sys
 import types
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,6 +36,43 @@ last_inputs: dict[str, np.ndarray] = {}
 #: The network and config of the last build_serialized_network (tests look).
 last_build: dict[str, Any] = {}
 TIMING_MAGIC = b"EMUTIMING"
+#: Output name -> function applied to that output by every execute_async_v3 (tests set it).
+perturb: dict[str, Callable[[np.ndarray], np.ndarray]] = {}
+#: Names TensorRT 11 removed, with what replaces them (weak typing and implicit quantization).
+REMOVED_IN_TRT11 = {
+    **dict.fromkeys(
+        ("FP16", "BF16", "INT8", "FP8", "INT4", "FP4"),
+        "typed graphs: FP16 from the ONNX tensor types, INT8 from Q/DQ nodes",
+    ),
+    **dict.fromkeys(
+        ("OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "precision",
+         "set_output_type", "reset_precision", "reset_output_type", "precision_is_set"),
+        "strong typing (types come from the graph)",
+    ),
+    **dict.fromkeys(
+        ("int8_calibrator", "IInt8Calibrator", "IInt8EntropyCalibrator2", "IInt8MinMaxCalibrator",
+         "IInt8EntropyCalibrator", "IInt8LegacyCalibrator", "set_calibration_profile",
+         "get_calibration_profile", "set_quantization_flag", "quantization_flags",
+         "platform_has_fast_fp16", "platform_has_fast_int8"),
+        "explicit quantization with Q/DQ nodes",
+    ),
+}  # fmt: skip
+
+
+def removed(name: str) -> AttributeError:
+    """The error for a name TensorRT 11 removed."""
+    return AttributeError(
+        f"'{name}' was removed in TensorRT 11 (weak typing); use {REMOVED_IN_TRT11[name]}"
+    )
+
+
+class _RefusesRemoved(enum.EnumMeta):
+    """Enum members TensorRT 11 removed raise ``removed`` instead of a bare AttributeError."""
+
+    def __getattr__(cls, name: str) -> Any:
+        if name in REMOVED_IN_TRT11:
+            raise removed(name)
+        raise AttributeError(name)
 
 
 class DataType(enum.Enum):
@@ -57,11 +100,16 @@ class Logger:
         self.severity = severity
 
 
-class BuilderFlag(enum.Enum):
-    """Builder flags used."""
+class BuilderFlag(enum.IntEnum, metaclass=_RefusesRemoved):
+    """Builder flags used (TF32 is on by default, NvInfer.h); ints, as pybind11 enums."""
 
-    FP16 = 0
-    OBEY_PRECISION_CONSTRAINTS = 1
+    TF32 = 6
+
+
+class NetworkDefinitionCreationFlag(enum.IntEnum):
+    """Network creation flags: strongly typed (TensorRT 11: always, the flag kept and ignored)."""
+
+    STRONGLY_TYPED = 1
 
 
 class MemoryPoolType(enum.Enum):
@@ -85,13 +133,12 @@ class Tensor:
 
 
 class Layer:
-    """A parsed layer: name, parser metadata, outputs, and the precision constraints set on it."""
+    """A parsed layer: name, parser metadata and outputs. Its types come from the graph: setting a
+    precision or an output type is refused (strongly typed networks; removed in TensorRT 11)."""
 
     def __init__(self, name: str, metadata: str, outputs: list[Tensor]) -> None:
         self.name, self.metadata = name, metadata
         self._outputs = outputs
-        self._precision: DataType | None = None
-        self._output_types: dict[int, DataType] = {}
 
     @property
     def num_outputs(self) -> int:
@@ -104,31 +151,16 @@ class Layer:
 
     @property
     def precision(self) -> DataType:
-        """Compute precision (FLOAT unless constrained)."""
-        return self._precision or DataType.FLOAT
+        """Refused: a strongly typed network has no layer precision."""
+        raise removed("precision")
 
     @precision.setter
     def precision(self, dtype: DataType) -> None:
-        self._precision = dtype
-
-    @property
-    def precision_is_set(self) -> bool:
-        """Whether a compute precision was constrained."""
-        return self._precision is not None
+        raise removed("precision")
 
     def set_output_type(self, index: int, dtype: DataType) -> None:
-        """Constrain output ``index`` to ``dtype``."""
-        if not 0 <= index < len(self._outputs):
-            raise IndexError(f"layer '{self.name}' has no output {index}")
-        self._output_types[index] = dtype
-
-    def get_output_type(self, index: int) -> DataType:
-        """Constrained type of output ``index`` (FLOAT by default)."""
-        return self._output_types.get(index, DataType.FLOAT)
-
-    def output_type_is_set(self, index: int) -> bool:
-        """Whether output ``index`` has a type constraint."""
-        return index in self._output_types
+        """Refused: a strongly typed network has no output type constraints."""
+        raise removed("set_output_type")
 
 
 def _value_shape(value: onnx.ValueInfoProto) -> tuple[int, ...]:
@@ -138,7 +170,7 @@ def _value_shape(value: onnx.ValueInfoProto) -> tuple[int, ...]:
 
 
 class Network:
-    """Filled by OnnxParser.parse_from_file."""
+    """Filled by OnnxParser.parse; strongly typed."""
 
     def __init__(self) -> None:
         self.onnx_bytes = b""
@@ -203,10 +235,11 @@ class OnnxParser:
         """Error ``index`` of the last parse."""
         return self.errors[index]
 
-    def parse_from_file(self, path: str) -> bool:
-        """True when the file is a valid ONNX model."""
+    def parse(self, model: bytes, path: str | None = None) -> bool:
+        """True when ``model`` (serialized ONNX) is a valid ONNX model; ``path`` would locate
+        external weights, which the bundles do not have."""
         try:
-            blob = Path(path).read_bytes()
+            blob = bytes(model)
             model = onnx.load_from_string(blob)
             onnx.checker.check_model(model)
         except Exception as exc:  # onnx raises DecodeError, ValidationError, OSError
@@ -222,71 +255,117 @@ class OnnxParser:
 
 
 class TimingCache:
-    """Opaque bytes, serialised back unchanged plus one entry per build."""
+    """Opaque bytes: the device it was measured on, then one entry per build."""
 
-    def __init__(self, blob: bytes) -> None:
+    def __init__(self, blob: bytes, device: bytes) -> None:
         if blob and not blob.startswith(TIMING_MAGIC):
             raise ValueError("not a timing cache")
-        self.entries = blob[len(TIMING_MAGIC) :].count(b"+") if blob else 0
+        body = blob[len(TIMING_MAGIC) :]
+        self.device, _, entries = body.partition(b":") if blob else (device, b"", b"")
+        self.entries = entries.count(b"+")
 
     def serialize(self) -> bytes:
         """Bytes to store and pass to create_timing_cache later."""
-        return TIMING_MAGIC + b"+" * self.entries
+        return TIMING_MAGIC + self.device + b":" + b"+" * self.entries
+
+
+def current_device() -> int:
+    """The device of the current emulated CUDA context (0 with none, as the CUDA runtime)."""
+    stack = getattr(sys.modules.get("pycuda_emu"), "_context_stack", None)
+    return stack[-1] if stack else 0
 
 
 class BuilderConfig:
-    """Records what the builder code asks for."""
+    """Records what the builder code asks for; refuses what TensorRT 11 removed."""
 
-    def __init__(self) -> None:
-        self.flags: set[BuilderFlag] = set()
+    _FIELDS = frozenset(
+        {"flags", "pools", "builder_optimization_level", "progress_monitor", "timing_cache",
+         "device"}
+    )  # fmt: skip
+
+    def __init__(self, device: bytes) -> None:
+        self.flags: set[BuilderFlag] = {BuilderFlag.TF32}
         self.pools: dict[MemoryPoolType, int] = {}
         self.builder_optimization_level = 3
         self.progress_monitor: IProgressMonitor | None = None
         self.timing_cache: TimingCache | None = None
+        self.device = device
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in REMOVED_IN_TRT11:
+            raise removed(name)
+        if name not in self._FIELDS:
+            raise AttributeError(f"the stand-in's builder config has no attribute '{name}'")
+        super().__setattr__(name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in REMOVED_IN_TRT11:
+            raise removed(name)
+        raise AttributeError(name)
 
     def set_flag(self, flag: BuilderFlag) -> None:
         """Enable a builder flag."""
         self.flags.add(flag)
+
+    def clear_flag(self, flag: BuilderFlag) -> None:
+        """Disable a builder flag."""
+        self.flags.discard(flag)
+
+    def get_flag(self, flag: BuilderFlag) -> bool:
+        """Whether a builder flag is set."""
+        return flag in self.flags
 
     def set_memory_pool_limit(self, pool: MemoryPoolType, size: int) -> None:
         """Cap a memory pool."""
         self.pools[pool] = size
 
     def create_timing_cache(self, blob: bytes) -> TimingCache:
-        """A timing cache from serialised bytes (empty: a new cache)."""
-        return TimingCache(blob)
+        """A timing cache from serialised bytes (empty: a new cache for this device)."""
+        return TimingCache(blob, self.device)
 
     def set_timing_cache(self, cache: TimingCache, ignore_mismatch: bool) -> bool:
-        """Use ``cache`` for this build."""
+        """Use ``cache`` for this build; False (and no cache) when it was measured on another
+        device, unless ``ignore_mismatch``."""
+        if cache.device != self.device and not ignore_mismatch:
+            self.timing_cache = None
+            return False
         self.timing_cache = cache
         return True
 
-    def get_timing_cache(self) -> TimingCache:
-        """The cache in use (set_timing_cache must come first)."""
-        if self.timing_cache is None:
-            raise RuntimeError("get_timing_cache before set_timing_cache")
+    def get_timing_cache(self) -> TimingCache | None:
+        """The cache in use; None when none was accepted."""
         return self.timing_cache
 
 
 class Builder:
-    """Builds a "plan": the ONNX bytes behind a header naming the precision."""
+    """Builds a "plan": the ONNX bytes behind a header naming the FP32 math (fp32 or tf32), on
+    the CUDA device current when the builder was created."""
 
     def __init__(self, logger: Logger) -> None:
         self.logger = logger
+        self.device = current_device()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in REMOVED_IN_TRT11:
+            raise removed(name)
+        raise AttributeError(name)
 
     def create_network(self, flags: int = 0) -> Network:
-        """TensorRT 10 networks are explicit-batch; flags must be 0."""
-        if flags != 0:
-            raise ValueError("TensorRT 10 takes no network creation flags here")
+        """Only strongly typed networks: a weakly typed one is what TensorRT 11 removed."""
+        if flags != 1 << int(NetworkDefinitionCreationFlag.STRONGLY_TYPED.value):
+            raise ValueError(
+                f"network creation flags {flags}: only strongly typed networks are built here "
+                "(1 << STRONGLY_TYPED); TensorRT 11 removed weakly typed networks"
+            )
         return Network()
 
     def create_builder_config(self) -> BuilderConfig:
-        """A fresh builder config."""
-        return BuilderConfig()
+        """A fresh builder config for this builder's device."""
+        return BuilderConfig(f"emulated-{self.device}".encode())
 
     def build_serialized_network(self, network: Network, config: BuilderConfig) -> bytes | None:
         """Report progress like TensorRT (two phases, nested), then return the plan."""
-        last_build.update(network=network, config=config)
+        last_build.update(network=network, config=config, device=self.device)
         if not network.onnx_bytes or any(d < 0 for t in network.inputs for d in t.shape):
             return None
         monitor = config.progress_monitor
@@ -303,8 +382,8 @@ class Builder:
             monitor.phase_finish("Building engine")
         if config.timing_cache is not None:
             config.timing_cache.entries += 1
-        precision = b"fp16" if BuilderFlag.FP16 in config.flags else b"fp32"
-        return PLAN_MAGIC + precision + network.onnx_bytes
+        math = b"tf32" if BuilderFlag.TF32 in config.flags else b"fp32"
+        return PLAN_MAGIC + math + network.onnx_bytes
 
 
 class ExecutionContext:
@@ -339,7 +418,7 @@ class ExecutionContext:
         last_inputs.update(feeds)
         results = self.engine.session.run(self.engine.output_names, feeds)
         for name, value in zip(self.engine.output_names, results, strict=True):
-            self._view(name)[...] = value
+            self._view(name)[...] = perturb[name](value) if name in perturb else value
         return True
 
 
@@ -404,8 +483,15 @@ def install(monkeypatch: Any, version: str = "10.3.0") -> types.ModuleType:
     module.__stand_in__ = True  # type: ignore[attr-defined]  # scripts/gpu_check.py labels by it
     for name in (
         "Builder", "BuilderFlag", "DataType", "IProgressMonitor", "Logger", "MemoryPoolType",
-        "OnnxParser", "Runtime", "nptype",
+        "NetworkDefinitionCreationFlag", "OnnxParser", "Runtime", "nptype",
     ):  # fmt: skip
         setattr(module, name, globals()[name])
+
+    def refuse(name: str) -> Any:
+        if name in REMOVED_IN_TRT11:
+            raise removed(name)
+        raise AttributeError(f"module 'tensorrt' has no attribute '{name}'")
+
+    module.__getattr__ = refuse  # type: ignore[attr-defined]  # PEP 562
     monkeypatch.setitem(sys.modules, "tensorrt", module)
     return module

@@ -1,0 +1,157 @@
+"""Acceptance of a newly built engine: its outputs on the bundle's golden inputs must agree with
+the typed graph's CPU outputs (``ModelBundle.golden_cases``) within the precision's tolerances.
+
+The decoder is judged as the post-processing reads it (docs/postprocess.md): mask IoU per query
+with the masks binarised at logit 0, class probabilities (softmax over K+1, as instance selection
+and the semantic rule take them) and the semantic class at mask resolution (``class_maps`` with
+its void floor). Any other output (the encoder's features, where the golden file holds them) is
+compared by its largest error relative to the reference's range. Pure numpy: the TensorRT side
+(running the engine) lives in trt_build.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..bundle import DECODER_OUTPUTS, GoldenCase
+from ..errors import BackendError
+from ..postprocess.resample import sigmoid, softmax
+from ..postprocess.semantic import SEMANTIC_VOID_FLOOR, class_maps
+
+#: A query's mask counts for the IoU check when its golden or engine mask covers this many texels
+#: (smaller masks flip on a single texel near logit 0).
+MIN_MASK_TEXELS = 16
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far an engine may be from its graph's CPU outputs on the golden inputs."""
+
+    mask_iou: float  # lowest IoU of a query's mask, binarised at logit 0
+    score: float  # largest absolute difference of a class probability
+    semantic: float  # lowest fraction of mask texels whose semantic class agrees
+    relative: float  # largest error of any other output, relative to its reference's range
+
+
+#: Per precision. The reference is the same typed graph on the CPU, so what differs is TensorRT's
+#: kernel choice and summation order: FP32 (TF32 off) agrees closely; FP16 and INT8 tensors
+#: round at every layer, which moves masks at their borders and probabilities by a few percent.
+TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(mask_iou=0.99, score=1e-3, semantic=0.995, relative=1e-3),
+    "fp16": Tolerance(mask_iou=0.95, score=0.02, semantic=0.98, relative=0.02),
+    "int8": Tolerance(mask_iou=0.85, score=0.05, semantic=0.95, relative=0.1),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One measured agreement: ``value`` against ``limit`` (higher is better when ``at_least``)."""
+
+    tensor: str
+    metric: str
+    value: float
+    limit: float
+    at_least: bool
+    case: int
+
+    @property
+    def passed(self) -> bool:
+        """Whether the value is within the limit."""
+        return self.value >= self.limit if self.at_least else self.value <= self.limit
+
+    @property
+    def excess(self) -> float:
+        """How far past the limit, relative to it (orders the failures: the worst is largest)."""
+        if self.at_least:
+            return (self.limit - self.value) / max(1.0 - self.limit, 1e-6)
+        return (self.value - self.limit) / max(self.limit, 1e-12)
+
+
+def mask_iou(want: np.ndarray, got: np.ndarray) -> float:
+    """Lowest per-query IoU of (…, Q, h, w) mask logits binarised at 0, over the queries whose
+    union covers at least MIN_MASK_TEXELS texels (1.0 when none does)."""
+    a = want.reshape(-1, *want.shape[-2:]) > 0
+    b = got.reshape(-1, *got.shape[-2:]) > 0
+    inter = (a & b).sum(axis=(1, 2))
+    union = (a | b).sum(axis=(1, 2))
+    counted = union >= MIN_MASK_TEXELS
+    if not counted.any():
+        return 1.0
+    return float((inter[counted] / union[counted]).min())
+
+
+def semantic_labels(class_logits: np.ndarray, mask_logits: np.ndarray) -> np.ndarray:
+    """(h, w) semantic class index at mask resolution (-1 = void) of one frame's (Q, K+1) class
+    and (Q, h, w) mask logits, by the semantic rule's class maps and void floor."""
+    maps = class_maps(softmax(class_logits)[:, :-1], sigmoid(mask_logits.astype(np.float32)))
+    best = maps.argmax(axis=0)
+    return np.where(maps.max(axis=0) >= SEMANTIC_VOID_FLOOR, best, -1)
+
+
+def compare(
+    want: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], tol: Tolerance, case: int
+) -> list[Finding]:
+    """Findings for every golden tensor of one case that the engine also produced."""
+    findings = []
+    for name in sorted(set(want) & set(got)):
+        a, b = np.asarray(want[name], np.float32), np.asarray(got[name], np.float32)
+        if a.shape != b.shape:
+            raise BackendError(
+                f"engine output '{name}' is {b.shape}, the golden output {a.shape}; the golden "
+                "file belongs to another export of this model: re-export the bundle"
+            )
+        if name == DECODER_OUTPUTS[0]:
+            diff = float(np.abs(softmax(a) - softmax(b)).max())
+            findings.append(Finding(name, "class probability error", diff, tol.score, False, case))
+        elif name == DECODER_OUTPUTS[1]:
+            iou = mask_iou(a, b)
+            findings.append(Finding(name, "lowest mask IoU", iou, tol.mask_iou, True, case))
+        else:
+            span = max(float(np.abs(a).max()), 1e-6)
+            err = float(np.abs(a - b).max()) / span
+            findings.append(Finding(name, "relative error", err, tol.relative, False, case))
+    if all(n in want and n in got for n in DECODER_OUTPUTS):
+        logits, masks = (np.asarray(want[n], np.float32) for n in DECODER_OUTPUTS)
+        g_logits, g_masks = (np.asarray(got[n], np.float32) for n in DECODER_OUTPUTS)
+        frames = zip(logits.reshape(-1, *logits.shape[-2:]), masks.reshape(-1, *masks.shape[-3:]),
+                     g_logits.reshape(-1, *g_logits.shape[-2:]),
+                     g_masks.reshape(-1, *g_masks.shape[-3:]), strict=True)  # fmt: skip
+        agree = min(
+            float((semantic_labels(wl, wm) == semantic_labels(gl, gm)).mean())
+            for wl, wm, gl, gm in frames
+        )
+        semantic = "pred_logits x pred_masks"
+        findings.append(Finding(semantic, "semantic agreement", agree, tol.semantic, True, case))
+    return findings
+
+
+def check(
+    stage: str,
+    precision: str,
+    cases: Sequence[GoldenCase],
+    outputs: Sequence[Mapping[str, np.ndarray]],
+) -> list[Finding]:
+    """All findings of one stage's engine (``outputs`` per golden case); BackendError naming the
+    stage and the worst tensor when any is outside ``precision``'s tolerance."""
+    tol = TOLERANCES[precision]
+    findings = [
+        f
+        for i, (case, got) in enumerate(zip(cases, outputs, strict=True))
+        for f in compare(case.outputs, got, tol, i)
+    ]
+    failed = [f for f in findings if not f.passed]
+    if failed:
+        worst = max(failed, key=lambda f: f.excess)
+        bound = "at least" if worst.at_least else "at most"
+        raise BackendError(
+            f"the {precision} TensorRT engine of stage '{stage}' fails the acceptance check on "
+            f"the bundle's golden inputs: worst tensor '{worst.tensor}', {worst.metric} "
+            f"{worst.value:.4g} on golden case {worst.case} ({bound} {worst.limit:g} for "
+            f"{precision}; {len(failed)} of {len(findings)} checks failed). The engine was not "
+            "cached. Rebuild with another TensorRT version or precision (--precision fp32), "
+            "or re-export the typed graph and its golden outputs"
+        )
+    return findings

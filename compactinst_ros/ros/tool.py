@@ -1,0 +1,387 @@
+"""``compactinst ros``: drive a running node over rclpy where no ``ros2`` command line exists.
+
+Set and read a parameter (``rcl_interfaces/srv/SetParameters``, ``GetParameters``), drive the
+lifecycle node (``lifecycle_msgs/srv/ChangeState``, ``GetState``), read ``~/instance_table`` or
+``~/panoptic_segments`` (PointCloud2 decoded with numpy from its own fields), read the
+``~/latency/frame`` record, and list the graph's topics. docs/ros.md shows each next to its
+``ros2`` equivalent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import yaml
+
+from ..errors import ConfigError
+
+#: lifecycle transitions by the label rcl_lifecycle gives them in every state they start from,
+#: and ``get`` (the state)
+LIFECYCLE_ACTIONS = ("configure", "activate", "deactivate", "cleanup", "shutdown", "get")
+#: the last name of a topic that ``table`` reads as given; any other name is a node's
+TABLE_TOPICS = ("instance_table", "panoptic_segments")
+LATENCY_TOPIC = "latency/frame"
+#: seconds between a service's discovery and a request that must not be sent twice: one sent
+#: before the reply reader has matched loses its reply (FastDDS)
+REPLY_MATCH_S = 0.5
+#: seconds to wait for the reply of a request that may be sent again
+RETRY_S = 1.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The operations and their arguments."""
+    parser.add_argument(
+        "--domain-id",
+        type=int,
+        default=None,
+        help="ROS_DOMAIN_ID to use (default: the environment's, else 0)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the node and for each answer; a configure that builds a "
+        "TensorRT engine takes minutes (default: %(default)s)",
+    )
+    sub = parser.add_subparsers(dest="operation", metavar="OPERATION", required=True)
+    p = sub.add_parser("param-set", help="set a node parameter (ros2 param set)")
+    p.add_argument("node", help="node name, e.g. /compactinst")
+    p.add_argument("name", help="parameter name, e.g. score_threshold")
+    p.add_argument("value", help="value as YAML (0.5, true, [a, b]); converted to the type")
+    p = sub.add_parser("param-get", help="print a node parameter (ros2 param get)")
+    p.add_argument("node", help="node name, e.g. /compactinst")
+    p.add_argument("name", help="parameter name")
+    p = sub.add_parser("lifecycle", help="drive or ask a lifecycle node (ros2 lifecycle set/get)")
+    p.add_argument("node", help="node name, e.g. /compactinst")
+    p.add_argument("action", choices=LIFECYCLE_ACTIONS, help="a transition, or get the state")
+    for name, what in (("table", "an instance or segment table"), ("latency", "latency records")):
+        p = sub.add_parser(name, help=f"print {what} as they arrive (ros2 topic echo)")
+        p.add_argument(
+            "target",
+            help=f"node name (reads its ~/{TABLE_TOPICS[0] if name == 'table' else LATENCY_TOPIC})"
+            + (f" or a topic ending in {' or '.join(TABLE_TOPICS)}" if name == "table" else "")
+            + (" or a JointState latency topic" if name == "latency" else ""),
+        )
+        p.add_argument(
+            "--count", type=int, default=1, help="messages to print (default: %(default)s)"
+        )
+        p.add_argument("--json", action="store_true", help="one JSON object per message")
+    p = sub.add_parser("topics", help="topics and types in the graph (ros2 topic list -t)")
+    p.add_argument("node", nargs="?", default=None, help="only this node's (default: every topic)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one operation; ConfigError (exit 1) names a node that does not answer or a refusal."""
+    operations: dict[str, Callable[[Session, argparse.Namespace], None]] = {
+        "param-set": _param_set,
+        "param-get": _param_get,
+        "lifecycle": _lifecycle,
+        "table": _table,
+        "latency": _latency,
+        "topics": _topics,
+    }
+    with session(args.domain_id, args.timeout) as ros:
+        operations[args.operation](ros, args)
+    return 0
+
+
+class Session:
+    """One rclpy context and node on a domain, spun from the calling thread while waiting."""
+
+    def __init__(self, domain_id: int | None, timeout: float) -> None:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+
+        self.rclpy = rclpy
+        self.timeout = timeout
+        self.domain_id = (
+            int(os.environ.get("ROS_DOMAIN_ID", "0") or 0) if domain_id is None else domain_id
+        )
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=self.domain_id)
+        self.node = rclpy.create_node(f"compactinst_cli_{os.getpid()}", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+
+    def spin_until(self, done: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Spin until ``done()`` is truthy (returns it) or ``timeout`` passes (returns None)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            value = done()
+            if value or time.monotonic() >= deadline:
+                return value or None
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def call(
+        self, srv_type: type, name: str, request: Any, what: str, idempotent: bool = True
+    ) -> Any:
+        """The response of service ``name``; ConfigError when no node offers it or none comes.
+
+        A reply can be lost while the reply reader is still matching (FastDDS): an
+        ``idempotent`` request is sent again after ``RETRY_S``, any other one only after
+        ``REPLY_MATCH_S``."""
+        client = self.node.create_client(srv_type, name)
+        if not self.spin_until(client.service_is_ready):
+            raise ConfigError(
+                f"no node answers {name} on ROS_DOMAIN_ID {self.domain_id} within "
+                f"{self.timeout:g} s; check the node name ('compactinst ros topics' lists the "
+                "graph), the domain (--domain-id) and that the node runs"
+            )
+        if not idempotent:
+            self.spin_until(lambda: False, REPLY_MATCH_S)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            future = client.call_async(request)
+            wait = deadline - time.monotonic()
+            if self.spin_until(future.done, min(RETRY_S, wait) if idempotent else wait):
+                return future.result()
+            if time.monotonic() >= deadline:
+                raise ConfigError(f"{what}: no answer within {self.timeout:g} s; raise --timeout")
+
+    def close(self) -> None:
+        """Destroy the node and shut the context down."""
+        self.executor.shutdown(timeout_sec=1.0)
+        self.node.destroy_node()
+        self.rclpy.try_shutdown(context=self.context)
+
+
+@contextmanager
+def session(domain_id: int | None, timeout: float) -> Iterator[Session]:
+    """A ``Session``, closed on exit."""
+    ros = Session(domain_id, timeout)
+    try:
+        yield ros
+    finally:
+        ros.close()
+
+
+def _absolute(name: str) -> str:
+    """``name`` with a leading slash (``compactinst`` -> ``/compactinst``)."""
+    return name if name.startswith("/") else f"/{name}"
+
+
+def _get_value(ros: Session, node: str, name: str) -> Any:
+    """The ``rcl_interfaces/msg/ParameterValue`` of ``node``'s ``name``; ConfigError if unset."""
+    from rcl_interfaces.msg import ParameterType
+    from rcl_interfaces.srv import GetParameters
+
+    response = ros.call(
+        GetParameters,
+        f"{node}/get_parameters",
+        GetParameters.Request(names=[name]),
+        f"get {name} of {node}",
+    )
+    value = response.values[0] if response.values else None
+    if value is None or value.type == ParameterType.PARAMETER_NOT_SET:
+        raise ConfigError(
+            f"{node} has no parameter '{name}'; see the parameter table of docs/ros.md "
+            "(or run the node with --help)"
+        )
+    return value
+
+
+def _python_value(value: Any) -> Any:
+    """A ParameterValue message as a Python value."""
+    from rclpy.parameter import parameter_value_to_python
+
+    return parameter_value_to_python(value)
+
+
+def typed_value(text: str, type_id: int) -> Any:
+    """``text`` (YAML) as a value of parameter type ``type_id``: an integer for a double becomes
+    a float, anything for a string stays the text; ConfigError names a value that does not fit."""
+    from rclpy.parameter import Parameter
+
+    kind = Parameter.Type(type_id)
+    if kind == Parameter.Type.STRING:
+        return text
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        parsed = text
+    if kind == Parameter.Type.DOUBLE and isinstance(parsed, int) and not isinstance(parsed, bool):
+        return float(parsed)
+    if kind == Parameter.Type.STRING_ARRAY and isinstance(parsed, list):
+        return [str(v) for v in parsed]
+    if kind == Parameter.Type.DOUBLE_ARRAY and isinstance(parsed, list):
+        parsed = [float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in parsed]
+    if not kind.check(parsed):
+        raise ConfigError(
+            f"value '{text}' is not a {kind.name.lower()}, the parameter's type; e.g. "
+            f"{_EXAMPLES.get(kind.name, '...')}"
+        )
+    return parsed
+
+
+_EXAMPLES = {
+    "DOUBLE": "0.5",
+    "INTEGER": "3",
+    "BOOL": "true",
+    "STRING_ARRAY": "'[instance_mask, overlay]'",
+    "INTEGER_ARRAY": "'[1, 2]'",
+    "DOUBLE_ARRAY": "'[0.5, 1.0]'",
+}
+
+
+def _param_set(ros: Session, args: argparse.Namespace) -> None:
+    from rcl_interfaces.srv import SetParameters
+    from rclpy.parameter import Parameter
+
+    node = _absolute(args.node)
+    old = _get_value(ros, node, args.name)
+    value = typed_value(args.value, old.type)
+    parameter = Parameter(args.name, Parameter.Type(old.type), value)
+    response = ros.call(
+        SetParameters,
+        f"{node}/set_parameters",
+        SetParameters.Request(parameters=[parameter.to_parameter_msg()]),
+        f"set {args.name} on {node}",
+    )
+    result = response.results[0]
+    if not result.successful:
+        raise ConfigError(f"{node} refused {args.name}:={args.value}: {result.reason}")
+    print(f"{node}: {args.name} {_python_value(old)!r} -> {value!r}")
+
+
+def _param_get(ros: Session, args: argparse.Namespace) -> None:
+    node = _absolute(args.node)
+    print(f"{node}: {args.name} = {_python_value(_get_value(ros, node, args.name))!r}")
+
+
+def _state(ros: Session, node: str) -> str:
+    from lifecycle_msgs.srv import GetState
+
+    try:
+        response = ros.call(GetState, f"{node}/get_state", GetState.Request(), f"state of {node}")
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc}; a plain compactinst_node has no lifecycle: start compactinst_lifecycle_node"
+        ) from None
+    return str(response.current_state.label)
+
+
+def _lifecycle(ros: Session, args: argparse.Namespace) -> None:
+    from lifecycle_msgs.srv import ChangeState
+
+    node = _absolute(args.node)
+    before = _state(ros, node)
+    if args.action == "get":
+        print(f"{node}: {before}")
+        return
+    request = ChangeState.Request()
+    request.transition.label = args.action
+    what = f"{args.action} {node}"
+    response = ros.call(ChangeState, f"{node}/change_state", request, what, idempotent=False)
+    after = _state(ros, node)
+    if not response.success:
+        raise ConfigError(
+            f"{node}: {args.action} from '{before}' failed, the node is '{after}' (a transition "
+            "that does not start from this state fails too); the node's log says why"
+        )
+    print(f"{node}: {args.action}: {before} -> {after}")
+
+
+def _messages(
+    ros: Session, msg_type: type, topic: str, count: int, show: Callable[[Any, float], None]
+) -> None:
+    """Subscribe to ``topic`` and ``show`` its next ``count`` messages (with their receipt time);
+    ConfigError when they do not come within the timeout."""
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    got: list[tuple[Any, float]] = []
+    qos = QoSProfile(depth=max(count, 1), reliability=ReliabilityPolicy.RELIABLE)
+    ros.node.create_subscription(msg_type, topic, lambda m: got.append((m, time.time())), qos)
+    shown = 0
+    deadline = time.monotonic() + ros.timeout
+    while shown < count:
+        if not ros.spin_until(lambda n=shown: len(got) > n, deadline - time.monotonic()):
+            publishers = ros.node.count_publishers(topic)
+            raise ConfigError(
+                f"{shown} of {count} messages on {topic} within {ros.timeout:g} s "
+                f"({publishers} publisher(s)); the node publishes per camera frame and only "
+                "while active: check its input, or raise --timeout"
+            )
+        show(*got[shown])
+        shown += 1
+
+
+def _stamp(msg: Any) -> float:
+    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+
+
+def _table(ros: Session, args: argparse.Namespace) -> None:
+    from sensor_msgs.msg import PointCloud2
+
+    from .convert import table_from_msg
+
+    target = _absolute(args.target)
+    topic = target if target.rsplit("/", 1)[-1] in TABLE_TOPICS else f"{target}/{TABLE_TOPICS[0]}"
+
+    def show(msg: Any, _received: float) -> None:
+        rows = table_from_msg(msg)
+        records = [{name: row[name].item() for name in rows.dtype.names or ()} for row in rows]
+        if args.json:
+            head = {"stamp": _stamp(msg), "frame_id": msg.header.frame_id}
+            print(json.dumps({**head, "rows": records}))
+            return
+        print(f"{topic} stamp {_stamp(msg):.9f} frame_id {msg.header.frame_id}: {len(rows)} rows")
+        names = list(rows.dtype.names or ())
+        print("  ".join(f"{n:>11}" for n in names))
+        for record in records:
+            print("  ".join(_cell(record[n]) for n in names))
+
+    _messages(ros, PointCloud2, topic, args.count, show)
+
+
+def _cell(value: Any) -> str:
+    return f"{value:>11.4f}" if isinstance(value, float) else f"{value:>11}"
+
+
+def _latency(ros: Session, args: argparse.Namespace) -> None:
+    from sensor_msgs.msg import JointState
+
+    target = _absolute(args.target)
+    topic = target if target.endswith(f"/{LATENCY_TOPIC}") else f"{target}/{LATENCY_TOPIC}"
+
+    def show(msg: Any, received: float) -> None:
+        record = dict(zip(msg.name, (float(v) for v in msg.position), strict=False))
+        delay_ms = (received - _stamp(msg)) * 1e3
+        if args.json:
+            print(json.dumps({"stamp": _stamp(msg), "delay_ms": delay_ms, "ms": record}))
+            return
+        stages = " ".join(f"{name} {ms:.2f}" for name, ms in record.items())
+        print(f"stamp {_stamp(msg):.9f}: {stages} ms; delay at receipt {delay_ms:.2f} ms")
+
+    _messages(ros, JointState, topic, args.count, show)
+
+
+def _topics(ros: Session, args: argparse.Namespace) -> None:
+    if args.node is None:
+        ros.spin_until(lambda: False, min(ros.timeout, 2.0))  # let discovery fill the graph
+        found = ros.node.get_topic_names_and_types()
+    else:
+        path = _absolute(args.node)
+        namespace, _, name = path.rpartition("/")
+        namespace = namespace or "/"
+
+        def known() -> bool:
+            return (name, namespace) in ros.node.get_node_names_and_namespaces()
+
+        if not ros.spin_until(known):
+            raise ConfigError(
+                f"no node {path} on ROS_DOMAIN_ID {ros.domain_id} within {ros.timeout:g} s; "
+                "'compactinst ros topics' lists every topic"
+            )
+        ros.spin_until(lambda: False, REPLY_MATCH_S)
+        found = [
+            *ros.node.get_publisher_names_and_types_by_node(name, namespace),
+            *ros.node.get_subscriber_names_and_types_by_node(name, namespace),
+        ]
+    for topic, types in sorted(set((t, tuple(ty)) for t, ty in found)):
+        print(f"{topic} [{', '.join(types)}]")
