@@ -21,6 +21,10 @@ VEHICLE = [
 ]
 CUDA = ["pycuda>=2022.1"]
 TRAIN = ["torch==2.13.0", "onnx>=1.15", "scipy>=1.10", "pycocotools>=2.0.7"]
+# The FP16/INT8 graphs of a bundle are derived from its FP32 graphs at load (bundle.json
+# "variants"): onnxconverter-common converts to FP16, ONNX Runtime's quantizer (1.32: stored
+# calibration ranges) writes the Q/DQ graphs. Needed wherever a non-FP32 precision runs.
+PRECISION = ["onnx>=1.15", "onnxconverter-common>=1.16", "onnxruntime>=1.32"]
 EVAL = ["rosbags>=0.10.4", "pycocotools>=2.0.7", "matplotlib>=3.7", "scipy>=1.10"]
 # `compactinst replay-fleet` runs drives on a Ray cluster; the node never imports it.
 FLEET = ["ray>=2.60"]
@@ -83,9 +87,10 @@ setup(
         "cuda": CUDA,
         "train": TRAIN,
         "eval": EVAL,
+        "precision": PRECISION,
         "fleet": EVAL + FLEET,
         "ros": ROS_WHEELS,
-        "dev": DEV + TRAIN + EVAL + FLEET + ROS_WHEELS,
+        "dev": DEV + TRAIN + EVAL + PRECISION + FLEET + ROS_WHEELS,
     },
     zip_safe=True,
     maintainer="compactinst_ros maintainers",

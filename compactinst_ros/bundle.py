@@ -19,7 +19,15 @@ The bundle is the only thing the runtime needs from training/export. Schema (for
       ],
       "opset": 17,
       "source": {"checkpoint_sha256": "...", "config": "compactinst_r18", "created": "...",
-                 "intended_use": "..."}
+                 "intended_use": "..."},
+      "variants": {   # optional: the typed graphs, derived from the FP32 stages at load
+        "fp16": {"derive": "fp16", "tools": {...},
+                 "stages": {"encoder": {"fp32_islands": [...], "sha256": "..."}, ...}},
+        "int8": {"derive": "qdq", "tools": {...}, "calibration": {"method": "minmax", ...},
+                 "stages": {"encoder": {"ranges": "int8_ranges.encoder.json",
+                                        "ranges_sha256": "...", "fp32_layers": [...],
+                                        "sha256": {"tensorrt": "...", "cpu": "..."}}, ...}}
+      }
     }
 
 Normalisation happens inside the encoder graph, so the encoder input is RGB in 0..255 and the
@@ -28,6 +36,11 @@ letterbox padding is the mean colour (it normalises to 0, as detectron2's zero p
 What is loaded is what was exported: every stage ``file`` must resolve (symlinks included) to a
 file inside the bundle folder, and its sha256 is checked at load by default. A bundle without
 hashes still loads, with a warning naming ``compactinst bundle-hash DIR``, which records them.
+
+Precision variants (``compactinst quantize``) are not stored as graphs: a load checks the
+recipe files' sha256 (the INT8 calibration ranges), and ``stage_graph`` derives the typed graph
+(``variants.py``, deterministic) and checks its sha256 against the recorded one, so the graph
+that runs is the one that was evaluated.
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ import json
 import os
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +70,11 @@ PRECISIONS = ("fp32", "fp16", "int8")
 GOLDEN_FILE = "golden.npz"
 #: key of bundle.json's "source" that says what the model is for (see ``model_caveat``)
 INTENDED_USE = "intended_use"
+#: how each precision variant is derived from the FP32 stages (bundle.json "variants")
+DERIVATIONS = {"fp16": "fp16", "int8": "qdq"}
+#: the INT8 graphs: TensorRT's (symmetric s8) and the fastest CPU one (u8 activations)
+INT8_GRAPHS = ("tensorrt", "cpu")
+QUANTIZE_COMMAND = "compactinst quantize"
 
 
 @dataclass(frozen=True)
@@ -131,6 +149,8 @@ class ModelBundle:
     labels: LabelSet
     stages: tuple[StageSpec, ...]
     source: dict
+    #: bundle.json "variants": precision -> how its graphs are derived (validated at load)
+    variants: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -152,20 +172,42 @@ class ModelBundle:
     @property
     def precisions(self) -> tuple[str, ...]:
         """The precisions whose stage graphs this bundle carries (fp32 always)."""
-        return ("fp32",)
+        return tuple(p for p in PRECISIONS if p == "fp32" or p in self.variants)
 
-    def stage_graph(self, stage: str, precision: str = "fp32") -> StageGraph:
+    def stage_graph(
+        self, stage: str, precision: str = "fp32", target: str = "tensorrt"
+    ) -> StageGraph:
         """Stage ``stage``'s graph typed in ``precision``; BundleError where the bundle has no
-        such variant (the message names the command that adds it)."""
+        such variant (the message names the command that adds it) or where the derived graph
+        is not the recorded one (its sha256). ``target`` picks one of INT8_GRAPHS for int8."""
         spec = self.stage(stage)
         if check_precision(precision) not in self.precisions:
             raise BundleError(
                 f"bundle {self.root} has no {precision} graphs (it has "
-                f"{', '.join(self.precisions)}); add them with 'compactinst precision' "
-                f"or choose another precision"
+                f"{', '.join(self.precisions)}); add them with '{QUANTIZE_COMMAND} "
+                f"{self.root} --data DIR' or choose another precision"
             )
-        data = spec.path.read_bytes()
-        return StageGraph(stage, precision, data, spec.sha256 or hashlib.sha256(data).hexdigest())
+        if precision == "fp32":
+            data = spec.path.read_bytes()
+            digest = spec.sha256 or hashlib.sha256(data).hexdigest()
+            return StageGraph(stage, precision, data, digest)
+        if precision == "int8" and target not in INT8_GRAPHS:
+            raise BundleError(f"unknown int8 graph '{target}'; choose {', '.join(INT8_GRAPHS)}")
+        entry = self.variants[precision]["stages"][stage]
+        recorded = entry["sha256"][target] if precision == "int8" else entry["sha256"]
+        key = (spec.sha256, str(self.root), stage, precision, target, recorded)
+        if key not in _DERIVED:
+            data = _derive(self, spec, precision, target, entry)
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != recorded:
+                raise BundleError(
+                    f"bundle {self.root}: the {precision} {stage} graph derived here has sha256 "
+                    f"{digest[:12]}, bundle.json records {recorded[:12]}: the derivation tools "
+                    f"differ (recorded {self.variants[precision].get('tools')}) or the recipe "
+                    f"was changed; re-run '{QUANTIZE_COMMAND} {self.root} --data DIR' here"
+                )
+            _DERIVED[key] = StageGraph(stage, precision, data, digest)
+        return _DERIVED[key]
 
     def golden_cases(self, precision: str = "fp32") -> tuple[GoldenCase, ...]:
         """The bundle's golden inputs with ``precision``'s CPU outputs; () where it has none."""
@@ -262,6 +304,7 @@ class ModelBundle:
             labels=labels,
             stages=stages,
             source=dict(meta.get("source", {})),
+            variants=_parse_variants(root, meta.get("variants", {}), where, verify_hashes),
         )
 
     def to_json(self) -> dict:
@@ -282,6 +325,7 @@ class ModelBundle:
             "stages": [s.to_json() for s in self.stages],
             "opset": 17,
             "source": self.source,
+            **({"variants": self.variants} if self.variants else {}),
         }
 
     def save(self) -> Path:
@@ -296,6 +340,70 @@ def model_caveat(bundle: ModelBundle) -> str | None:
     knows synthetic scenes only): one line for infer, replay reports and the node's log."""
     text = bundle.source.get(INTENDED_USE)
     return f"model {bundle.name}: {text}" if text else None
+
+
+#: derived graphs of this process, by FP32 hash, bundle, stage, precision, target and recorded hash
+_DERIVED: dict[tuple[str, ...], StageGraph] = {}
+
+
+def _derive(
+    bundle: ModelBundle, spec: StageSpec, precision: str, target: str, entry: dict
+) -> bytes:
+    """The bytes of one derived stage graph (variants.py does the rewriting)."""
+    import onnx
+
+    from . import variants
+
+    model = onnx.load(str(spec.path))
+    if precision == "fp16":
+        return variants.serialize(variants.fp16_graph(model, entry.get("fp32_islands", ())))
+    ranges = bundle.root / entry["ranges"]
+    method = bundle.variants["int8"].get("calibration", {}).get("method", "minmax")
+    exclude = entry.get("fp32_layers", ())
+    return variants.serialize(variants.int8_graph(model, ranges, target, exclude, method))
+
+
+def _parse_variants(root: Path, variants: object, where: Path, verify: bool) -> dict:
+    """bundle.json "variants", checked: known precisions, every stage, recorded graph hashes,
+    recipe files inside the bundle and (``verify``) matching their sha256."""
+    if not isinstance(variants, dict):
+        raise BundleError(f"{where}: 'variants' must be an object")
+    fix = f"re-run '{QUANTIZE_COMMAND} {root} --data DIR'"
+    for precision, variant in variants.items():
+        if precision not in DERIVATIONS:
+            raise BundleError(
+                f"{where}: variant '{precision}' is not one of {', '.join(DERIVATIONS)}; {fix}"
+            )
+        stages = variant.get("stages") if isinstance(variant, dict) else None
+        if variant.get("derive") != DERIVATIONS[precision] or not isinstance(stages, dict):
+            raise BundleError(
+                f"{where}: variant '{precision}' needs derive '{DERIVATIONS[precision]}' and "
+                f"'stages'; {fix}"
+            )
+        for stage in STAGE_ORDER:
+            entry = stages.get(stage)
+            hashes = entry.get("sha256") if isinstance(entry, dict) else None
+            wanted = INT8_GRAPHS if precision == "int8" else ()
+            if not hashes or (wanted and not all(hashes.get(t) for t in wanted)):
+                raise BundleError(
+                    f"{where}: variant '{precision}' stage '{stage}' has no recorded sha256 of "
+                    f"its derived graph; {fix}"
+                )
+            if precision != "int8":
+                continue
+            ranges = {"name": stage, "file": entry.get("ranges")}
+            if not (root / str(ranges["file"])).is_file():
+                raise BundleError(
+                    f"bundle {root}: {ranges['file']} (the int8 calibration ranges of {stage}) "
+                    f"is missing; copy it with the bundle or {fix}"
+                )
+            _, path = _stage_name_and_path(root, ranges, where)
+            if verify and sha256_file(path) != entry.get("ranges_sha256"):
+                raise BundleError(
+                    f"bundle {root}: {path.name} (the int8 calibration ranges of {stage}) does "
+                    f"not match its sha256 in {METADATA_FILE} (file changed or corrupt); {fix}"
+                )
+    return dict(variants)
 
 
 def default_bundle_path() -> Path | None:

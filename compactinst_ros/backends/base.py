@@ -49,6 +49,8 @@ class BackendOptions:
     #: stage graph precision (bundle.PRECISIONS); None = the backend's default
     #: (onnxruntime: fp32; tensorrt: fp16 where the bundle carries its graphs, else fp32)
     precision: str | None = None
+    #: onnxruntime, precision int8: which INT8 graph (bundle.INT8_GRAPHS); None = "cpu"
+    int8_graph: str | None = None
 
     def __post_init__(self) -> None:
         if self.precision is not None:

@@ -37,12 +37,13 @@ def _import_ort() -> Any:
 
 
 def create_session(
-    path: str | Path,
+    path: str | Path | bytes,
     threads: int | None = None,
     providers: list[str] | tuple[str, ...] | None = None,
     optimize: bool = True,
 ) -> onnxruntime.InferenceSession:
-    """One ONNX Runtime session for ``path``; BackendError names the file and the cause.
+    """One ONNX Runtime session for ``path`` (a file, or a graph's bytes); BackendError names the
+    file and the cause.
 
     ``optimize=False`` runs the graph exactly as exported (no fusions), for parity checks.
     Full optimisation keeps the convolutions on ONNX Runtime's blocked-layout (NCHWc) kernels,
@@ -63,13 +64,20 @@ def create_session(
         options.inter_op_num_threads = 1
     try:
         return ort.InferenceSession(
-            str(path), sess_options=options, providers=list(providers or DEFAULT_PROVIDERS)
+            path if isinstance(path, bytes) else str(path),
+            sess_options=options, providers=list(providers or DEFAULT_PROVIDERS)
         )
     except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/... types
         raise BackendError(
-            f"ONNX Runtime cannot load {path}: {exc}; re-export the bundle with "
+            f"ONNX Runtime cannot load {'a graph' if isinstance(path, bytes) else path}: "
+            f"{exc}; re-export the bundle with "
             "'compactinst export'"
         ) from None
+
+
+#: the INT8 graph the CPU runs: u8 activations with s8 weights (x86 VNNI kernels); the symmetric
+#: s8 TensorRT graph runs on request (``BackendOptions.int8_graph``), e.g. to measure it
+DEFAULT_INT8_GRAPH = "cpu"
 
 
 class OrtBackend:
@@ -78,14 +86,23 @@ class OrtBackend:
     name = "onnxruntime"
 
     def __init__(self, bundle: ModelBundle, options: BackendOptions | None = None) -> None:
-        """Open both stage sessions (``options.threads`` and ``providers``; None = defaults)."""
+        """Open both stage sessions (``options.threads``, ``providers`` and ``precision``'s
+        graphs; None = defaults: fp32)."""
         self.bundle = bundle
         options = options or BackendOptions()
         self.threads = options.threads
+        self.precision = options.precision or "fp32"
+        self.int8_graph = options.int8_graph or DEFAULT_INT8_GRAPH
         self._ort = _import_ort()
         encoder, decoder = bundle.stage("encoder"), bundle.stage("decoder")
-        self._encoder = create_session(encoder.path, options.threads, options.providers)
-        self._decoder = create_session(decoder.path, options.threads, options.providers)
+        graphs = [
+            bundle.stage_graph(s.name, self.precision, self.int8_graph).model_bytes
+            if self.precision != "fp32"
+            else s.path
+            for s in (encoder, decoder)
+        ]
+        self._encoder = create_session(graphs[0], options.threads, options.providers)
+        self._decoder = create_session(graphs[1], options.threads, options.providers)
         image_inputs = _check_names(self._encoder, encoder.path, [t.name for t in encoder.inputs])
         if len(image_inputs) != 1:
             raise BackendError(f"{encoder.path} must have exactly one input (the image)")
@@ -155,6 +172,8 @@ class OrtBackend:
             "providers": providers,
             "threads": self.threads,
             "device": "cuda" if "CUDAExecutionProvider" in providers else "cpu",
+            "precision": self.precision,
+            **({"int8_graph": self.int8_graph} if self.precision == "int8" else {}),
         }
 
     def close(self) -> None:

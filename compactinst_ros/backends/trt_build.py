@@ -157,7 +157,7 @@ def engine_precision(
         return DEFAULT_PRECISION
     log(
         f"bundle {bundle.root} has no {DEFAULT_PRECISION} graphs, so the TensorRT engines are "
-        f"fp32; add typed graphs with 'compactinst precision' for {DEFAULT_PRECISION} engines"
+        f"fp32; add typed graphs with 'compactinst quantize' for {DEFAULT_PRECISION} engines"
     )
     return "fp32"
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
-from ..bundle import ModelBundle, model_caveat
+from ..bundle import PRECISIONS, ModelBundle, model_caveat
 from ..errors import ConfigError
 from ..progress import Progress
 from ..resources import default_model
@@ -47,6 +47,7 @@ class ReplayOptions:
     bag: Path
     model: Path
     backend: str = "auto"
+    precision: str | None = None  # None: the backend's default (bundle.PRECISIONS)
     topic: str | None = None  # None: detected (raw Image preferred)
     mode: str = "lockstep"
     rate: float = 1.0  # realtime playback rate factor
@@ -74,6 +75,11 @@ class ReplayOptions:
             raise ConfigError(f"--rate {self.rate} must be positive (1.0 = recorded rate)")
         if self.warmup < 0 or self.overlays < 0:
             raise ConfigError("--warmup and --overlays must be >= 0")
+        if self.precision is not None and self.mode != "lockstep":
+            raise ConfigError(
+                f"--precision {self.precision} applies to --mode lockstep; a realtime replay "
+                "runs the node, whose precision is its 'precision' parameter"
+            )
 
     def ignored_options(self) -> list[str]:
         """One warning per option set to a value that has no effect in this mode."""
@@ -270,6 +276,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", type=Path, help="model bundle folder (default: the embedded models/default)"
     )
     parser.add_argument("--backend", default="auto", help="auto | onnxruntime | tensorrt")
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, help="graph precision (default: the backend's)"
+    )
     parser.add_argument("--topic", help="image topic (default: detected; raw Image preferred)")
     parser.add_argument("--mode", choices=MODES, default="lockstep", help="default: lockstep")
     parser.add_argument("--rate", type=float, default=1.0, help="realtime playback rate factor")
@@ -351,7 +360,12 @@ def lockstep_pipeline(options: ReplayOptions, **backend_overrides: object) -> Pi
     if options.score_threshold is not None:
         thresholds = PostprocessOptions(score_threshold=options.score_threshold)
     return Pipeline(
-        options.model, options.backend, thresholds, tracking=True, **backend_overrides
+        options.model,
+        options.backend,
+        thresholds,
+        tracking=True,
+        precision=options.precision,
+        **backend_overrides,
     )
 
 

@@ -141,7 +141,7 @@ def markdown(report: dict) -> str:
         f"({bag['msgtype']}), {bag['frames']} frames over {_fmt(bag['duration_s'], 2)} s",
         f"* model `{model.get('model')}` (fingerprint `{model.get('model_fingerprint')}`), "
         f"backend `{model.get('backend')}`, device `{model.get('device', 'cpu')}`, "
-        f"input {model.get('input_size')}",
+        f"precision `{precision_text(model)}`, input {model.get('input_size')}",
         *([f"* note: {model['caveat']}"] if model.get("caveat") else []),
         f"* host {report['host'].get('hostname')} ({report['host'].get('cpu_count')} CPUs), "
         f"git `{report['host'].get('git')}`",
@@ -184,13 +184,19 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def precision_text(model: dict) -> str:
+    """The precision that ran, from a backend's describe(): e.g. ``fp32`` or ``int8 (cpu)``."""
+    graph = f" ({model['int8_graph']})" if model.get("int8_graph") else ""
+    return f"{model.get('precision', 'unknown')}{graph}"
+
+
 def summary_text(report: dict) -> str:
     """Short plain-text summary printed at the end of a replay."""
     bag, model = report["bag"], report["model"]
     lines = [
         f"bag {bag['path']} [{bag['hash']}] topic {bag['topic']}: {bag['frames']} frames",
         f"model {model.get('model')} [{model.get('model_fingerprint')}] on "
-        f"{model.get('backend')} ({model.get('device', 'cpu')})",
+        f"{model.get('backend')} ({model.get('device', 'cpu')}, {precision_text(model)})",
         *([f"note: {model['caveat']}"] if model.get("caveat") else []),
     ]
     for mode, block in report["modes"].items():

@@ -549,6 +549,7 @@ def write_emulated_bundle(
         root=out,
         stages=tuple(stages),
         source={**bundle.source, "fp16_emulation_of": str(bundle.root)},
+        variants={},  # they derive from the original stages, not from these
     )
     emulated.save()
     return emulated
@@ -558,7 +559,7 @@ def accuracy(
     bundle: ModelBundle, pins: dict[str, set[str]], data: str | Path, limit: int | None = None
 ) -> dict[str, dict]:
     """Mask AP and PQ of ``bundle`` in FP32 and in the FP16 emulation on a COCO folder."""
-    from ..train.evaluate import evaluate_bundle
+    from ..eval.evaluate import evaluate_bundle
 
     with tempfile.TemporaryDirectory() as tmp:
         emulated = write_emulated_bundle(bundle, pins, tmp)

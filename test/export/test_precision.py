@@ -13,10 +13,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from typed_helpers import write_bundle_json
 
 from compactinst_ros.backends.ort import create_session
 from compactinst_ros.backends.trt_build import PRECISION_FILE
-from compactinst_ros.bundle import ModelBundle, default_bundle_path, sha256_file
+from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.cli import main as cli_main
 from compactinst_ros.export.precision import (
     FP16_MAX,
@@ -77,28 +78,14 @@ def tiny_bundle(root: Path, body: list, inits: list) -> ModelBundle:
                  constant("q1", [1, 2, 1])],
     )  # fmt: skip
 
-    def stage(name: str, inputs: list, outputs: list) -> dict:
-        return {
-            "name": name,
-            "file": f"{name}.onnx",
-            "sha256": sha256_file(root / f"{name}.onnx"),
-            "inputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in inputs],
-            "outputs": [{"name": n, "shape": s, "dtype": "float32"} for n, s in outputs],
-        }
-
-    feature = ("e3", [1, 3, SIZE, SIZE])
-    meta = {
-        "format": 1,
-        "architecture": {"name": "tiny", "mask_stride": 8},
-        "input": {"height": SIZE, "width": SIZE, "pad_value": [0, 0, 0]},
-        "labels": [{"id": 1, "name": "thing", "isthing": True}],
-        "stages": [
-            stage("encoder", [("image", [1, 3, SIZE, SIZE])], [feature]),
-            stage("decoder", [feature], [("pred_logits", [1, 2, 2]),
-                                         ("pred_masks", [1, 2, 4, 4])]),
-        ],
-    }  # fmt: skip
-    (root / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(
+        root,
+        {"name": "tiny", "mask_stride": 8},
+        {"height": SIZE, "width": SIZE, "pad_value": [0, 0, 0]},
+        [{"id": 1, "name": "thing", "isthing": True}],
+        ("e3", [1, 3, SIZE, SIZE]),
+        [("pred_logits", [1, 2, 2]), ("pred_masks", [1, 2, 4, 4])],
+    )
     return ModelBundle.load(root)
 
 

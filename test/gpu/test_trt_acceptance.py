@@ -6,6 +6,7 @@ checked on small arrays."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -21,7 +22,13 @@ from compactinst_ros.backends import acceptance
 from compactinst_ros.backends.engine_cache import EngineCache
 from compactinst_ros.backends.ort import OrtBackend
 from compactinst_ros.backends.trt_build import device_info, ensure_engines
-from compactinst_ros.bundle import GoldenCase, ModelBundle, default_bundle_path, write_golden
+from compactinst_ros.bundle import (
+    METADATA_FILE,
+    GoldenCase,
+    ModelBundle,
+    default_bundle_path,
+    write_golden,
+)
 from compactinst_ros.errors import BackendError
 from compactinst_ros.pipeline import Pipeline
 
@@ -30,10 +37,13 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 
 @pytest.fixture(scope="module")
 def golden_bundle(tmp_path_factory) -> ModelBundle:
-    """A copy of the default bundle with one golden case: a random image and the fp32 graphs'
-    ONNX Runtime outputs, the encoder's features included."""
+    """A copy of the default bundle with its fp32 graphs only (engines build in fp32) and one
+    golden case: a random image and their ONNX Runtime outputs, the encoder's features included."""
     root = tmp_path_factory.mktemp("golden") / "bundle"
     shutil.copytree(default_bundle_path(), root)
+    meta = json.loads((root / METADATA_FILE).read_text())
+    meta.pop("variants", None)
+    (root / METADATA_FILE).write_text(json.dumps(meta))
     bundle = ModelBundle.load(root)
     image = np.random.default_rng(0).uniform(0, 255, (1, 3, bundle.input_h, bundle.input_w))
     image = image.astype(np.float32)

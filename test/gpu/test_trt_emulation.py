@@ -9,6 +9,7 @@ TensorRT's parser and FP16 numerics, real streams and timing."""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -21,10 +22,15 @@ sys.path.insert(0, str(Path(__file__).parent / "emu"))
 
 import tensorrt_emu  # noqa: E402
 
+from compactinst_ros.backends.base import BackendOptions  # noqa: E402
 from compactinst_ros.backends.engine_cache import EngineCache  # noqa: E402
 from compactinst_ros.backends.ort import OrtBackend  # noqa: E402
-from compactinst_ros.backends.trt_build import BuildOptions, engine_key  # noqa: E402
-from compactinst_ros.bundle import ModelBundle, default_bundle_path  # noqa: E402
+from compactinst_ros.backends.trt_build import (  # noqa: E402
+    BuildOptions,
+    engine_key,
+    engine_precision,
+)
+from compactinst_ros.bundle import METADATA_FILE, ModelBundle, default_bundle_path  # noqa: E402
 from compactinst_ros.cli import main as cli_main  # noqa: E402
 from compactinst_ros.errors import BackendError  # noqa: E402
 from compactinst_ros.gpu.frames import encode, smooth_rgb  # noqa: E402
@@ -45,7 +51,10 @@ def test_build_engine_cli_builds_caches_and_rebuilds_corrupt(
     emulated_gpu, tmp_path, capsys
 ) -> None:
     cache_dir = tmp_path / "engines"
-    bundle = default_bundle_path()
+    bundle = shutil.copytree(default_bundle_path(), tmp_path / "fp32_only")
+    meta = json.loads((bundle / METADATA_FILE).read_text())
+    del meta["variants"]  # the shipped fp16/int8 variants: this bundle has only fp32 graphs
+    (bundle / METADATA_FILE).write_text(json.dumps(meta))
     assert cli_main(["build-engine", str(bundle), "--cache-dir", str(cache_dir)]) == 0
     out, err = capsys.readouterr()
     assert err.count("Building engine (2 steps)") == 2  # progress display, one per stage
@@ -89,8 +98,10 @@ def pycuda_info():
 
 
 def cpu_frame_result(bundle: ModelBundle, tensor: np.ndarray, meta, outputs: OutputSet):
-    """ONNX Runtime stages and the numpy reference post-processing on a given encoder input."""
-    backend = OrtBackend(bundle)
+    """ONNX Runtime stages (the typed graphs of the precision the engines are built in) and the
+    numpy reference post-processing on a given encoder input."""
+    precision = engine_precision(bundle, None, log=lambda _: None)
+    backend = OrtBackend(bundle, BackendOptions(precision=precision))
     try:
         raw = backend.run_decoder(backend.run_encoder(tensor))
     finally:
@@ -128,8 +139,8 @@ def test_tensorrt_backend_frame_path(emulated_gpu, encoding: str, levels: float)
         shown = trt_pipe(frame, encoding, OutputSet(overlay=True))
         assert shown.overlay is not None and shown.overlay.shape == (120, 168, 3)
         assert shown.overlay.dtype == np.uint8 and shown.overlay.flags.c_contiguous
-        described = trt_pipe.backend.describe()
-        assert described["tensorrt"] == "10.3.0" and described["precision"] == "fp32"
+        described = trt_pipe.backend.describe()  # fp16: the shipped variant
+        assert described["tensorrt"] == "10.3.0" and described["precision"] == "fp16"
         assert described["gpu_memory_total_mib"] == 1024
     assert set(emulated_gpu.launches) >= {"pre_letterbox", "pp_fused", "pp_finalize", "ov_instance"}
     with pytest.raises(BackendError, match="closed"):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from compactinst_ros.bundle import ModelBundle
+from compactinst_ros.eval.evaluate import evaluate_bundle
 from compactinst_ros.labels import SYNTHETIC_LABELS
-from compactinst_ros.train.evaluate import evaluate_bundle
 from compactinst_ros.train.synthetic import generate
 
 BUNDLE = Path(__file__).resolve().parents[2] / "models" / "default"
@@ -29,6 +29,17 @@ def test_bundle_loads_and_fits_the_repo():
     assert (bundle.input_h, bundle.input_w) == (256, 384)
     size = sum(f.stat().st_size for f in BUNDLE.iterdir())
     assert size <= 25e6
+
+
+def test_variants_derive_as_recorded():
+    """The shipped recipes give the graphs that were evaluated (models/README.md): the fp16 and
+    the TensorRT int8 encoder are derived here and their sha256 checked (about 2 s)."""
+    bundle = ModelBundle.load(BUNDLE)
+    assert bundle.precisions == ("fp32", "fp16", "int8")
+    for precision in ("fp16", "int8"):
+        graph = bundle.stage_graph("encoder", precision)
+        assert graph.precision == precision and len(graph.model_bytes) > 1e6
+        assert len(bundle.golden_cases(precision)) == 3
 
 
 def test_accuracy_floor_on_held_out_scenes(tmp_path):

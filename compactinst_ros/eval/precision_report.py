@@ -1,0 +1,332 @@
+"""``compactinst precision-report BUNDLE --data DIR``: the bundle's precisions side by side on the
+CPU: mask AP and PQ, per-stage time measured in one run (the precisions alternate frame by
+frame, so machine load hits all alike), the 1080p end-to-end time, and the largest per-tensor
+error of the decoder outputs against FP32; a table (text + JSON) and a plot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from ..bundle import DECODER_OUTPUTS, ModelBundle
+from ..errors import ConfigError
+from .evaluate import data_images, encoder_inputs, evaluate_bundle
+
+#: the 1080p camera of the end-to-end timing
+CAMERA_1080P = (1080, 1920)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the report: a precision and, for int8, which graph."""
+
+    precision: str
+    int8_graph: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``fp32``, ``fp16``, ``int8 cpu`` or ``int8 tensorrt``."""
+        return f"{self.precision} {self.int8_graph}" if self.int8_graph else self.precision
+
+    @property
+    def overrides(self) -> dict:
+        """Pipeline / BackendOptions overrides that run this row."""
+        return {"precision": self.precision, "int8_graph": self.int8_graph}
+
+
+def bundle_variants(bundle: ModelBundle) -> list[Variant]:
+    """Every row the bundle can run: its precisions, int8 as both of its graphs."""
+    rows = []
+    for precision in bundle.precisions:
+        if precision == "int8":
+            rows += [Variant("int8", "cpu"), Variant("int8", "tensorrt")]
+        else:
+            rows.append(Variant(precision))
+    return rows
+
+
+OUTPUT_ERROR_DOC = "mean |typed - fp32| over the fp32 range, nearest-mask query matching"
+
+
+def output_error(reference: Sequence[dict], result: Sequence[dict]) -> dict[str, float]:
+    """Per decoder output: mean |result - reference| over the reference's value range, the
+    largest over the frames. Each reference query is compared with the result query whose mask
+    is nearest: the decoder's top-k proposal selection reorders near-tied queries, which moves
+    no mask (and no AP) but would dominate an elementwise difference."""
+    errors = dict.fromkeys(DECODER_OUTPUTS, 0.0)
+    for ref, out in zip(reference, result, strict=True):
+        ref_masks = ref["pred_masks"][0].reshape(ref["pred_masks"].shape[1], -1)
+        out_masks = out["pred_masks"][0].reshape(out["pred_masks"].shape[1], -1)
+        cost = np.stack([np.abs(out_masks - m).mean(axis=1) for m in ref_masks])
+        nearest = cost.argmin(axis=1)
+        matched = {
+            "pred_masks": cost[np.arange(len(nearest)), nearest],
+            "pred_logits": np.abs(out["pred_logits"][0][nearest] - ref["pred_logits"][0]),
+        }
+        for name in DECODER_OUTPUTS:
+            span = float(ref[name].max() - ref[name].min()) or 1.0
+            errors[name] = max(errors[name], float(matched[name].mean()) / span)
+    return errors
+
+
+def largest_error(reference: Sequence[dict], result: Sequence[dict]) -> dict[str, float]:
+    """Per decoder output: the largest elementwise |result - reference| over the frames."""
+    return {
+        name: max(
+            float(np.abs(o[name] - r[name]).max()) for r, o in zip(reference, result, strict=True)
+        )
+        for name in DECODER_OUTPUTS
+    }
+
+
+def measure(
+    bundle: ModelBundle,
+    rows: Sequence[Variant],
+    tensors: Sequence[np.ndarray],
+    camera: np.ndarray,
+    rounds: int,
+    threads: int | None = None,
+) -> dict[str, dict]:
+    """Per row: decoder-output errors against FP32 on ``tensors``, and the per-stage CPU times
+    (median and 10-90 % range, ms) over ``rounds`` frames, the rows alternating frame by frame."""
+    from ..pipeline import Pipeline
+
+    pipes = {r.label: Pipeline(bundle, "onnxruntime", threads=threads, **r.overrides) for r in rows}
+    try:
+        outputs = {}
+        for label, pipe in pipes.items():
+            outs = []
+            for t in tensors:
+                raw = pipe.backend.run_decoder(pipe.backend.run_encoder(t))
+                outs.append(
+                    {"pred_logits": raw.class_logits[None], "pred_masks": raw.mask_logits[None]}
+                )
+            outputs[label] = outs
+        times: dict[str, dict[str, list[float]]] = {label: {} for label in pipes}
+        for i in range(rounds + 1):  # the first round warms up
+            for label, pipe in pipes.items():
+                t0 = time.perf_counter()
+                feats = pipe.backend.run_encoder(tensors[i % len(tensors)])
+                t1 = time.perf_counter()
+                pipe.backend.run_decoder(feats)
+                t2 = time.perf_counter()
+                pipe(camera, "bgr8")
+                t3 = time.perf_counter()
+                if i:
+                    for stage, ms in (("encoder", t1 - t0), ("decoder", t2 - t1),
+                                      ("end_to_end_1080p", t3 - t2)):  # fmt: skip
+                        times[label].setdefault(stage, []).append(ms * 1e3)
+        ref = outputs[rows[0].label]
+        out = {}
+        for label, pipe in pipes.items():
+            enc_dec = np.add(times[label]["encoder"], times[label]["decoder"])
+            stats = {s: _stats(v) for s, v in {**times[label], "encoder+decoder": enc_dec}.items()}
+            out[label] = {
+                "describe": pipe.describe(),
+                "time_ms": stats,
+                "error": output_error(ref, outputs[label]),
+                "largest_error": largest_error(ref, outputs[label]),
+            }
+        return out
+    finally:
+        for pipe in pipes.values():
+            pipe.close()
+
+
+def _stats(values: Sequence[float]) -> dict[str, float]:
+    v = np.asarray(values, np.float64)
+    return {"median": float(np.median(v)), "p10": float(np.percentile(v, 10)),
+            "p90": float(np.percentile(v, 90)), "count": int(v.size)}  # fmt: skip
+
+
+def fp16_emulation_agreement(bundle: ModelBundle, tensors: Sequence[np.ndarray]) -> dict:
+    """The FP16 typed graph on ONNX Runtime's CPU provider against the rounding emulation of the
+    FP32 graph (``precision.emulate_fp16`` with the same islands): their decoder-output error,
+    and the operators the CPU provider runs in FP16 (the rest it runs in FP32 between Casts)."""
+    import onnx
+
+    from ..backends.ort import create_session
+    from ..export.precision import emulate_fp16
+
+    typed = {s.name: bundle.stage_graph(s.name, "fp16").model_bytes for s in bundle.stages}
+    islands = {n: e.get("fp32_islands", []) for n, e in bundle.variants["fp16"]["stages"].items()}
+    emulated = {
+        s.name: emulate_fp16(onnx.load(str(s.path)), islands[s.name]).SerializeToString()
+        for s in bundle.stages
+    }
+    results = {}
+    for name, graphs in (("typed", typed), ("emulated", emulated)):
+        enc, dec = create_session(graphs["encoder"]), create_session(graphs["decoder"])
+        feats = [o.name for o in enc.get_outputs()]
+        image = enc.get_inputs()[0].name
+        results[name] = [
+            dict(zip(DECODER_OUTPUTS, dec.run(list(DECODER_OUTPUTS),
+                 dict(zip(feats, enc.run(feats, {image: t}), strict=True))), strict=True))
+            for t in tensors
+        ]  # fmt: skip
+    return {
+        "error": output_error(results["emulated"], results["typed"]),
+        "fp16_ops": {name: ort_fp16_ops(graph) for name, graph in typed.items()},
+    }
+
+
+def ort_fp16_ops(graph: bytes) -> dict[str, int]:
+    """Operator -> count of the nodes that ONNX Runtime's CPU provider runs with FP16 outputs
+    after its optimisations (it wraps the others in Casts to FP32)."""
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        options.log_severity_level = 3  # its "hardware specific optimizations" warning
+        ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
+        model = onnx.shape_inference.infer_shapes(onnx.load(options.optimized_model_filepath))
+    half = {
+        v.name
+        for v in [*model.graph.value_info, *model.graph.output]
+        if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    }
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type != "Cast" and any(o in half for o in node.output):
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def format_table(report: dict) -> str:
+    """The report's rows as a text table."""
+    lines = [
+        f"{'precision':14s} {'mask AP':>7s} {'PQ':>6s} {'enc ms':>7s} {'dec ms':>7s} "
+        f"{'enc+dec':>7s} {'speed-up':>8s} {'1080p ms':>8s} {'1080p FPS x':>11s} "
+        f"{'err logits':>10s} {'err masks':>9s} {'max |d| masks':>13s}"
+    ]
+    rows = report["rows"]
+    base = next(iter(rows.values()))["time_ms"]
+    for label, row in rows.items():
+        t = row["time_ms"]
+        acc = row.get("accuracy")
+        ap = f"{acc['mask_ap']['AP']:7.2f}" if acc else f"{'-':>7s}"
+        pq = f"{acc['panoptic']['all']['PQ']:6.2f}" if acc else f"{'-':>6s}"
+        speed = base["encoder+decoder"]["median"] / t["encoder+decoder"]["median"]
+        fps = base["end_to_end_1080p"]["median"] / t["end_to_end_1080p"]["median"]
+        lines.append(
+            f"{label:14s} {ap} {pq} {t['encoder']['median']:7.1f} {t['decoder']['median']:7.1f} "
+            f"{t['encoder+decoder']['median']:7.1f} {speed:7.2f}x "
+            f"{t['end_to_end_1080p']['median']:8.1f} {fps:10.2f}x "
+            f"{row['error']['pred_logits']:10.4f} {row['error']['pred_masks']:9.4f} "
+            f"{row['largest_error']['pred_masks']:13.3f}"
+        )
+    lines.append(f"times: medians of {base['encoder']['count']} alternating frames; "
+                 f"err: {OUTPUT_ERROR_DOC}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_plot(report: dict, path: Path) -> Path:
+    """Accuracy bars and stacked per-stage medians, one group per precision."""
+    from .plots import _pyplot, _save
+
+    plt = _pyplot()
+    rows = report["rows"]
+    labels = list(rows)
+    fig, (acc_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
+    x = np.arange(len(labels))
+    for k, (name, get) in enumerate((
+        ("mask AP", lambda a: a["mask_ap"]["AP"]),
+        ("PQ", lambda a: a["panoptic"]["all"]["PQ"]),
+    )):  # fmt: skip
+        values = [get(rows[label]["accuracy"]) if rows[label].get("accuracy") else 0.0
+                  for label in labels]  # fmt: skip
+        acc_ax.bar(x + (k - 0.5) * 0.38, values, 0.38, label=name)
+    acc_ax.set_xticks(x, labels)
+    acc_ax.set_ylabel("percent")
+    acc_ax.set_title("Accuracy")
+    acc_ax.legend(loc="lower right")
+    bottom = np.zeros(len(labels))
+    for stage in ("encoder", "decoder"):
+        values = np.array([rows[label]["time_ms"][stage]["median"] for label in labels])
+        time_ax.bar(x, values, 0.6, bottom=bottom, label=stage)
+        bottom += values
+    time_ax.set_xticks(x, labels)
+    time_ax.set_ylabel("ms (median, CPU)")
+    time_ax.set_title("Stage time, one alternating run")
+    time_ax.legend()
+    return Path(_save(plt, fig, path))
+
+
+def precision_report(
+    bundle_path: str | Path,
+    data: str | Path,
+    out: str | Path,
+    limit: int | None = None,
+    rounds: int = 20,
+    threads: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """Measure every precision of the bundle, write ``precision_report.json``, ``.txt`` and
+    ``.png`` into ``out``; returns the report."""
+    bundle = ModelBundle.load(bundle_path)
+    rows = bundle_variants(bundle)
+    if len(rows) == 1:
+        raise ConfigError(
+            f"bundle {bundle.root} has only fp32 graphs; add the others with "
+            f"'compactinst quantize {bundle.root} --data DIR'"
+        )
+    tensors = encoder_inputs(bundle, data, 4)
+    _, image, _ = next(data_images(data, 1))
+    camera = cv2.resize(image, CAMERA_1080P[::-1], interpolation=cv2.INTER_LINEAR)
+    measured = measure(bundle, rows, tensors, camera, rounds, threads)
+    for row in rows:
+        measured[row.label]["accuracy"] = evaluate_bundle(
+            bundle.root, data, limit, progress=progress, threads=threads, **row.overrides
+        )
+    report = {
+        "model": bundle.name,
+        "fingerprint": bundle.fingerprint,
+        "data": str(data),
+        "rows": measured,
+    }
+    if "fp16" in bundle.precisions:
+        report["fp16_on_cpu"] = fp16_emulation_agreement(bundle, tensors)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "precision_report.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    (out / "precision_report.txt").write_text(format_table(report) + "\n")
+    write_plot(report, out / "precision_report.png")
+    return report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``compactinst precision-report``."""
+    parser.add_argument("bundle", type=Path, help="model bundle folder with variants")
+    parser.add_argument("--data", required=True, type=Path, help="COCO folder (synth layout)")
+    parser.add_argument("--out", type=Path, default=Path("out/precision_report"))
+    parser.add_argument("--limit", type=int, help="evaluate only the first N images")
+    parser.add_argument("--rounds", type=int, default=20, help="timed frames per precision")
+    parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the side-by-side table and where the report and plot went."""
+    if args.rounds < 1:
+        raise ConfigError(f"--rounds {args.rounds}: need at least 1 timed frame")
+    report = precision_report(
+        args.bundle, args.data, args.out, args.limit, args.rounds, args.threads
+    )
+    print(format_table(report))
+    if "fp16_on_cpu" in report:
+        agree = report["fp16_on_cpu"]
+        print("fp16 typed graph on ONNX Runtime CPU vs the rounding emulation: "
+              + ", ".join(f"{k} {v:.4f}" for k, v in agree["error"].items()))  # fmt: skip
+        for stage, ops in agree["fp16_ops"].items():
+            print(f"  ops ONNX Runtime's CPU provider runs in FP16 ({stage}): {ops or 'none'}")
+    print(f"report: {Path(args.out) / 'precision_report.txt'}, .json, .png")
+    return 0

@@ -1,0 +1,207 @@
+"""``compactinst quantize``, the typed graphs it derives, the bundle's variant checks, and the
+commands that run them (Pipeline precision, evaluate, precision-report), on a tiny bundle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, numpy_helper
+from typed_helpers import SENSITIVE
+
+from compactinst_ros import variants
+from compactinst_ros.backends.ort import create_session
+from compactinst_ros.bundle import ModelBundle, read_golden
+from compactinst_ros.cli import main
+from compactinst_ros.errors import BundleError
+from compactinst_ros.eval.precision_report import output_error
+from compactinst_ros.pipeline import Pipeline
+
+
+def chain(bundle: ModelBundle, precision: str, target: str = "tensorrt") -> dict:
+    """Decoder outputs of the bundle's golden images through ``precision``'s graphs."""
+    graphs = {s.name: bundle.stage_graph(s.name, precision, target).model_bytes
+              for s in bundle.stages}  # fmt: skip
+    enc, dec = create_session(graphs["encoder"]), create_session(graphs["decoder"])
+    outs = []
+    for case in read_golden(bundle.root, "fp32"):
+        (e3,) = enc.run(["e3"], {"image": case.image})
+        logits, masks = dec.run(["pred_logits", "pred_masks"], {"e3": e3})
+        outs.append({"pred_logits": logits, "pred_masks": masks})
+    return outs
+
+
+def test_fp16_graph_loads_and_agrees_with_fp32(typed_bundle: Path) -> None:
+    bundle = ModelBundle.load(typed_bundle)
+    typed = onnx.load_from_string(bundle.stage_graph("decoder", "fp16").model_bytes)
+    halves = [i for i in typed.graph.initializer if i.data_type == TensorProto.FLOAT16]
+    assert halves, "the fp16 decoder has no float16 weights"
+    cast = next(n for n in typed.graph.node if n.name == "/dec/Cast")
+    assert next(a.i for a in cast.attribute if a.name == "to") == TensorProto.FLOAT16
+    fp32 = [c.outputs for c in bundle.golden_cases("fp32")]
+    error = output_error(fp32, chain(bundle, "fp16"))
+    assert max(error.values()) < 2e-3, error
+    assert len(bundle.golden_cases("fp16")) == len(fp32) >= 2
+
+
+def test_int8_graph_is_symmetric_per_channel_qdq(typed_bundle: Path) -> None:
+    bundle = ModelBundle.load(typed_bundle)
+    model = onnx.load_from_string(bundle.stage_graph("decoder", "int8").model_bytes)
+    ops = {n.op_type for n in model.graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    zero_points = [inits[n.input[2]] for n in model.graph.node
+                   if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2]
+    assert zero_points and all(z.dtype == np.int8 and not z.any() for z in zero_points)
+    weight_dq = [n for n in model.graph.node
+                 if n.op_type == "DequantizeLinear" and inits.get(n.input[0]) is not None
+                 and inits[n.input[0]].ndim == 4]  # fmt: skip
+    assert weight_dq and all(inits[n.input[1]].shape == (inits[n.input[0]].shape[0],)
+                             for n in weight_dq)  # fmt: skip
+    quantized = {n.name for n in model.graph.node if n.op_type == "Conv"}
+    assert SENSITIVE in quantized  # the layer left in FP32 is still a float Conv
+    fp32 = [c.outputs for c in bundle.golden_cases("fp32")]
+    for target in ("tensorrt", "cpu"):
+        error = output_error(fp32, chain(bundle, "int8", target))
+        assert max(error.values()) < 0.01, (target, error)
+
+
+def test_sensitivity_leaves_the_sensitive_layer_in_fp32(typed_bundle: Path) -> None:
+    report = json.loads((typed_bundle.parent / "sensitivity.json").read_text())
+    alone = report["layer_error"]["decoder"]
+    assert max(alone, key=alone.get) == SENSITIVE
+    assert alone[SENSITIVE] > 10 * max(v for k, v in alone.items() if k != SENSITIVE)
+    assert report["fp32_layers"] == {"encoder": [], "decoder": [SENSITIVE]}
+    meta = json.loads((typed_bundle / "bundle.json").read_text())
+    assert meta["variants"]["int8"]["stages"]["decoder"]["fp32_layers"] == [SENSITIVE]
+    everything = variants.int8_graph(
+        onnx.load(str(typed_bundle / "decoder.onnx")),
+        typed_bundle / "int8_ranges.decoder.json", "tensorrt",
+    )  # fmt: skip
+    bundle = ModelBundle.load(typed_bundle)
+    graphs = {"encoder": (typed_bundle / "encoder.onnx").read_bytes(),
+              "decoder": variants.serialize(everything)}  # fmt: skip
+    enc, dec = create_session(graphs["encoder"]), create_session(graphs["decoder"])
+    case = bundle.golden_cases("fp32")[0]
+    (e3,) = enc.run(["e3"], {"image": case.image})
+    logits, masks = dec.run(["pred_logits", "pred_masks"], {"e3": e3})
+    worst = output_error([case.outputs], [{"pred_logits": logits, "pred_masks": masks}])
+    assert worst["pred_masks"] > 0.05  # quantizing it too breaks the masks
+
+
+def test_load_rejects_tampered_variants(typed_copy: Path) -> None:
+    ranges = typed_copy / "int8_ranges.decoder.json"
+    ranges.write_text(ranges.read_text().replace("0", "1", 1))
+    with pytest.raises(BundleError, match="calibration ranges of decoder"):
+        ModelBundle.load(typed_copy)
+    ranges.unlink()
+    with pytest.raises(BundleError, match="missing"):
+        ModelBundle.load(typed_copy)
+    meta_path = typed_copy / "bundle.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["variants"]["int8"]
+    meta["variants"]["fp16"]["stages"]["encoder"]["sha256"] = "0" * 64
+    meta_path.write_text(json.dumps(meta))
+    bundle = ModelBundle.load(typed_copy)
+    assert bundle.precisions == ("fp32", "fp16")
+    with pytest.raises(BundleError, match="fp16 encoder graph derived here"):
+        bundle.stage_graph("encoder", "fp16")
+    with pytest.raises(BundleError, match="no int8 graphs"):
+        bundle.stage_graph("encoder", "int8")
+
+
+def test_pipeline_runs_int8_and_says_so(typed_bundle: Path) -> None:
+    image = np.random.default_rng(1).integers(0, 256, (48, 64, 3), np.uint8)
+    for graph in ("cpu", "tensorrt"):
+        with Pipeline(typed_bundle, "onnxruntime", precision="int8", int8_graph=graph) as pipe:
+            result = pipe(image, "rgb8")
+            described = pipe.describe()
+        assert described["precision"] == "int8" and described["int8_graph"] == graph
+        assert result.timings_ms["decoder"] > 0
+    with Pipeline(typed_bundle, "onnxruntime") as pipe:
+        assert pipe.describe()["precision"] == "fp32"
+
+
+def test_evaluate_prints_ap_and_pq(
+    typed_bundle: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["evaluate", str(typed_bundle), "--data", str(tiny_data),
+                 "--precision", "fp16"]) == 0  # fmt: skip
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("fp16: mask AP ") and "PQ " in line and "on 4 images" in line
+    assert main(["evaluate", str(typed_bundle), "--data", str(tiny_data), "--precision",
+                 "int8", "--limit", "2", "--json"]) == 0  # fmt: skip
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["images"] == 2 and metrics["describe"]["precision"] == "int8"
+    assert 0 <= metrics["panoptic"]["all"]["PQ"] <= 100
+
+
+def test_precision_report_writes_table_and_plot(
+    typed_bundle: Path, tiny_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "report"
+    assert main(["precision-report", str(typed_bundle), "--data", str(tiny_data),
+                 "--out", str(out), "--rounds", "2", "--limit", "2"]) == 0  # fmt: skip
+    table = (out / "precision_report.txt").read_text()
+    for label in ("fp32", "fp16", "int8 cpu", "int8 tensorrt"):
+        assert f"\n{label} " in table
+    assert (out / "precision_report.png").read_bytes()[:4] == b"\x89PNG"
+    report = json.loads((out / "precision_report.json").read_text())
+    assert report["rows"]["fp32"]["largest_error"]["pred_masks"] == 0.0
+    assert report["rows"]["int8 tensorrt"]["largest_error"]["pred_masks"] > 0.0
+    agree = report["fp16_on_cpu"]
+    assert max(agree["error"].values()) < 2e-3
+    assert "ops ONNX Runtime's CPU provider runs in FP16" in capsys.readouterr().out
+
+
+def test_replay_takes_precision(typed_bundle: Path) -> None:
+    from compactinst_ros.cli import build_parser
+    from compactinst_ros.errors import ConfigError
+    from compactinst_ros.eval.replay import ReplayOptions, options_from_args
+    from compactinst_ros.eval.report import precision_text
+
+    args = build_parser("replay").parse_args(
+        ["replay", "drive.mcap", "--model", str(typed_bundle), "--precision", "int8"]
+    )
+    options = options_from_args(args)
+    assert options.precision == "int8" and options.mode == "lockstep"
+    with pytest.raises(ConfigError, match="precision"):
+        ReplayOptions(Path("drive.mcap"), typed_bundle, precision="fp16", mode="realtime")
+    assert precision_text({"precision": "int8", "int8_graph": "cpu"}) == "int8 (cpu)"
+
+
+@pytest.mark.parametrize("method", ["entropy", "percentile"])
+def test_other_calibrations_from_an_image_folder(
+    typed_copy: Path, tiny_data: Path, method: str
+) -> None:
+    from compactinst_ros.eval.evaluate import encoder_inputs
+    from compactinst_ros.export.quantize import calibrate
+
+    bundle = ModelBundle.load(typed_copy)
+    minmax = json.loads((typed_copy / "int8_ranges.encoder.json").read_text())
+    tensors = encoder_inputs(bundle, tiny_data / "images", 2)  # a plain folder of images
+    ranges = calibrate(bundle, tensors, method, log=lambda _: None)
+    assert json.loads(ranges["encoder"].read_text()) != minmax
+    typed = variants.int8_graph(onnx.load(str(typed_copy / "encoder.onnx")),
+                                ranges["encoder"], "tensorrt", method=method)  # fmt: skip
+    (e3,) = create_session(variants.serialize(typed)).run(["e3"], {"image": tensors[0]})
+    assert e3.shape == (1, 8, 16, 16) and np.isfinite(e3).all()
+
+
+def test_calibration_images_from_a_bag(typed_bundle: Path, tiny_data: Path, tmp_path: Path) -> None:
+    import cv2
+
+    from compactinst_ros.eval.bags import write_image_bag
+    from compactinst_ros.eval.evaluate import encoder_inputs
+
+    bundle = ModelBundle.load(typed_bundle)
+    images = sorted((tiny_data / "images").iterdir())
+    frames = [(i * 10**8, cv2.imread(str(p))) for i, p in enumerate(images)]
+    bag = write_image_bag(tmp_path / "drive", frames)
+    from_bag = encoder_inputs(bundle, bag, 3)
+    from_folder = encoder_inputs(bundle, tiny_data, 3)
+    assert len(from_bag) == 3
+    assert all(np.array_equal(a, b) for a, b in zip(from_bag, from_folder, strict=True))
