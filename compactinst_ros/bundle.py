@@ -75,6 +75,10 @@ DERIVATIONS = {"fp16": "fp16", "int8": "qdq"}
 #: the INT8 graphs: TensorRT's (symmetric s8) and the fastest CPU one (u8 activations)
 INT8_GRAPHS = ("tensorrt", "cpu")
 QUANTIZE_COMMAND = "compactinst quantize"
+DERIVE_COMMAND = "compactinst derive"
+#: folder of a bundle with derived graphs as files (named by sha256), for machines that cannot
+#: derive them
+TYPED_DIR = "typed"
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,15 @@ class ModelBundle:
         recorded = entry["sha256"][target] if precision == "int8" else entry["sha256"]
         key = (spec.sha256, str(self.root), stage, precision, target, recorded)
         if key not in _DERIVED:
-            data = _derive(self, spec, precision, target, entry)
+            stored = typed_graph_path(self.root, recorded)
+            data = stored.read_bytes() if stored.is_file() else None
+            if data is not None and hashlib.sha256(data).hexdigest() != recorded:
+                raise BundleError(
+                    f"bundle {self.root}: {stored} does not match the sha256 its name records "
+                    f"(changed or corrupt); delete it and re-run '{DERIVE_COMMAND} {self.root}'"
+                )
+            if data is None:
+                data = _derive(self, spec, precision, target, entry)
             digest = hashlib.sha256(data).hexdigest()
             if digest != recorded:
                 raise BundleError(
@@ -346,13 +358,35 @@ def model_caveat(bundle: ModelBundle) -> str | None:
 _DERIVED: dict[tuple[str, ...], StageGraph] = {}
 
 
+def typed_graph_path(root: str | Path, sha256: str) -> Path:
+    """Where a bundle keeps a derived graph as a file: ``typed/<sha256>.onnx``."""
+    return Path(root) / TYPED_DIR / f"{sha256}.onnx"
+
+
+def write_typed_graph(bundle: ModelBundle, stage: str, precision: str, target: str) -> Path:
+    """Write one typed graph of ``bundle`` into its ``typed/`` folder; returns the file."""
+    graph = bundle.stage_graph(stage, precision, target)
+    path = typed_graph_path(bundle.root, graph.sha256)
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(graph.model_bytes)
+    return path
+
+
 def _derive(
     bundle: ModelBundle, spec: StageSpec, precision: str, target: str, entry: dict
 ) -> bytes:
     """The bytes of one derived stage graph (variants.py does the rewriting)."""
-    import onnx
+    try:
+        import onnx
 
-    from . import variants
+        from . import variants
+    except ImportError as exc:  # a vehicle: TensorRT, but not the derivation tools
+        raise BundleError(
+            f"bundle {bundle.root}: deriving its {precision} {spec.name} graph needs the "
+            f"precision tools ({exc}): pip install 'compactinst_ros[precision]', or run "
+            f"'{DERIVE_COMMAND} {bundle.root}' where they are installed and copy the bundle "
+            f"with its {TYPED_DIR}/ folder"
+        ) from None
 
     model = onnx.load(str(spec.path))
     if precision == "fp16":

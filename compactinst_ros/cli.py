@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build-engine": ("compactinst_ros.backends.trt_build", "build typed TensorRT engines"),
     "fp16-check": ("compactinst_ros.export.precision", "per-layer FP16 ranges and FP32 pins"),
     "quantize": ("compactinst_ros.export.quantize", "FP16 and INT8 variants of a bundle"),
+    "derive": ("compactinst_ros.export.derive", "write a bundle's typed graphs as files"),
     "evaluate": ("compactinst_ros.eval.evaluate", "mask AP and PQ of one precision of a bundle"),
     "precision-report": ("compactinst_ros.eval.precision_report", "FP32/FP16/INT8 side by side"),
     "ros": ("compactinst_ros.ros.tool", "drive a running node: parameters, lifecycle, tables"),

@@ -134,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--int8-graph", choices=("cpu", "tensorrt"), help="int8: which graph (default cpu)"
     )
-    parser.add_argument("--limit", type=int, help="evaluate only the first N images")
+    parser.add_argument("--limit", type=int, help="evaluate only the first N images (default: all)")
     parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
 

@@ -308,8 +308,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst precision-report``."""
     parser.add_argument("bundle", type=Path, help="model bundle folder with variants")
     parser.add_argument("--data", required=True, type=Path, help="COCO folder (synth layout)")
-    parser.add_argument("--out", type=Path, default=Path("out/precision_report"))
-    parser.add_argument("--limit", type=int, help="evaluate only the first N images")
+    parser.add_argument(
+        "--out", type=Path, default=Path("out/precision_report"), help="report folder"
+    )
+    parser.add_argument("--limit", type=int, help="evaluate only the first N images (default: all)")
     parser.add_argument("--rounds", type=int, default=20, help="timed frames per precision")
     parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")
 

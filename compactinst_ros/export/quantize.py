@@ -268,7 +268,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data", required=True, help="calibration images: COCO folder, image folder or bag"
     )
-    parser.add_argument("--calibration", choices=CALIBRATION_METHODS, default="minmax")
+    parser.add_argument(
+        "--calibration",
+        choices=CALIBRATION_METHODS,
+        default="minmax",
+        help="how activation ranges are taken from the calibration images",
+    )
     parser.add_argument("--frames", type=int, default=32, help="calibration images (default 32)")
     parser.add_argument(
         "--sensitivity-frames", type=int, default=4, help="images the per-layer errors use"
@@ -283,10 +288,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-fp32-layers", type=int, default=8, help="most layers left out of INT8 (default 8)"
     )
-    parser.add_argument("--out", type=Path, help="write the per-layer INT8 errors as JSON")
+    parser.add_argument(
+        "--out", type=Path, help="write the per-layer INT8 errors as JSON (default: not written)"
+    )
     parser.add_argument(
         "--layer-errors", type=Path,
-        help="reuse the per-layer errors of an earlier --out (same bundle and calibration)",
+        help="reuse the per-layer errors of an earlier --out (same bundle and calibration; "
+        "default: measure them)",
     )  # fmt: skip
 
 

@@ -3,7 +3,8 @@
 ``model/flops.py`` re-implements fvcore's counting rules on the meta device; here fvcore's own
 ``FlopCountAnalysis`` traces the real model on the CPU (no grad) so the two cannot drift apart.
 Tracing runs the convolutions for real (~20 s per ResNet-18 config on 2 cores), so only the R-18
-FastInst and CompactInst and the demo config are in the default run; the rest are ``slow``.
+FastInst and CompactInst and the demo config are in ``make test``; the rest are marked ``full``
+and run with ``make test-full``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _fvcore_count(name: str) -> FlopCountAnalysis:
 
 
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=() if n in DEFAULT_RUN else pytest.mark.slow) for n in CONFIGS]
+    "name", [pytest.param(n, marks=() if n in DEFAULT_RUN else pytest.mark.full) for n in CONFIGS]
 )
 def test_macs_agree_with_fvcore(name: str) -> None:
     torch.set_num_threads(min(2, torch.get_num_threads()))

@@ -371,4 +371,4 @@ def test_input_qos_follows_the_publishers(ros):
     )
     assert d["backend"] == "onnxruntime"
     assert d["model"] == "compactinst_demo"
-    assert d["precision"] == "backend default"  # precision: auto, and ORT does not report one
+    assert d["precision"] == "fp32"  # precision: auto, ONNX Runtime's default, as it reports

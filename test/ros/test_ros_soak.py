@@ -7,6 +7,7 @@ throughput."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import subprocess
 import sys
@@ -15,6 +16,10 @@ import pytest
 from ros_harness import REPO, next_domain, ros_env
 
 pytest.importorskip("rclpy")
+
+
+#: one 1080x1920 bgr8 frame of the soak's camera, in MiB
+FRAME_MB = 1080 * 1920 * 3 / 2**20
 
 
 @pytest.mark.slow
@@ -28,7 +33,13 @@ def test_sixty_second_soak_has_flat_memory_and_no_fd_or_thread_growth(tmp_path) 
     summary = json.loads((out / "summary.json").read_text())
     report = f"{summary}\nnode log: {out / 'node.log'}"
     assert len(summary["probes"]) >= 4, report  # from the warm-up's end to the end
-    assert summary["private_growth_mb"] < 5.0, report
+    # A leak grows steadily; the transport taking one more camera frame buffer under load is
+    # one step of one frame (1080p bgr8: 5.9 MiB), seen once in a while at any point of the run.
+    private = [probe[2] for probe in summary["probes"]]
+    steps = [b - a for a, b in itertools.pairwise(private)]
+    largest = max(steps, default=0.0)
+    assert largest <= FRAME_MB + 0.5, report
+    assert summary["private_growth_mb"] - max(largest, 0.0) < 2.0, report
     assert summary["fds_end"] <= summary["fds_start"], report
     assert summary["threads_end"] <= summary["threads_start"], report
     assert summary["frames_processed"] > 0 and summary["errors"] == 0, report
