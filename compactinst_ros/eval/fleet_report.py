@@ -3,12 +3,11 @@ plots, and the drive-by-drive comparison with a baseline report that flags regre
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import DataError
+from .groundtruth import read_json_object
 from .merge import merge_latency, merge_statistics
 from .report import _fmt, accuracy_rows, host_info, latency_table, now_iso
 
@@ -111,15 +110,10 @@ def compare(rows: Sequence[dict], baseline: dict, threshold: float) -> dict:
 
 def load_baseline(path: Path) -> dict:
     """A fleet report.json written by replay-fleet; DataError if it is not one."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise DataError(f"baseline '{path}' does not exist; pass an earlier report.json") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"baseline '{path}' is not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or "drives" not in data or "summary" not in data:
-        raise DataError(f"baseline '{path}' is not a replay-fleet report.json (no 'drives')")
-    return data
+    return read_json_object(
+        path, "baseline", ("drives", "summary"), "a replay-fleet report.json",
+        "; pass an earlier report.json",
+    )  # fmt: skip
 
 
 def fleet_report(results: list[dict], model: dict, options: FleetOptions, run: dict) -> dict:

@@ -55,16 +55,25 @@ def _stamp_from_file_name(name: str) -> int | None:
     return int(match["ns"])
 
 
-def _read_json(path: Path, what: str) -> dict:
+def read_json_object(
+    path: Path, what: str, keys: tuple[str, ...], form: str, missing_fix: str = ""
+) -> dict:
+    """The JSON object in ``path`` with ``keys``; DataError naming ``what`` and the problem
+    (missing file, not JSON, or not ``form``)."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise DataError(f"{what} '{path}' does not exist") from None
+        raise DataError(f"{what} '{path}' does not exist{missing_fix}") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise DataError(f"{what} '{path}' is not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or "images" not in data or "categories" not in data:
-        raise DataError(f"{what} '{path}' is not COCO format: it needs 'images' and 'categories'")
+    if not isinstance(data, dict) or any(key not in data for key in keys):
+        needs = " and ".join(f"'{key}'" for key in keys)
+        raise DataError(f"{what} '{path}' is not {form}: it needs {needs}")
     return data
+
+
+def _read_json(path: Path, what: str) -> dict:
+    return read_json_object(path, what, ("images", "categories"), "COCO format")
 
 
 class GroundTruth:
