@@ -57,6 +57,9 @@ def create_session(
     level = ort.GraphOptimizationLevel
     options.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Errors only: the FP16 graphs make the optimiser warn per session that it cannot constant
+    # fold a Pow on the CPU, a line per session in every command's output that asks nothing.
+    options.log_severity_level = 3
     if threads is not None:
         if threads < 1:
             raise BackendError(f"threads={threads} must be >= 1 (or None for all cores)")

@@ -13,7 +13,7 @@ from ort_stages import raw_outputs
 
 from compactinst_ros.backends import BackendOptions, create_backend
 from compactinst_ros.backends.ort import OrtBackend
-from compactinst_ros.bundle import ModelBundle
+from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.errors import BackendError, ConfigError
 from compactinst_ros.postprocess.reference import postprocess
 from compactinst_ros.preprocess import letterbox
@@ -125,3 +125,14 @@ def test_closed_backend_says_so(random_bundle: Path) -> None:
     meta = FrameMeta.letterbox(200, 240, backend.bundle.input_h, backend.bundle.input_w)
     with pytest.raises(BackendError, match="closed"):
         raw_outputs(backend, _frame(), "rgb8", meta)
+
+
+def test_sessions_log_errors_only(capfd: pytest.CaptureFixture) -> None:
+    """The FP16 decoder makes ONNX Runtime's optimiser warn that it cannot fold a Pow on the
+    CPU, once per session; our sessions keep its log to errors so no command prints that."""
+    from compactinst_ros.backends.ort import create_session
+
+    graph = ModelBundle.load(default_bundle_path()).stage_graph("decoder", "fp16")
+    capfd.readouterr()
+    create_session(graph.model_bytes)
+    assert "W:onnxruntime" not in capfd.readouterr().err
