@@ -14,17 +14,22 @@ RUNTIME = ["numpy>=1.21", "opencv-python-headless>=4.5", "onnxruntime>=1.12", "p
 # 1.21.5; Jazzy on 24.04: 1.26.4); numpy 2 from pip would shadow it and break them. opencv
 # 4.12+ needs numpy 2, and onnxruntime after 1.12 needs numpy 1.21.6, so on Python 3.10 the
 # extra stays on releases that take 1.21.5 (test/launch/test_vehicle_install.py resolves it).
+#: the FP16 graphs are derived on the vehicle from the FP32 stages; the converter's version is
+#: pinned because the derived bytes (their recorded sha256) depend on it (onnx 1.17, the newest
+#: that takes Humble's numpy 1.21.5, gives the same bytes as 1.23)
+FP16_DERIVATION = ["onnx>=1.17", "onnxconverter-common==1.16.0"]
 VEHICLE = [
     "numpy>=1.21,<2",
     "opencv-python-headless>=4.5,<4.12",
     'onnxruntime>=1.12,<1.13; python_version < "3.11"',
+    *FP16_DERIVATION,
 ]
 CUDA = ["pycuda>=2022.1"]
 TRAIN = ["torch==2.13.0", "onnx>=1.15", "scipy>=1.10", "pycocotools>=2.0.7"]
 # The FP16/INT8 graphs of a bundle are derived from its FP32 graphs at load (bundle.json
 # "variants"): onnxconverter-common converts to FP16, ONNX Runtime's quantizer (1.32: stored
 # calibration ranges) writes the Q/DQ graphs. Needed wherever a non-FP32 precision runs.
-PRECISION = ["onnx>=1.15", "onnxconverter-common>=1.16", "onnxruntime>=1.32"]
+PRECISION = [*FP16_DERIVATION, "onnxruntime>=1.32"]
 EVAL = ["rosbags>=0.10.4", "pycocotools>=2.0.7", "matplotlib>=3.7", "scipy>=1.10"]
 # `compactinst replay-fleet` runs drives on a Ray cluster; the node never imports it.
 FLEET = ["ray>=2.60"]

@@ -96,6 +96,10 @@ def test_vehicle_extra_keeps_the_apt_numpy(tmp_path, distro, python_version, apt
     assert resolved["numpy"] == apt_numpy
     assert _release(resolved["opencv-python-headless"]) < (4, 12)
     assert "onnxruntime" in resolved
+    # the FP16 graphs are derived on the vehicle: the converter the recorded hashes came from,
+    # and an onnx that gives the same bytes (1.17 and later; 1.17 takes numpy 1.21.5)
+    assert resolved["onnxconverter-common"] == "1.16.0"
+    assert _release(resolved["onnx"]) >= (1, 17)
     # without the constraints file the extra alone still keeps numpy below 2
     unpinned = tmp_path / "none.txt"
     unpinned.write_text("")
