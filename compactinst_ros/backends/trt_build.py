@@ -13,12 +13,11 @@ engine. tensorrt and pycuda are imported inside functions so the CPU path never 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..bundle import PRECISIONS, STAGE_ORDER, ModelBundle, StageGraph, StageSpec, sha256_file
+from ..bundle import PRECISIONS, ModelBundle, StageGraph, StageSpec
 from ..errors import BackendError
 from ..private_files import default_cache_dir, read_private, write_private
 from . import acceptance
@@ -36,10 +35,6 @@ MIN_TRT_MAJOR = 10
 #: Precision of ``BackendOptions.precision=None`` where the bundle carries its typed graphs.
 DEFAULT_PRECISION = "fp16"
 LOG_PROGRESS_S = 5.0  # seconds between progress lines when stderr is not a terminal
-#: Sidecar that ``compactinst fp16-check --write-pins`` writes into a bundle. Strongly typed
-#: builds take their FP32 islands from the typed graph itself, so the builder does not read it.
-PRECISION_FILE = "precision.json"
-PRECISION_FORMAT = 1
 #: What every engine key records about the network: strongly typed, TF32 off.
 NETWORK_KEY = {"network": "strongly_typed", "tf32": 0}
 
@@ -120,30 +115,6 @@ def current_device(cuda: Any, device: int) -> Iterator[Any]:
         yield context
     finally:
         context.pop()
-
-
-def save_fp32_layers(
-    bundle: ModelBundle, layers: dict[str, Iterable[str]], provenance: dict
-) -> Path:
-    """Write the bundle's precision.json: per stage the ONNX file's sha256 and the sorted node
-    names the range analysis found unsafe in FP16, plus ``provenance``; returns its path."""
-    unknown = sorted(set(layers) - set(STAGE_ORDER))
-    if unknown:
-        raise BackendError(f"no stage named {unknown} in a bundle (stages: {list(STAGE_ORDER)})")
-    record = {
-        "format": PRECISION_FORMAT,
-        **provenance,
-        "stages": {
-            stage.name: {
-                "onnx_sha256": sha256_file(stage.path),
-                "fp32_layers": sorted(set(layers.get(stage.name, ()))),
-            }
-            for stage in bundle.stages
-        },
-    }
-    path = bundle.root / PRECISION_FILE
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    return path
 
 
 def engine_precision(

@@ -43,8 +43,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..backends.ort import create_session
-from ..backends.trt_build import PRECISION_FILE, save_fp32_layers
-from ..bundle import ModelBundle, StageSpec, sha256_file
+from ..bundle import STAGE_ORDER, ModelBundle, StageSpec, sha256_file
 from ..errors import ConfigError
 from ..preprocess import letterbox
 from ..structures import FrameMeta
@@ -57,6 +56,36 @@ MAX_ROUNDS = 8
 #: Held-out synthetic scenes: seed 0 trains the default model and seed 1 evaluates it.
 DEFAULT_SEED = 2
 AMAX, NANS, INFS, ZERO = "amax::", "nans::", "infs::", "::zero"
+
+
+#: Sidecar that ``compactinst fp16-check --write-pins`` writes into a bundle. Strongly typed
+#: builds take their FP32 islands from the typed graph itself, so the builder does not read it.
+PRECISION_FILE = "precision.json"
+PRECISION_FORMAT = 1
+
+
+def save_fp32_layers(
+    bundle: ModelBundle, layers: dict[str, Iterable[str]], provenance: dict
+) -> Path:
+    """Write the bundle's precision.json: per stage the ONNX file's sha256 and the sorted node
+    names the range analysis found unsafe in FP16, plus ``provenance``; returns its path."""
+    unknown = sorted(set(layers) - set(STAGE_ORDER))
+    if unknown:
+        raise ConfigError(f"no stage named {unknown} in a bundle (stages: {list(STAGE_ORDER)})")
+    record = {
+        "format": PRECISION_FORMAT,
+        **provenance,
+        "stages": {
+            stage.name: {
+                "onnx_sha256": sha256_file(stage.path),
+                "fp32_layers": sorted(set(layers.get(stage.name, ()))),
+            }
+            for stage in bundle.stages
+        },
+    }
+    path = bundle.root / PRECISION_FILE
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
 
 
 def node_name(node: onnx.NodeProto) -> str:
@@ -591,7 +620,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--write-pins",
         action="store_true",
-        help=f"write the FP32 pins to BUNDLE/{PRECISION_FILE} for build-engine",
+        help=f"record the flagged nodes in BUNDLE/{PRECISION_FILE} (the strongly typed build "
+        "takes its FP32 islands from the FP16 graph instead)",
     )
     parser.add_argument(
         "--eval",

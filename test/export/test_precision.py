@@ -16,12 +16,12 @@ from onnx import TensorProto, helper, numpy_helper
 from typed_helpers import write_bundle_json
 
 from compactinst_ros.backends.ort import create_session
-from compactinst_ros.backends.trt_build import PRECISION_FILE
 from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.cli import main as cli_main
 from compactinst_ros.export.precision import (
     FP16_MAX,
     HEADROOM_LIMIT,
+    PRECISION_FILE,
     calibration_frames,
     check_bundle,
     emulate_fp16,
