@@ -12,7 +12,7 @@ The bundle is the only thing the runtime needs from training/export. Schema (for
       "labels": [{"id": 1, "name": "person", "isthing": true}, ...],
       "stages": [
         {"name": "encoder", "file": "encoder.onnx", "sha256": "...",
-         "inputs":  [{"name": "image", "shape": [1, 3, 512, 1024], "dtype": "float32"}],
+         "inputs":  [{"name": "image", "shape": ["batch", 3, 512, 1024], "dtype": "float32"}],
          "outputs": [{"name": "e3", "shape": [...], "dtype": "float32"}, ...]},
         {"name": "decoder", "file": "decoder.onnx", "sha256": "...",
          "inputs": [...], "outputs": [{"name": "pred_logits", ...}, {"name": "pred_masks", ...}]}
@@ -63,6 +63,8 @@ BUNDLE_FORMAT = 1
 METADATA_FILE = "bundle.json"
 STAGE_ORDER = ("encoder", "decoder")
 DECODER_OUTPUTS = ("pred_logits", "pred_masks")
+#: name of the stage graphs' symbolic batch axis (dim 0 of every stage input and output)
+BATCH_AXIS = "batch"
 HASH_COMMAND = "compactinst bundle-hash"
 #: the precisions a stage graph can be typed in; fp32 is the exported graph itself
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -83,15 +85,32 @@ TYPED_DIR = "typed"
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """Name, static shape and dtype of one stage input or output."""
+    """Name, per-frame shape (batch 1) and dtype of one stage input or output.
+
+    ``batched``: dim 0 is the graph's symbolic batch axis (``"batch"`` in bundle.json), so one
+    run takes several frames (cameras); bundles exported before the axis existed are batch 1.
+    """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
+    batched: bool = False
+
+    def batch_shape(self, batch: int) -> tuple[int, ...]:
+        """The shape of ``batch`` frames; BundleError where the tensor has no batch axis."""
+        if batch != 1 and not self.batched:
+            raise BundleError(
+                f"tensor '{self.name}' has a fixed batch of 1; re-export the bundle with "
+                f"'compactinst export' (it writes a batch axis) to run {batch} frames at once"
+            )
+        return (batch, *self.shape[1:])
 
     def to_json(self) -> dict:
         """Serialise for bundle.json."""
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        dims: list[int | str] = list(self.shape)
+        if self.batched:
+            dims[0] = BATCH_AXIS
+        return {"name": self.name, "shape": dims, "dtype": self.dtype}
 
 
 @dataclass(frozen=True)
@@ -172,6 +191,11 @@ class ModelBundle:
             if stage.name == name:
                 return stage
         raise BundleError(f"bundle {self.root} has no stage '{name}'")
+
+    @property
+    def batched(self) -> bool:
+        """True when every stage tensor has the batch axis: one run can take several frames."""
+        return all(t.batched for s in self.stages for t in (*s.inputs, *s.outputs))
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -500,13 +524,19 @@ def sha256_file(path: str | Path) -> str:
 
 def _parse_tensor(entry: dict, where: str) -> TensorSpec:
     try:
+        dims = list(entry["shape"])
+        batched = bool(dims) and dims[0] == BATCH_AXIS
         return TensorSpec(
             name=str(entry["name"]),
-            shape=tuple(int(d) for d in entry["shape"]),
+            shape=tuple(1 if batched and i == 0 else int(d) for i, d in enumerate(dims)),
             dtype=str(entry["dtype"]),
+            batched=batched,
         )
     except (KeyError, TypeError, ValueError) as exc:
-        raise BundleError(f"{where}: tensor entries need name, shape, dtype ({exc!r})") from None
+        raise BundleError(
+            f"{where}: tensor entries need name, shape (ints, dim 0 may be "
+            f"\"{BATCH_AXIS}\"), dtype ({exc!r})"
+        ) from None
 
 
 def _read_metadata(root: Path) -> dict:

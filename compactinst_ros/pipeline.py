@@ -10,6 +10,7 @@ table, raster and overlay colours all follow them. It never imports torch.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,14 @@ from .bundle import ModelBundle
 from .image_formats import validate_image
 from .overlay import overlay_bgr
 from .palette import id_colours
-from .structures import INFERENCE, FrameMeta, FrameResult, OutputSet, PostprocessOptions
+from .structures import (
+    INFERENCE,
+    BatchItem,
+    FrameMeta,
+    FrameResult,
+    OutputSet,
+    PostprocessOptions,
+)
 from .tracking import InstanceTracker, TrackerOptions, remap_ids
 
 
@@ -59,29 +67,63 @@ class Pipeline:
     def __call__(
         self, image: np.ndarray, encoding: str = "rgb8", outputs: OutputSet | None = None
     ) -> FrameResult:
-        """Segment one HxWxC uint8 frame; InputError for frames that cannot be processed.
+        """Segment one HxWxC uint8 frame; InputError for frames that cannot be processed."""
+        return self.infer_batch([self.prepare(image, encoding, outputs)], [self.tracker])[0]
 
-        The tracker and the overlay count as post-processing, as on the device where a kernel
-        draws the overlay. The tracker sees only frames whose instances were computed (an
-        instance output or the overlay asked for); frames it does not see are like dropped ones.
-        """
-        start = time.perf_counter()
+    def prepare(
+        self, image: np.ndarray, encoding: str = "rgb8", outputs: OutputSet | None = None
+    ) -> BatchItem:
+        """Validate one frame for a batch; InputError names what is wrong with it, so a bad
+        frame fails alone and never the batch it would have joined."""
         image = validate_image(image, encoding)
         meta = FrameMeta.letterbox(
             image.shape[0], image.shape[1], self.bundle.input_h, self.bundle.input_w
         )
         outputs = outputs or OutputSet()
-        asked = replace(outputs, instance=True) if outputs.overlay else outputs
-        result = self.backend.infer(image, encoding, meta, self.options, asked)
+        return BatchItem(image, encoding, meta, outputs)
+
+    def infer_batch(
+        self, items: Sequence[BatchItem], trackers: Sequence[InstanceTracker] | None = None
+    ) -> list[FrameResult]:
+        """Segment prepared frames (one per camera) in one backend batch; ``trackers`` gives
+        each frame its camera's tracker (None: the Pipeline's own, for one camera).
+
+        The tracker and the overlay count as post-processing, as on the device where a kernel
+        draws the overlay. A tracker sees only frames whose instances were computed (an
+        instance output or the overlay asked for); frames it does not see are like dropped ones.
+        """
+        start = time.perf_counter()
+        trackers = trackers if trackers is not None else [self.tracker] * len(items)
+        if len(trackers) != len(items):
+            raise ValueError(f"{len(items)} frames but {len(trackers)} trackers")
+        asked = [
+            replace(item, outputs=replace(item.outputs, instance=True))
+            if item.outputs.overlay
+            else item
+            for item in items
+        ]
+        results = self.backend.infer_batch(asked, self.options)
         post = time.perf_counter()
-        if asked.instance:
-            self._track(image, encoding, result, outputs)
-        result.timings_ms["postprocess"] += (time.perf_counter() - post) * 1e3
-        result.timings_ms[INFERENCE] = (time.perf_counter() - start) * 1e3
-        return result
+        for index, (item, result, tracker) in enumerate(zip(items, results, trackers, strict=True)):
+            if item.outputs.overlay or item.outputs.instance:
+                self._track(index, item, result, tracker)
+        post_ms = (time.perf_counter() - post) * 1e3
+        total_ms = (time.perf_counter() - start) * 1e3
+        for result in results:
+            result.timings_ms["postprocess"] += post_ms
+            result.timings_ms[INFERENCE] = total_ms
+        return results
+
+    def batch_slots(self, frames: int) -> int:
+        """How many slots the backend runs ``frames`` frames in (the rest is padding)."""
+        return self.backend.batch_slots(frames)
+
+    def make_tracker(self) -> InstanceTracker:
+        """A new tracker with this Pipeline's options (and on/off state): one per camera."""
+        return InstanceTracker(self.tracker.options, enabled=self.tracker.enabled)
 
     def _track(
-        self, image: np.ndarray, encoding: str, result: FrameResult, outputs: OutputSet
+        self, index: int, item: BatchItem, result: FrameResult, tracker: InstanceTracker
     ) -> None:
         """Track ids into the table, the overlay in their colours, the raster remapped if asked.
 
@@ -89,20 +131,21 @@ class Pipeline:
         track-colour table (on the device with the TensorRT backend), so the full-resolution
         remap runs only when the instance raster itself is an output.
         """
+        outputs = item.outputs
         raster = result.instance_raster
         frame_ids = result.instances.ids
-        track_ids = self.tracker.associate(result.instances, raster)
+        track_ids = tracker.associate(result.instances, raster)
         result.instances = replace(result.instances, ids=track_ids)
         if outputs.overlay:
             colours = id_colours(frame_ids, track_ids)
             alpha = self.options.overlay_alpha
-            result.overlay = self.backend.render_overlay(colours, alpha)
+            result.overlay = self.backend.render_overlay(colours, alpha, index)
             result.overlay = overlay_bgr(
-                image, encoding, result, self.bundle.labels, alpha, colours
+                item.image, item.encoding, result, self.bundle.labels, alpha, colours
             )
         if not outputs.instance:
             result.instance_raster = None
-        elif self.tracker.enabled:
+        elif tracker.enabled:
             result.instance_raster = remap_ids(raster, frame_ids, track_ids)
 
     def describe(self) -> dict:

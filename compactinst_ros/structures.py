@@ -111,6 +111,16 @@ class OutputSet:
     overlay: bool = False
 
 
+@dataclass(frozen=True)
+class BatchItem:
+    """One validated frame of a batch (a camera's frame in a round): what the backend runs."""
+
+    image: np.ndarray  # HxWxC uint8, validated (image_formats.validate_image)
+    encoding: str
+    meta: FrameMeta
+    outputs: OutputSet  # with overlay, instance too (the Pipeline sets both)
+
+
 @dataclass
 class RawOutputs:
     """Decoder outputs for one frame: class logits (Q, K+1) and mask logits (Q, h, w)."""

@@ -19,6 +19,7 @@ from compactinst_ros.overlay import draw_captions, draw_overlay, overlay_bgr
 from compactinst_ros.palette import palette
 from compactinst_ros.pipeline import Pipeline
 from compactinst_ros.structures import (
+    BatchItem,
     FrameMeta,
     FrameResult,
     Instances,
@@ -143,7 +144,8 @@ def test_pipeline_draws_the_overlay_on_the_onnxruntime_backend(random_bundle: Pa
         labels = pipeline.bundle.labels
         meta = FrameMeta.letterbox(120, 200, pipeline.bundle.input_h, pipeline.bundle.input_w)
         asked = OutputSet(instance=True, panoptic=False, semantic=False, overlay=True)
-        assert pipeline.backend.infer(frame, "bgr8", meta, options, asked).overlay is None
+        item = BatchItem(frame, "bgr8", meta, asked)
+        assert pipeline.backend.infer_batch([item], options)[0].overlay is None
         result = pipeline(frame, "bgr8", asked)
         assert result.instance_raster is not None and len(result.instances) > 0
         assert result.overlay.shape == (120, 200, 3) and result.overlay.dtype == np.uint8

@@ -8,6 +8,7 @@ frame on the device. It reports its own stage times (CUDA events on the GPU).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..bundle import ModelBundle
-    from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions
+    from ..structures import BatchItem, FrameResult, PostprocessOptions
     from .trt_build import BuildOptions
 
 #: what the tensorrt backend imports (``backend: auto`` chooses it only where all of these import)
@@ -51,8 +52,20 @@ class BackendOptions:
     precision: str | None = None
     #: onnxruntime, precision int8: which INT8 graph (bundle.INT8_GRAPHS); None = "cpu"
     int8_graph: str | None = None
+    #: the batch sizes the stages run at; a batch of n frames runs at the smallest size >= n,
+    #: its spare slots padded and discarded. None = the backend's default (onnxruntime: any
+    #: size, no padding; tensorrt: one static engine per size 1..max_batch)
+    batch_sizes: tuple[int, ...] | None = None
+    #: tensorrt: the largest batch its engines are built for when ``batch_sizes`` is None
+    max_batch: int = 1
 
     def __post_init__(self) -> None:
+        if self.batch_sizes is not None and (
+            not self.batch_sizes or any(int(b) < 1 for b in self.batch_sizes)
+        ):
+            raise ConfigError(f"batch_sizes {self.batch_sizes} must be positive sizes (or None)")
+        if self.max_batch < 1:
+            raise ConfigError(f"max_batch={self.max_batch} must be >= 1")
         if self.precision is not None:
             from ..bundle import PRECISIONS
 
@@ -79,27 +92,31 @@ class Backend(Protocol):
 
     name: str
 
-    def infer(
-        self,
-        image: np.ndarray,
-        encoding: str,
-        meta: FrameMeta,
-        options: PostprocessOptions,
-        outputs: OutputSet,
-    ) -> FrameResult:
-        """Run one validated frame; fills timings_ms for preprocess/encoder/decoder/postprocess.
+    def infer_batch(
+        self, items: Sequence[BatchItem], options: PostprocessOptions
+    ) -> list[FrameResult]:
+        """Run validated frames as one batch (one result each, in order); every result's
+        timings_ms has the batch's preprocess/encoder/decoder/postprocess times.
 
-        ``outputs.overlay`` comes with ``outputs.instance`` (the Pipeline sets both); a backend
-        that renders on its device keeps the frame there for ``render_overlay``.
+        ``item.outputs.overlay`` comes with ``instance`` (the Pipeline sets both); a backend
+        that renders on its device keeps those frames there for ``render_overlay``.
         """
         ...
 
-    def render_overlay(self, colours: np.ndarray, alpha: float) -> np.ndarray | None:
-        """The last frame's instance blend and outlines (HxWx3 bgr8) rendered on the device, or
-        None where the backend has no device (the Pipeline blends on the CPU).
+    def batch_slots(self, frames: int) -> int:
+        """How many slots a batch of ``frames`` runs in (>= frames; the rest is padding);
+        BackendError where no batch that large can run (the message names the fix)."""
+        ...
+
+    def render_overlay(
+        self, colours: np.ndarray, alpha: float, index: int = 0
+    ) -> np.ndarray | None:
+        """Frame ``index`` of the last batch: its instance blend and outlines (HxWx3 bgr8)
+        rendered on the device, or None where the backend has no device (the Pipeline blends on
+        the CPU).
 
         ``colours``: (rows, 3) uint8 RGB colour of each per-frame instance id of that frame
-        (track-id colours, ``palette.id_colours``); only after ``infer`` with ``overlay``.
+        (track-id colours, ``palette.id_colours``); only after ``infer_batch`` with ``overlay``.
         """
         ...
 

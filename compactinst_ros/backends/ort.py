@@ -7,6 +7,7 @@ the bundle's stage I/O names are the only contract between the two graphs.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from ..bundle import DECODER_OUTPUTS, ModelBundle
 from ..errors import BackendError
 from ..postprocess.fast import fast_postprocess
 from ..preprocess import letterbox
-from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions, RawOutputs
+from ..structures import BatchItem, FrameResult, PostprocessOptions, RawOutputs
 from .base import BackendOptions
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class OrtBackend:
         self.threads = options.threads
         self.precision = options.precision or "fp32"
         self.int8_graph = options.int8_graph or DEFAULT_INT8_GRAPH
+        self.batch_sizes = tuple(sorted(options.batch_sizes)) if options.batch_sizes else None
         self._ort = _import_ort()
         encoder, decoder = bundle.stage("encoder"), bundle.stage("decoder")
         graphs = [
@@ -121,50 +123,75 @@ class OrtBackend:
                 "'compactinst export'"
             )
 
-    def infer(
-        self,
-        image: np.ndarray,
-        encoding: str,
-        meta: FrameMeta,
-        options: PostprocessOptions,
-        outputs: OutputSet,
-    ) -> FrameResult:
-        """Run one validated frame through both sessions and the tiled numpy post-processing
+    def infer_batch(
+        self, items: Sequence[BatchItem], options: PostprocessOptions
+    ) -> list[FrameResult]:
+        """Letterbox every frame into one (n, 3, H, W) tensor, run each stage once on the batch
+        (padded to ``batch_slots``), then the tiled numpy post-processing per frame
         (bit-identical to the reference, ``postprocess/fast.py``)."""
         t0 = time.perf_counter()
-        tensor = letterbox(image, encoding, meta, self.bundle.pad_value)
+        slots = self.batch_slots(len(items))
+        h, w = self.bundle.input_h, self.bundle.input_w
+        tensor = np.empty((slots, 3, h, w), np.float32)
+        for i, item in enumerate(items):
+            tensor[i] = letterbox(item.image, item.encoding, item.meta, self.bundle.pad_value)[0]
+        tensor[len(items) :] = tensor[0]  # padding: a real frame, so no slot sees odd values
         t1 = time.perf_counter()
         features = self.run_encoder(tensor)
         t2 = time.perf_counter()
-        raw = self.run_decoder(features)
+        raws = self.run_decoder(features)
         t3 = time.perf_counter()
-        result = fast_postprocess(raw, meta, self.bundle.labels, options, outputs)
+        results = [
+            fast_postprocess(raw, item.meta, self.bundle.labels, options, item.outputs)
+            for raw, item in zip(raws, items, strict=False)  # padding slots are left out
+        ]
         t4 = time.perf_counter()
-        result.timings_ms.update(
-            preprocess=(t1 - t0) * 1e3,
-            encoder=(t2 - t1) * 1e3,
-            decoder=(t3 - t2) * 1e3,
-            postprocess=(t4 - t3) * 1e3,
-        )
-        return result
+        timings = {
+            "preprocess": (t1 - t0) * 1e3,
+            "encoder": (t2 - t1) * 1e3,
+            "decoder": (t3 - t2) * 1e3,
+            "postprocess": (t4 - t3) * 1e3,
+        }
+        for result in results:
+            result.timings_ms.update(timings)
+        return results
 
-    def render_overlay(self, colours: np.ndarray, alpha: float) -> None:
+    def batch_slots(self, frames: int) -> int:
+        """``frames`` itself (the graphs' batch axis takes any size), or the smallest of
+        ``batch_sizes`` that holds them."""
+        if frames > 1 and not self.bundle.batched:
+            raise BackendError(
+                f"bundle {self.bundle.root} was exported with a fixed batch of 1, so "
+                f"{frames} frames cannot run at once; re-export it with 'compactinst export'"
+            )
+        if self.batch_sizes is None:
+            return frames
+        fitting = [b for b in self.batch_sizes if b >= frames]
+        if not fitting:
+            raise BackendError(
+                f"a batch of {frames} frames exceeds batch_sizes {list(self.batch_sizes)}; "
+                "add a larger size or run fewer cameras per node"
+            )
+        return min(fitting)
+
+    def render_overlay(self, colours: np.ndarray, alpha: float, index: int = 0) -> None:
         """No device to render on: the Pipeline draws the overlay on the CPU."""
         return None
 
     def run_encoder(self, tensor: np.ndarray) -> list[np.ndarray]:
-        """Encoder stage: a (1, 3, H, W) float32 input -> the features, in output-name order."""
+        """Encoder stage: an (n, 3, H, W) float32 input -> the features, in output-name order."""
         if self._encoder is None:
             raise BackendError("the ONNX Runtime backend was closed; create a new Pipeline")
         return self._encoder.run(self._feature_names, {self._image_input: tensor})
 
-    def run_decoder(self, features: list[np.ndarray]) -> RawOutputs:
-        """Decoder stage: the encoder's features -> class and mask logits of the frame."""
+    def run_decoder(self, features: list[np.ndarray]) -> list[RawOutputs]:
+        """Decoder stage: the encoder's features -> class and mask logits, one per frame."""
         if self._decoder is None:
             raise BackendError("the ONNX Runtime backend was closed; create a new Pipeline")
         feed = dict(zip(self._feature_names, features, strict=True))
         logits, masks = self._decoder.run(list(DECODER_OUTPUTS), feed)
-        return RawOutputs(logits[0], masks[0], self.bundle.mask_stride)
+        stride = self.bundle.mask_stride
+        return [RawOutputs(lg, mk, stride) for lg, mk in zip(logits, masks, strict=True)]
 
     def describe(self) -> dict:
         """Backend name, onnxruntime version, providers and device."""

@@ -37,8 +37,10 @@ from .trt_build import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..bundle import ModelBundle
-    from ..structures import FrameMeta, FrameResult, OutputSet, PostprocessOptions
+    from ..structures import BatchItem, FrameMeta, FrameResult, OutputSet, PostprocessOptions
 
 #: Stage-time keys reported per frame, as the CPU backend's.
 TIMED_STAGES = ("preprocess", "encoder", "decoder", "postprocess")
@@ -157,16 +159,21 @@ class TensorRTBackend:
             context.set_tensor_address(name, int(self._buffers[name][0]))
 
     # -- Backend protocol -------------------------------------------------------------------
-    def infer(
-        self,
-        image: np.ndarray,
-        encoding: str,
-        meta: FrameMeta,
-        options: PostprocessOptions,
-        outputs: OutputSet,
-    ) -> FrameResult:
-        """Run one validated frame on the GPU thread; stage times come from CUDA events."""
-        return self._run(self._infer, image, encoding, meta, options, outputs)
+    def infer_batch(
+        self, items: Sequence[BatchItem], options: PostprocessOptions
+    ) -> list[FrameResult]:
+        """Run validated frames on the GPU thread; stage times come from CUDA events."""
+        self.batch_slots(len(items))
+        item = items[0]
+        return [
+            self._run(self._infer, item.image, item.encoding, item.meta, options, item.outputs)
+        ]
+
+    def batch_slots(self, frames: int) -> int:
+        """Engines are built for batch 1."""
+        if frames != 1:
+            raise BackendError(f"the TensorRT engines run one frame at a time, not {frames}")
+        return 1
 
     def _infer(
         self,
@@ -197,7 +204,7 @@ class TensorRTBackend:
         result.timings_ms["enqueue"] = enqueue_ms
         return result
 
-    def render_overlay(self, colours: np.ndarray, alpha: float) -> np.ndarray:
+    def render_overlay(self, colours: np.ndarray, alpha: float, index: int = 0) -> np.ndarray:
         """The last frame's overlay rendered on the GPU in ``colours`` (RGB row per per-frame
         instance id), bgr8; BackendError unless that frame was inferred with the overlay."""
         return self._run(self._render_overlay, colours, alpha)

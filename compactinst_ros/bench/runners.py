@@ -128,7 +128,7 @@ class TensorRTRunner:
     def __init__(self, bundle: ModelBundle, scope: str, engine_cache: Path | None) -> None:
         from ..backends.base import BackendOptions
         from ..backends.trt import TensorRTBackend
-        from ..structures import FrameMeta, OutputSet, PostprocessOptions
+        from ..structures import BatchItem, FrameMeta, OutputSet, PostprocessOptions
 
         self.backend = TensorRTBackend(bundle, BackendOptions(engine_cache_dir=engine_cache))
         self.facts = self.backend.describe()
@@ -136,16 +136,16 @@ class TensorRTRunner:
             self.facts["note"] = STAND_IN_NOTE
         self.stages = SCOPE_STAGES[scope]
         h, w = bundle.input_h, bundle.input_w
-        self.frame = np.full((h, w, 3), IMAGE_LEVEL, np.uint8)
-        self.meta = FrameMeta.letterbox(h, w, h, w)
+        frame = np.full((h, w, 3), IMAGE_LEVEL, np.uint8)
+        outputs = OutputSet(instance=False, panoptic=False, semantic=False)
+        self.item = BatchItem(frame, "rgb8", FrameMeta.letterbox(h, w, h, w), outputs)
         self.options = PostprocessOptions()
-        self.outputs = OutputSet(instance=False, panoptic=False, semantic=False)
 
     def time(self, iters: int) -> float:
         """Mean device milliseconds per run of the scope's stages."""
         total = 0.0
         for _ in range(iters):
-            result = self.backend.infer(self.frame, "rgb8", self.meta, self.options, self.outputs)
+            result = self.backend.infer_batch([self.item], self.options)[0]
             total += sum(result.timings_ms[s] for s in self.stages)
         return total / iters
 

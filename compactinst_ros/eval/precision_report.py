@@ -105,7 +105,7 @@ def measure(
         for label, pipe in pipes.items():
             outs = []
             for t in tensors:
-                raw = pipe.backend.run_decoder(pipe.backend.run_encoder(t))
+                raw = pipe.backend.run_decoder(pipe.backend.run_encoder(t))[0]
                 outs.append(
                     {"pred_logits": raw.class_logits[None], "pred_masks": raw.mask_logits[None]}
                 )

@@ -3,7 +3,8 @@
 The encoder takes the letterboxed RGB image in 0..255 (normalisation is inside the graph) and
 returns the pixel-decoder maps named in ``model.encoder_outputs``; the decoder takes those maps by
 name and returns ``pred_logits`` (1, Q, K+1) and ``pred_masks`` (1, Q, H/s, W/s). Both graphs use
-the TorchScript exporter (dynamo=False), opset 17 and static shapes, as the TensorRT builder wants.
+the TorchScript exporter (dynamo=False), opset 17 and static shapes but for a symbolic batch axis
+(dim 0, ``"batch"``: several cameras in one run), as the TensorRT builder wants.
 
 Checkpoints are read with ``model.checkpoint.load_checkpoint`` (the training format).
 """
@@ -20,7 +21,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..bundle import DECODER_OUTPUTS, METADATA_FILE, ModelBundle, StageSpec, TensorSpec, sha256_file
+from ..bundle import (
+    BATCH_AXIS,
+    DECODER_OUTPUTS,
+    METADATA_FILE,
+    ModelBundle,
+    StageSpec,
+    TensorSpec,
+    sha256_file,
+)
 from ..errors import BundleError, ConfigError
 from ..labels import (
     CITYSCAPES_INSTANCE_LABELS,
@@ -115,21 +124,26 @@ def random_image(height: int, width: int, seed: int) -> torch.Tensor:
 
 
 def _tensor_specs(values: list) -> tuple[TensorSpec, ...]:
-    """TensorSpecs of ONNX graph inputs/outputs (static dims only)."""
+    """TensorSpecs of ONNX graph inputs/outputs: static dims, except the batch axis (dim 0)."""
     import onnx
 
     specs = []
     for value in values:
         ttype = value.type.tensor_type
-        dims = []
-        for dim in ttype.shape.dim:
-            if not dim.HasField("dim_value"):
+        dims, batched = [], False
+        for axis, dim in enumerate(ttype.shape.dim):
+            if dim.HasField("dim_value"):
+                dims.append(int(dim.dim_value))
+            elif axis == 0 and dim.dim_param == BATCH_AXIS:
+                dims.append(1)
+                batched = True
+            else:
                 raise BundleError(
-                    f"ONNX tensor '{value.name}' has a dynamic dimension; export uses static shapes"
+                    f"ONNX tensor '{value.name}' has a dynamic dimension {axis}; export uses "
+                    f"static shapes except the batch axis '{BATCH_AXIS}' (dim 0)"
                 )
-            dims.append(int(dim.dim_value))
         dtype = onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type).name
-        specs.append(TensorSpec(value.name, tuple(dims), dtype))
+        specs.append(TensorSpec(value.name, tuple(dims), dtype, batched))
     return tuple(specs)
 
 
@@ -182,7 +196,8 @@ def _export_stage(
     import torch
 
     with torch.no_grad(), warnings.catch_warnings():
-        # Static shapes are the point: Python ints taken from shapes are meant to become constants.
+        # Static shapes are the point (the batch axis aside): Python ints taken from the spatial
+        # shapes are meant to become constants.
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", message="Constant folding - Only steps=1")
         warnings.filterwarnings("ignore", message="You are using the legacy TorchScript")
@@ -195,7 +210,29 @@ def _export_stage(
             input_names=input_names,
             output_names=output_names,
             do_constant_folding=True,
+            dynamic_axes={name: {0: BATCH_AXIS} for name in (*input_names, *output_names)},
         )
+        outputs = module(*args)
+    _set_output_shapes(path, [tuple(t.shape) for t in outputs])
+
+
+def _set_output_shapes(path: Path, shapes: list[tuple[int, ...]]) -> None:
+    """Write the traced per-frame output shapes (batch axis symbolic) into the graph outputs.
+
+    With a symbolic batch the exporter's shape inference loses the spatial dims behind a
+    Resize to a computed size; the bundle records static per-frame shapes, so they come from
+    the trace itself.
+    """
+    import onnx
+
+    model = onnx.load(str(path))
+    for value, shape in zip(model.graph.output, shapes, strict=True):
+        dims = value.type.tensor_type.shape.dim
+        del dims[:]
+        dims.add().dim_param = BATCH_AXIS
+        for size in shape[1:]:
+            dims.add().dim_value = int(size)
+    onnx.save(model, str(path))
 
 
 def export_bundle(

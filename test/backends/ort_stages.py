@@ -24,4 +24,4 @@ def raw_outputs(
 def raw_outputs_of_input(backend: OrtBackend, tensor: np.ndarray) -> RawOutputs:
     """Decoder outputs for a ready (1, 3, H, W) encoder input, e.g. another backend's
     pre-processed frame (parity checks that isolate pre-processing)."""
-    return backend.run_decoder(backend.run_encoder(tensor))
+    return backend.run_decoder(backend.run_encoder(tensor))[0]

@@ -17,7 +17,13 @@ from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.errors import BackendError, ConfigError
 from compactinst_ros.postprocess.reference import postprocess
 from compactinst_ros.preprocess import letterbox
-from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions, RawOutputs
+from compactinst_ros.structures import (
+    BatchItem,
+    FrameMeta,
+    OutputSet,
+    PostprocessOptions,
+    RawOutputs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +47,7 @@ def test_infer_chains_stages_and_times_them(backend: OrtBackend) -> None:
     image = _frame()
     meta = FrameMeta.letterbox(200, 240, backend.bundle.input_h, backend.bundle.input_w)
     options = PostprocessOptions(score_threshold=0.0)
-    result = backend.infer(image, "rgb8", meta, options, OutputSet())
+    result = backend.infer_batch([BatchItem(image, "rgb8", meta, OutputSet())], options)[0]
     assert set(result.timings_ms) >= {"preprocess", "encoder", "decoder", "postprocess"}
     assert all(v > 0 for v in result.timings_ms.values())
     assert result.instance_raster.shape == (200, 240)
@@ -62,7 +68,7 @@ def test_matches_hand_chained_stages(backend: OrtBackend, random_bundle: Path) -
     logits, masks = dec.run(["pred_logits", "pred_masks"], feats)
     raw = RawOutputs(logits[0], masks[0], bundle.mask_stride)
     expected = postprocess(raw, meta, bundle.labels, options, OutputSet())
-    result = backend.infer(image, "rgb8", meta, options, OutputSet())
+    result = backend.infer_batch([BatchItem(image, "rgb8", meta, OutputSet())], options)[0]
     np.testing.assert_array_equal(result.instance_raster, expected.instance_raster)
     np.testing.assert_allclose(result.instances.score, expected.instances.score, rtol=1e-4)
 

@@ -50,7 +50,7 @@ def golden_bundle(tmp_path_factory) -> ModelBundle:
     backend = OrtBackend(bundle)
     try:
         features = backend.run_encoder(image)
-        raw = backend.run_decoder(features)
+        raw = backend.run_decoder(features)[0]
     finally:
         backend.close()
     names = [t.name for t in bundle.stages[0].outputs]

@@ -103,7 +103,7 @@ def cpu_frame_result(bundle: ModelBundle, tensor: np.ndarray, meta, outputs: Out
     precision = engine_precision(bundle, None, log=lambda _: None)
     backend = OrtBackend(bundle, BackendOptions(precision=precision))
     try:
-        raw = backend.run_decoder(backend.run_encoder(tensor))
+        raw = backend.run_decoder(backend.run_encoder(tensor))[0]
     finally:
         backend.close()
     return reference.postprocess(raw, meta, bundle.labels, PostprocessOptions(), outputs)
