@@ -12,12 +12,13 @@ reading stopped.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import re
 import shutil
 import sqlite3
 import struct
 from collections import Counter
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -479,6 +480,14 @@ class _SalvageScan:
             scan.span_ns = (min(first, msg.t_ns), max(last, msg.t_ns))
 
 
+def camera_name(image_topic: str) -> str:
+    """A camera's name from its image topic: the last namespace element (``/cam_left/image_raw``
+    -> ``cam_left``; a one-element topic is its own name), made a valid ROS name token."""
+    parts = image_topic.removesuffix("/compressed").strip("/").split("/")
+    name = re.sub(r"[^A-Za-z0-9_]", "_", parts[-2] if len(parts) > 1 else parts[-1])
+    return name if name[:1].isalpha() else f"cam_{name}"
+
+
 def camera_info_for(image_topic: str, info_topics: list[str]) -> str | None:
     """The camera_info topic of ``image_topic``: the one in the same namespace (image_transport's
     layout, ``/cam/image_raw`` -> ``/cam/camera_info``), else the only one, else None."""
@@ -590,11 +599,29 @@ def write_image_bag(
 
     The log time equals the header stamp, as when recording a camera on the same host.
     """
+    return write_camera_bag(path, {topic: ("camera", frames)}, storage, compressed)
+
+
+def write_camera_bag(
+    path: str | Path,
+    cameras: Mapping[str, tuple[str, Iterable[tuple[int, np.ndarray]]]],
+    storage: str = "mcap",
+    compressed: str | None = None,
+) -> Path:
+    """Write several cameras, ``{topic: (frame_id, (stamp_ns, bgr8 image) frames)}``, in one
+    bag, interleaved by stamp (log time = header stamp, as ``write_image_bag``)."""
+
+    def stream(order: int, topic: str, frame_id: str, frames: Iterable) -> Iterator[tuple]:
+        for stamp, bgr in frames:
+            yield stamp, order, topic, frame_id, bgr
+
+    streams = [stream(k, topic, *camera) for k, (topic, camera) in enumerate(cameras.items())]
     with BagWriter(path, storage) as writer:
-        for stamp_ns, bgr in frames:
+        for stamp_ns, _, topic, frame_id, bgr in heapq.merge(*streams, key=lambda f: f[:2]):
             if compressed:
-                msg, msgtype = compressed_message(bgr, stamp_ns, compressed), COMPRESSED
+                msg = compressed_message(bgr, stamp_ns, compressed, frame_id)
+                msgtype = COMPRESSED
             else:
-                msg, msgtype = image_message(bgr, "bgr8", stamp_ns), IMAGE
+                msg, msgtype = image_message(bgr, "bgr8", stamp_ns, frame_id), IMAGE
             writer.write(topic, msgtype, stamp_ns, msg)
     return Path(path)

@@ -3,11 +3,14 @@
 A GT image matches a bag frame by header stamp when its entry carries one (``stamp_ns``: int
 nanoseconds, or ``stamp``: ``{"sec", "nanosec"}`` / int ns / float seconds, or a stamp-named
 ``file_name`` such as ``1700000000123456789.png`` or ``1700000000.123456789.png``), otherwise by
-``frame_index`` or, with ``match="index"``, by its position in id order.
+``frame_index`` or, with ``match="index"``, by its position in id order. With several cameras
+each GT image names its camera (``"camera"``: the camera's name or image topic) and is matched
+among that camera's frames only (``GroundTruth.for_camera``).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass
@@ -158,6 +161,22 @@ class GroundTruth:
             )
         self.frame_to_image = matched
         return matched
+
+    def for_camera(self, camera: str, topic: str) -> GroundTruth:
+        """The GT of one camera: the images whose ``camera`` is ``camera`` or ``topic`` (the
+        annotations stay shared: scoring reads only the matched images'); DataError when no
+        image names a camera, since frames of several cameras share their stamps."""
+        named = {str(e["camera"]) for e in self.images.values() if "camera" in e}
+        if not named:
+            raise DataError(
+                "the ground truth names no camera, but the replay has several; give every GT "
+                'image entry "camera": <camera name or image topic> (compactinst synth --bag '
+                "--cameras writes it)"
+            )
+        view = copy.copy(self)
+        view.images = {i: e for i, e in self.images.items() if e.get("camera") in (camera, topic)}
+        view.frame_to_image = {}
+        return view
 
     def image(self, image_id: int) -> dict:
         """The GT image entry (height, width, file_name, ...)."""

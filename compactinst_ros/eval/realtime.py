@@ -54,6 +54,7 @@ from .bags import (
     open_output_bag,
 )
 from .groundtruth import GroundTruth
+from .merge import merge_statistics
 from .report import latency_stats
 
 #: input topic the player publishes on (the node is pointed at it by parameter)
@@ -175,7 +176,9 @@ class NodeProcess:
 class Recorder:
     """Player-side rclpy node: publishes frames, records the outputs of the node named
     ``node_name`` (fully qualified) by stamp, and only that node's /diagnostics. The output bag
-    gets them under the node's default namespace (``OUTPUT_NS``)."""
+    gets them under the node's default namespace (``bag_ns``, ``OUTPUT_NS``). One camera of a
+    multi-camera replay: its own ``input_topic``, ``info_topic``, ``node_name`` (the node's
+    ``~/<camera>``) and ``bag_ns``, and the ``lock`` that guards the shared output bag."""
 
     def __init__(
         self,
@@ -186,6 +189,10 @@ class Recorder:
         camera_infos: Sequence[tuple[int, bytes]] = (),
         node_name: str = OUTPUT_NS,
         keep: bool = False,
+        input_topic: str = INPUT_TOPIC,
+        info_topic: str = INPUT_CAMERA_INFO,
+        bag_ns: str = OUTPUT_NS,
+        lock: threading.Lock | None = None,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -199,7 +206,8 @@ class Recorder:
         rclpy.init(context=self.context, domain_id=domain_id)
         self.node = rclpy.create_node("compactinst_replay", context=self.context)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.input_topic = INPUT_TOPIC + ("/compressed" if msgtype == COMPRESSED else "")
+        self.bag_input, self.info_topic, self.bag_ns = input_topic, info_topic, bag_ns
+        self.input_topic = input_topic + ("/compressed" if msgtype == COMPRESSED else "")
         self.pub = self.node.create_publisher(
             CompressedImage if msgtype == COMPRESSED else Image, self.input_topic, reliable
         )
@@ -208,8 +216,8 @@ class Recorder:
         )
         for stamp, raw in camera_infos:
             self.infos.add(stamp, raw)
-        self.info_pub = self.node.create_publisher(CameraInfo, INPUT_CAMERA_INFO, reliable)
-        self.lock = threading.Lock()
+        self.info_pub = self.node.create_publisher(CameraInfo, info_topic, reliable)
+        self.lock = lock or threading.Lock()
         self.writer = writer
         self.records: dict[int, tuple[float, dict[str, float]]] = {}
         self.outputs: dict[str, int] = dict.fromkeys(outputs, 0)
@@ -262,7 +270,7 @@ class Recorder:
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         with self.lock:
             self.records.setdefault(stamp, (now, dict(zip(msg.name, msg.position, strict=False))))
-            self._write(f"{OUTPUT_NS}/latency/frame", JOINT_STATE, stamp, now, raw)
+            self._write(f"{self.bag_ns}/latency/frame", JOINT_STATE, stamp, now, raw)
 
     def _write(self, topic: str, msgtype: str, stamp: int, now: float, raw: bytes) -> None:
         """Copy one output to the bag at the frame's log time + its lag, with the recorded
@@ -272,7 +280,7 @@ class Recorder:
             self.writer.write(topic, msgtype, t_ns, cdr_with_stamp(raw, self.recorded_stamp[stamp]))
 
     def _output_cb(self, name: str, msgtype: str) -> Any:
-        topic = f"{OUTPUT_NS}/{name}"
+        topic = f"{self.bag_ns}/{name}"
 
         def record(raw: bytes) -> None:
             """Count one serialised output and copy it to the output bag."""
@@ -301,8 +309,9 @@ class Recorder:
             and self.node.count_publishers(self.latency_topic) > 0
         )
 
-    def publish(self, frame: BagFrame) -> None:
-        """Send one frame (and its camera_info) stamped now; remember when and its bag stamp."""
+    def publish(self, frame: BagFrame) -> int:
+        """Send one frame (and its camera_info) stamped now; remember when and its bag stamp.
+        Returns the stamp it was sent with."""
         stamp = time.time_ns()  # the node's clock: ROS time is the system time here
         info = self.infos.match(frame.stamp_ns)
         with self.lock:
@@ -311,12 +320,13 @@ class Recorder:
             self.recorded_stamp[stamp] = frame.stamp_ns
             self.frame_index[stamp] = frame.index
             if self.writer is not None:
-                self.writer.write(INPUT_TOPIC, frame.msgtype, frame.bag_time_ns, frame.raw)
+                self.writer.write(self.bag_input, frame.msgtype, frame.bag_time_ns, frame.raw)
                 if info is not None:
-                    self.writer.write(INPUT_CAMERA_INFO, CAMERA_INFO, frame.bag_time_ns, info)
+                    self.writer.write(self.info_topic, CAMERA_INFO, frame.bag_time_ns, info)
         if info is not None:
             self.info_pub.publish(cdr_with_stamp(info, stamp))
         self.pub.publish(cdr_with_stamp(frame.raw, stamp))
+        return stamp
 
     def processed(self) -> int:
         """Sent frames whose latency record came back."""
@@ -369,8 +379,11 @@ def recorded_result(outputs: dict[str, bytes]) -> FrameResult:
     )
 
 
-def _score(recorder: Recorder, gt: GroundTruth, frames: list[BagFrame], match: str) -> dict:
-    """Accuracy of the outputs the node published against ``gt`` (frames it dropped have none)."""
+def scored_statistics(
+    recorder: Recorder, gt: GroundTruth, frames: list[BagFrame], match: str
+) -> dict:
+    """The evaluator's statistics (``Evaluator.statistics``) of the outputs the node published,
+    against ``gt`` (frames it dropped have none)."""
     from .metrics import Evaluator
 
     gt.match([f.stamp_ns for f in frames], match)
@@ -381,7 +394,7 @@ def _score(recorder: Recorder, gt: GroundTruth, frames: list[BagFrame], match: s
     for stamp in sorted(kept, key=index.__getitem__):
         if set(SCORED_OUTPUTS) <= set(kept[stamp]):
             evaluator.add(index[stamp], recorded_result(kept[stamp]))
-    return evaluator.result()
+    return evaluator.statistics()
 
 
 def _msg_class(msgtype: str) -> type:
@@ -491,24 +504,16 @@ def run_realtime(
         with contextlib.suppress(BackendError):  # one more /diagnostics period, if it comes
             seen = len(recorder.diagnostics)
             _wait(lambda: len(recorder.diagnostics) > seen, 2.5, None, "/diagnostics")
-        block, facts = _summarise(recorder, frames, start, sent_at, warmup, rate)
+        block, facts = summarise(recorder, frames, start, sent_at, warmup, rate)
         if gt is not None:
-            block["accuracy"] = _score(recorder, gt, frames, match)
+            block["accuracy"] = merge_statistics([scored_statistics(recorder, gt, frames, match)])
             block["notes"].append(
                 f"accuracy of the {block['accuracy']['frames_evaluated']} matched frames the "
                 f"node published outputs for ({block['frames']['dropped']} of "
                 f"{block['frames']['sent']} dropped)"
             )
         if "model_fingerprint" not in facts:  # no /diagnostics came: describe from the bundle
-            from ..bundle import ModelBundle
-
-            bundle = ModelBundle.load(model)
-            facts = {
-                "model": bundle.name,
-                "model_fingerprint": bundle.fingerprint,
-                "input_size": f"{bundle.input_h}x{bundle.input_w}",
-                "backend": backend,
-            }
+            facts = bundle_facts(model, backend)
     finally:
         if recorder is not None:
             recorder.close()
@@ -520,7 +525,20 @@ def run_realtime(
     return block, facts
 
 
-def _summarise(
+def bundle_facts(model: str | Path, backend: str) -> dict:
+    """The report's model facts from the bundle, where the node sent no /diagnostics."""
+    from ..bundle import ModelBundle
+
+    bundle = ModelBundle.load(model)
+    return {
+        "model": bundle.name,
+        "model_fingerprint": bundle.fingerprint,
+        "input_size": f"{bundle.input_h}x{bundle.input_w}",
+        "backend": backend,
+    }
+
+
+def summarise(
     recorder: Recorder,
     frames: list[BagFrame],
     start: float,
@@ -528,6 +546,7 @@ def _summarise(
     warmup: int,
     rate: float,
 ) -> tuple[dict, dict]:
+    """One recorder's report block (latency, frames, throughput, notes) and model facts."""
     with recorder.lock:
         records = {s: r for s, r in recorder.records.items() if s in recorder.send_time}
         send = dict(recorder.send_time)

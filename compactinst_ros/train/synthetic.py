@@ -13,6 +13,13 @@ Layout written by :func:`generate`::
     OUT/instances.json          COCO instances (things only, RLE masks)
     OUT/panoptic.json           COCO panoptic (segments_info per image)
 
+With ``--bag`` (:func:`generate_bag`) OUT/bag is a rosbag2 (mcap) of the scenes as
+``sensor_msgs/Image`` frames at ``--fps`` and every GT image carries its frame's ``stamp_ns``.
+With several ``--cameras`` each camera has its own topic ``/<name>/image_raw``, frame_id
+``<name>`` and scenes (camera k draws those of seed + k); its files are
+``OUT/images/<name>/``, ``OUT/panoptic/<name>/``, and its GT images carry ``"camera": <name>``
+in the one instances.json / panoptic.json (ids unique over the cameras).
+
 Panoptic ids follow the runtime convention: stuff ``label_id``, things ``label_id * 1000 + k``.
 """
 
@@ -20,8 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +48,10 @@ MIN_AREA = 120
 MIN_SIDE = 64
 #: sequence track ids are video_id * TRACKS_PER_VIDEO + the object's number in its video
 TRACKS_PER_VIDEO = 1000
+#: header stamp of the first frame of a synthetic bag (fixed: same parameters, same bag)
+BAG_T0_NS = 1_700_000_000 * 1_000_000_000
+#: the camera of a one-camera bag (its topic is /camera/image_raw)
+SINGLE_CAMERA = "camera"
 #: object height at the bottom image row, as a fraction of the image height
 BASE_HEIGHT = {PERSON: 0.46, VEHICLE: 0.36, ANIMAL: 0.3, BALE: 0.24}
 PALETTE = {
@@ -512,6 +524,131 @@ def generate(
     }
 
 
+def camera_names(spec: str) -> tuple[str, ...]:
+    """``--cameras``: a count (``3`` -> cam0, cam1, cam2; ``1`` -> the one ``camera``) or a
+    comma-separated list of names; ConfigError for anything that is not a valid, unique name."""
+    spec = spec.strip()
+    if spec.isdigit():
+        count = int(spec)
+        if count < 1:
+            raise ConfigError(f"--cameras {spec}: need at least one camera")
+        return (SINGLE_CAMERA,) if count == 1 else tuple(f"cam{k}" for k in range(count))
+    names = tuple(n.strip() for n in spec.split(","))
+    for name in names:
+        if not name or not (name[0].isalpha() and name.replace("_", "a").isalnum()):
+            raise ConfigError(
+                f"--cameras {spec}: camera name {name!r} must start with a letter and hold only "
+                "letters, digits and '_' (it names the topic /<name>/image_raw)"
+            )
+    if len(set(names)) != len(names):
+        raise ConfigError(f"--cameras {spec}: a camera name is given twice")
+    return names
+
+
+def camera_topic(camera: str) -> str:
+    """The image topic of ``camera`` in a synthetic bag (image_transport's layout)."""
+    return f"/{camera}/image_raw"
+
+
+def _merge_camera(
+    out: Path, part: Path, camera: str, offset: int, stamps: list[int], merged: dict
+) -> None:
+    """Move camera ``camera``'s data set ``part`` under ``out`` (images/<camera>/ and
+    panoptic/<camera>/) and add its GT to ``merged`` with ids after ``offset``, its stamps and
+    its camera; video and track ids are shifted so that they stay unique over the cameras."""
+    for folder in ("images", "panoptic"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+        shutil.move(str(part / folder), str(out / folder / camera))
+    videos = offset  # a camera has at most as many videos as images
+    for name in ("instances.json", "panoptic.json"):
+        coco = json.loads((part / name).read_text())
+        empty = {"images": [], "annotations": [], **({"videos": []} if "videos" in coco else {})}
+        target = merged.setdefault(name, {**coco, **empty})
+        for entry in coco["images"]:
+            entry["stamp_ns"] = stamps[int(entry["id"]) - 1]
+            entry["camera"] = camera
+            entry["id"] += offset
+            entry["file_name"] = f"{camera}/{entry['file_name']}"
+            if "video_id" in entry:
+                entry["video_id"] += videos
+        for number, ann in enumerate(coco["annotations"], start=len(target["annotations"]) + 1):
+            ann["image_id"] += offset
+            if "id" in ann:
+                ann["id"] = number
+            if "file_name" in ann:
+                ann["file_name"] = f"{camera}/{ann['file_name']}"
+            for seg in [ann, *ann.get("segments_info", [])]:
+                if "track_id" in seg:
+                    seg["track_id"] += videos * TRACKS_PER_VIDEO
+        for video in coco.get("videos", []):
+            shifted = {"id": video["id"] + videos, "name": f"{camera}/{video['name']}"}
+            target["videos"].append(shifted)
+        target["images"] += coco["images"]
+        target["annotations"] += coco["annotations"]
+    shutil.rmtree(part)
+
+
+def generate_bag(
+    out: str | Path,
+    num: int,
+    seed: int,
+    height: int,
+    width: int,
+    cameras: Sequence[str] = (SINGLE_CAMERA,),
+    fps: float = 10.0,
+    sequence: int = 0,
+    progress: bool = True,
+) -> dict:
+    """:func:`generate` per camera plus OUT/bag: ``num`` frames per camera at ``fps``, every
+    camera stamped alike (one trigger), each GT image with its ``stamp_ns`` (and ``camera`` with
+    several cameras), so that ``compactinst replay OUT/bag --gt-...`` matches by stamp."""
+    from ..eval.bags import write_camera_bag
+
+    if fps <= 0:
+        raise ConfigError(f"--fps {fps} must be positive")
+    out = Path(out)
+    period_ns = round(1e9 / fps)
+    stamps = [BAG_T0_NS + i * period_ns for i in range(num)]
+    start = time.perf_counter()
+    instances = 0
+    if tuple(cameras) == (SINGLE_CAMERA,):
+        instances = generate(out, num, seed, height, width, progress, sequence)["instances"]
+        for name in ("instances.json", "panoptic.json"):
+            coco = json.loads((out / name).read_text())
+            for entry in coco["images"]:
+                entry["stamp_ns"] = stamps[int(entry["id"]) - 1]
+            (out / name).write_text(json.dumps(coco))
+        folders = {SINGLE_CAMERA: out / "images"}
+    else:
+        merged: dict = {}
+        for k, camera in enumerate(cameras):
+            part = out / f".{camera}.part"
+            shutil.rmtree(part, ignore_errors=True)
+            summary = generate(part, num, seed + k, height, width, progress, sequence)
+            instances += summary["instances"]
+            _merge_camera(out, part, camera, k * num, stamps, merged)
+        for name, coco in merged.items():
+            (out / name).write_text(json.dumps(coco))
+        folders = {camera: out / "images" / camera for camera in cameras}
+
+    def frames(folder: Path) -> Iterator[tuple[int, np.ndarray]]:
+        images = sorted(folder.glob("*.jpg"))
+        for stamp, path in zip(stamps, images, strict=True):
+            yield stamp, cv2.imread(str(path), cv2.IMREAD_COLOR)
+
+    write_camera_bag(
+        out / "bag",
+        {camera_topic(c): (c, frames(folder)) for c, folder in folders.items()},
+    )
+    return {
+        "images": num * len(folders),
+        "instances": instances,
+        "cameras": list(folders),
+        "bag": str(out / "bag"),
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst synth``."""
     parser.add_argument("--out", required=True, help="output folder")
@@ -526,6 +663,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write videos of N frames with moving objects and a track_id per "
         "object (0: independent scenes)",
     )
+    parser.add_argument(
+        "--bag",
+        action="store_true",
+        help="also write OUT/bag (mcap, sensor_msgs/Image per camera) and stamp the GT images",
+    )
+    parser.add_argument(
+        "--cameras",
+        default="1",
+        help="with --bag: a count (names cam0, cam1, ...) or comma-separated names; each camera "
+        "gets its own topic /<name>/image_raw, frame_id and scenes",
+    )
+    parser.add_argument("--fps", type=float, default=10.0, help="with --bag: the camera rate")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -539,6 +688,22 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{earlier[0]} exists: {out} holds a data set already; remove it or pick another --out"
         )
+    cameras = camera_names(args.cameras)
+    if args.bag:
+        if (out / "bag").exists():
+            raise ConfigError(f"{out / 'bag'} exists; remove it or pick another --out")
+        summary = generate_bag(
+            out, args.num, args.seed, h, w, cameras, args.fps, sequence=args.sequence
+        )
+        print(
+            f"wrote {summary['images']} images of {len(cameras)} camera(s) "
+            f"({', '.join(summary['cameras'])}), {summary['instances']} instances, "
+            f"{out / 'instances.json'}, {out / 'panoptic.json'} and the bag {summary['bag']} "
+            f"in {summary['seconds']} s"
+        )
+        return 0
+    if cameras != (SINGLE_CAMERA,):
+        raise ConfigError(f"--cameras {args.cameras} needs --bag (cameras are bag topics)")
     summary = generate(out, args.num, args.seed, h, w, sequence=args.sequence)
     print(
         f"wrote {summary['images']} images ({out / 'images'}, {out / 'panoptic'}), "
