@@ -24,12 +24,20 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import dds_env
 from ..errors import BackendError, ConfigError, DataError
 from ..progress import Progress
-from .bags import COMPRESSED, OUTPUT_NS, BagFrame, ImageBag, camera_name, open_output_bag
+from .bags import (
+    COMPRESSED,
+    OUTPUT_NS,
+    BagFrame,
+    ImageBag,
+    bag_hash,
+    camera_name,
+    open_output_bag,
+)
 from .groundtruth import GroundTruth
 from .merge import merge_latency, merge_statistics
 from .realtime import (
@@ -45,6 +53,10 @@ from .realtime import (
     summarise,
     use_in_this_process,
 )
+from .report import now_iso
+
+if TYPE_CHECKING:
+    from .replay import ReplayOptions
 
 PACINGS = ("lockstep", "realtime")
 #: where the player publishes camera ``{}``'s frames and camera_info
@@ -401,3 +413,61 @@ def run_cameras(
     if "model_fingerprint" not in facts:  # no /diagnostics came: describe from the bundle
         facts = bundle_facts(model, backend)
     return result, facts
+
+
+def cameras_bag_block(cameras: Sequence[Camera], path: str | Path) -> dict:
+    """The report's bag block of a multi-camera replay: the whole bag and each camera's topic."""
+    return {
+        "path": str(path),
+        "hash": bag_hash(path),
+        "topic": ", ".join(c.bag.topic for c in cameras),
+        "msgtype": cameras[0].bag.msgtype,
+        "image_topics": cameras[0].bag.image_topics,
+        "frames": sum(c.bag.count for c in cameras),
+        "duration_s": round(max(c.bag.duration_s for c in cameras), 3),
+        "cameras": {c.name: {"topic": c.bag.topic, "frames": c.bag.count} for c in cameras},
+    }
+
+
+def replay_cameras(options: ReplayOptions, gt: GroundTruth | None) -> dict:
+    """The multi-camera replay of ``options`` (its ``cameras``): bag, model and modes, each mode
+    through fresh node(s); the output bag is written by the realtime mode."""
+    from .replay import score_parameter
+
+    cameras = open_cameras(options.bag, options.cameras or "all", options.max_frames)
+    try:
+        if gt is not None:
+            attach_ground_truth(cameras, gt, options.match)
+        report: dict = {
+            "created": now_iso(),
+            "command": options.command_line,
+            "bag": cameras_bag_block(cameras, options.bag),
+        }
+        modes: dict[str, dict] = {}
+        pacings = PACINGS if options.mode == "both" else (options.mode,)
+        for pacing in pacings:
+            block, facts = run_cameras(
+                cameras,
+                options.model,
+                options.backend,
+                pacing=pacing,
+                rate=options.rate,
+                batched=options.batched,
+                output_bag=options.output_bag if pacing == pacings[-1] else None,
+                warmup=options.warmup,
+                progress=options.progress,
+                domain_id=options.domain_id,
+                node_params=score_parameter(options),
+                match=options.match,
+            )
+            report.setdefault("model", facts)
+            damage = [c.bag.damage for c in cameras if c.bag.damage]
+            block["notes"][:0] = damage
+            modes[pacing] = block
+        if damage:
+            report["bag"]["damage"] = "; ".join(damage)
+    finally:
+        for camera in cameras:
+            camera.bag.close()
+    report["modes"] = modes
+    return report

@@ -49,6 +49,8 @@ class ReplayOptions:
     backend: str = "auto"
     precision: str | None = None  # None: the backend's default (bundle.PRECISIONS)
     topic: str | None = None  # None: detected (raw Image preferred)
+    cameras: str | None = None  # "all" or comma-separated topics: a multi-camera replay
+    batched: bool = True  # multi-camera: one batched node (False: one node per camera)
     mode: str = "lockstep"
     rate: float = 1.0  # realtime playback rate factor
     domain_id: int | None = None  # realtime ROS domain; None: a private one, never the env's
@@ -75,6 +77,16 @@ class ReplayOptions:
             raise ConfigError(f"--rate {self.rate} must be positive (1.0 = recorded rate)")
         if self.warmup < 0 or self.overlays < 0:
             raise ConfigError("--warmup and --overlays must be >= 0")
+        if self.cameras is not None and self.topic is not None:
+            raise ConfigError(
+                "--topic picks one camera and --cameras several; give one of them"
+            )
+        if self.cameras is not None and self.precision is not None:
+            raise ConfigError(
+                f"--precision {self.precision} applies to the in-process lockstep of one "
+                "camera; a multi-camera replay runs the node, whose precision is its "
+                "'precision' parameter"
+            )
         if self.precision is not None and self.mode != "lockstep":
             raise ConfigError(
                 f"--precision {self.precision} applies to --mode lockstep; a realtime replay "
@@ -91,6 +103,10 @@ class ReplayOptions:
             notes.append("--domain has no effect in --mode lockstep (no node is started)")
         if self.mode == "realtime" and self.overlays != default["overlays"]:
             notes.append("--overlays has no effect in --mode realtime (lockstep writes them)")
+        if self.cameras is not None and self.overlays != default["overlays"]:
+            notes.append("--overlays has no effect with --cameras (both modes run the node)")
+        if self.cameras is None and not self.batched:
+            notes.append("--per-camera-nodes has no effect without --cameras")
         if self.gt_instances is None and self.gt_panoptic is None and self.match != "auto":
             notes.append("--match has no effect without --gt-instances or --gt-panoptic")
         if self.gt_panoptic is None and self.gt_panoptic_dir is not None:
@@ -280,6 +296,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision", choices=PRECISIONS, help="graph precision (default: the backend's)"
     )
     parser.add_argument("--topic", help="image topic (default: detected; raw Image preferred)")
+    parser.add_argument(
+        "--cameras",
+        metavar="all|TOPIC,TOPIC",
+        help="replay several camera topics through the batched node, accuracy and latency per "
+        "camera (default: one camera, --topic)",
+    )
+    parser.add_argument(
+        "--per-camera-nodes",
+        dest="batched",
+        action="store_false",
+        help="with --cameras: one node per camera instead of the batched node",
+    )
     parser.add_argument("--mode", choices=MODES, default="lockstep", help="default: lockstep")
     parser.add_argument("--rate", type=float, default=1.0, help="realtime playback rate factor")
     parser.add_argument(
@@ -372,6 +400,29 @@ def lockstep_pipeline(options: ReplayOptions, **backend_overrides: object) -> Pi
 def replay(options: ReplayOptions) -> dict:
     """Run one replay; returns the report (also written under ``options.out``)."""
     gt = options.load_ground_truth()
+    if options.cameras is not None:
+        from .cameras import replay_cameras
+
+        report = replay_cameras(options, gt)
+    else:
+        report = _replay_camera(options, gt)
+    caveat = model_caveat(ModelBundle.load(options.model, verify_hashes=False))
+    if caveat:
+        report["model"]["caveat"] = caveat
+    report["host"] = host_info()
+    report["modes"] = report.pop("modes")  # after the host, as the report has always listed it
+    if options.output_bag is not None:
+        report["output_bag"] = str(options.output_bag)
+    if options.plots:
+        from .plots import write_plots
+
+        report["plots"] = write_plots(report, options.out)
+    write_report(report, options.out)
+    return report
+
+
+def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
+    """The one-camera replay's report: bag, model and modes."""
     modes: dict[str, dict] = {}
     with ImageBag(options.bag, options.topic) as bag:
         report = {
@@ -407,11 +458,7 @@ def replay(options: ReplayOptions) -> dict:
                 progress=options.progress,
                 gt=gt,
                 match=options.match,
-                node_params=(
-                    None
-                    if options.score_threshold is None
-                    else {"score_threshold": repr(float(options.score_threshold))}
-                ),
+                node_params=score_parameter(options),
             )
             report.setdefault("model", model)
             if bag.damage:
@@ -419,19 +466,15 @@ def replay(options: ReplayOptions) -> dict:
             modes["realtime"] = block
         if bag.damage:
             report["bag"]["damage"] = bag.damage
-    caveat = model_caveat(ModelBundle.load(options.model, verify_hashes=False))
-    if caveat:
-        report["model"]["caveat"] = caveat
-    report["host"] = host_info()
     report["modes"] = modes
-    if options.output_bag is not None:
-        report["output_bag"] = str(options.output_bag)
-    if options.plots:
-        from .plots import write_plots
-
-        report["plots"] = write_plots(report, options.out)
-    write_report(report, options.out)
     return report
+
+
+def score_parameter(options: ReplayOptions) -> dict[str, str] | None:
+    """The node's ``score_threshold`` parameter of a replay that runs the node (None: its own)."""
+    if options.score_threshold is None:
+        return None
+    return {"score_threshold": repr(float(options.score_threshold))}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -179,9 +179,48 @@ def markdown(report: dict) -> str:
         if block.get("notes"):
             lines += ["", *[f"* {n}" for n in block["notes"]]]
         lines.append("")
+        lines += camera_sections(block.get("cameras", {}))
     if report.get("plots"):
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]] + [""]
     return "\n".join(lines)
+
+
+#: the per-camera summary columns: latency span and statistics
+CAMERA_SPAN = ("pipeline", "end_to_end")
+
+
+def camera_headline(block: dict) -> str:
+    """One camera's figures in a line: AP, PQ, frames, pipeline and end-to-end p50/p90."""
+    acc = block.get("accuracy") or {}
+    ap = (acc.get("mask_ap") or {}).get("AP")
+    pq = ((acc.get("panoptic") or {}).get("all") or {}).get("PQ")
+    frames = block["frames"]
+    spans = [
+        f"{span} p50 {_fmt(row['p50'], 2)} p90 {_fmt(row['p90'], 2)} ms"
+        for span in CAMERA_SPAN
+        if (row := block["latency"].get(span))
+    ]
+    return ", ".join(
+        [
+            *([f"mask AP {_fmt(ap)}"] if ap is not None else []),
+            *([f"PQ {_fmt(pq)}"] if pq is not None else []),
+            f"sent {frames['sent']}, processed {frames['processed']}, dropped {frames['dropped']}",
+            f"output {_fmt(block['throughput'].get('output_fps'))} fps",
+            *spans,
+        ]
+    )
+
+
+def camera_sections(cameras: dict) -> list[str]:
+    """Markdown of a multi-camera mode's cameras: each camera's figures and latency table."""
+    lines: list[str] = []
+    for name, block in cameras.items():
+        lines += [f"### camera {name} (`{block['topic']}`)", "", camera_headline(block) + ".", ""]
+        if block.get("accuracy"):
+            rows = accuracy_rows(block["accuracy"])
+            lines += ["| metric | value |", "|---|---:|", *[f"| {k} | {v} |" for k, v in rows], ""]
+        lines += [*latency_table(block["latency"]), ""]
+    return lines
 
 
 def precision_text(model: dict) -> str:
@@ -216,4 +255,6 @@ def summary_text(report: dict) -> str:
             f"throughput: input {_fmt(tput.get('input_fps'))} fps, "
             f"output {_fmt(tput.get('output_fps'))} fps"
         )
+        for name, camera in block.get("cameras", {}).items():
+            lines.append(f"camera {name} ({camera['topic']}): {camera_headline(camera)}")
     return "\n".join(lines)
