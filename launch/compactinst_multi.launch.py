@@ -1,19 +1,28 @@
-"""Launch one compactinst node per camera, all sharing one parameters file and one engine cache.
+"""Launch compactinst for several cameras: one batched node for all of them (batched:=true), or
+one node per camera (batched:=false, the default), sharing one parameters file and engine cache.
 
-ros2 launch compactinst_ros compactinst_multi.launch.py cameras_file:=cameras.yaml
+ros2 launch compactinst_ros compactinst_multi.launch.py cameras_file:=cameras.yaml batched:=true
 ros2 launch compactinst_ros compactinst_multi.launch.py \
     cameras:='[{namespace: front, image_topic: /front/image_raw},
                {namespace: rear, image_topic: /rear/image, camera_info_topic: /rear/camera_info}]'
 
 A camera is ``namespace`` (required, unique) plus optional ``image_topic`` and
 ``camera_info_topic``; ``cameras_file`` holds the same list under ``cameras:``. Each camera's node
-is compactinst.launch.py in that namespace, so the other arguments mean what they mean there. The
-nodes get one engine cache folder (parameter ``engine_cache_dir`` and $COMPACTINST_ENGINE_CACHE);
-with the tensorrt backend ``compactinst build-engine`` fills it before any node starts, so each
-engine is built once per model and GPU, not once per camera.
+is compactinst.launch.py in that namespace, so the other arguments mean what they mean there. With
+batched:=true one compactinst.launch.py starts one node, ``node_name`` in the root namespace, whose
+``image_topics``/``camera_names``/``camera_info_topics`` are the camera list (a camera's name is its
+namespace; a topic left out is the parameters file's ``image_topic`` in that namespace, as for a
+per-camera node), written with the parameters file into a generated parameters file; each camera's
+outputs are then ``/<node_name>/<namespace>/...``. The nodes get one engine cache folder
+(parameter ``engine_cache_dir`` and $COMPACTINST_ENGINE_CACHE); with the tensorrt backend
+``compactinst build-engine`` fills it before any node starts, so each engine is built once per
+model and GPU, not once per camera.
 """
 
+import importlib.util
 import os
+import tempfile
+from types import ModuleType
 
 import yaml
 from ament_index_python.packages import get_package_share_directory
@@ -130,29 +139,72 @@ def _prebuild_command(context: LaunchContext, params_file: str, cache_dir: str) 
     return command + (["--precision", precision] if precision not in ("", "auto") else [])
 
 
+def single_launch_module() -> ModuleType:
+    """compactinst.launch.py as a module, for its helpers (``parse_bool``)."""
+    spec = importlib.util.spec_from_file_location("compactinst_launch", SINGLE_LAUNCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def in_namespace(topic: str, namespace: str) -> str:
+    """``topic`` as a node in ``namespace`` resolves it: absolute stays, relative goes below."""
+    return topic if topic.startswith("/") else f"/{namespace}/{topic}"
+
+
+def batched_parameters(cameras: list[dict[str, str]], params_file: str) -> dict[str, list[str]]:
+    """The batched node's camera parameters: ``image_topics``, ``camera_names`` (the cameras'
+    namespaces) and, where any camera has one, ``camera_info_topics`` ("" for the others)."""
+    image_default = file_parameter(params_file, "image_topic") or "image"
+    params = {
+        "image_topics": [
+            in_namespace(c["image_topic"] or image_default, c["namespace"]) for c in cameras
+        ],
+        "camera_names": [c["namespace"] for c in cameras],
+    }
+    if any(c["camera_info_topic"] for c in cameras):
+        params["camera_info_topics"] = [
+            in_namespace(c["camera_info_topic"], c["namespace"]) if c["camera_info_topic"] else ""
+            for c in cameras
+        ]
+    return params
+
+
+def batched_params_file(params_file: str, camera_params: dict[str, list[str]]) -> str:
+    """A parameters file: ``params_file`` with ``camera_params`` set for every node (``/**``);
+    written to the temporary folder, as the launch passes parameters by file."""
+    with open(params_file) as handle:
+        data = yaml.safe_load(handle) or {}
+    data.setdefault("/**", {}).setdefault("ros__parameters", {}).update(camera_params)
+    handle, path = tempfile.mkstemp(prefix="compactinst_cameras_", suffix=".yaml")
+    with os.fdopen(handle, "w") as out:
+        yaml.safe_dump(data, out)
+    return path
+
+
+def _single_launch(arguments: dict) -> IncludeLaunchDescription:
+    return IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(SINGLE_LAUNCH),
+        launch_arguments={**arguments, "rviz": "false"}.items(),
+    )
+
+
 def camera_actions(context: LaunchContext) -> list:
-    """One compactinst.launch.py per camera, after the engine build where there is one."""
+    """One compactinst.launch.py per camera, or one for the batched node (batched:=true), after
+    the engine build where there is one."""
     params_file = LaunchConfiguration("params_file").perform(context)
     cache_dir = _engine_cache_dir(context, params_file)
     shared = {name: LaunchConfiguration(name) for name, _, _ in SHARED_ARGUMENTS}
-    nodes = [
-        GroupAction(
-            [
-                IncludeLaunchDescription(
-                    PythonLaunchDescriptionSource(SINGLE_LAUNCH),
-                    launch_arguments={
-                        **shared,
-                        **camera,
-                        "params_file": params_file,
-                        "engine_cache_dir": cache_dir,
-                        "rviz": "false",
-                    }.items(),
-                )
-            ],
-            scoped=True,
-        )
-        for camera in _cameras(context)
-    ]
+    common = {**shared, "params_file": params_file, "engine_cache_dir": cache_dir}
+    cameras = _cameras(context)
+    batched = LaunchConfiguration("batched").perform(context)
+    if single_launch_module().parse_bool(batched, "batched"):
+        generated = batched_params_file(params_file, batched_parameters(cameras, params_file))
+        nodes = [GroupAction([_single_launch({**common, "params_file": generated})], scoped=True)]
+    else:
+        nodes = [
+            GroupAction([_single_launch({**common, **camera})], scoped=True) for camera in cameras
+        ]
     cache_env = SetEnvironmentVariable("COMPACTINST_ENGINE_CACHE", cache_dir)
     prebuild = _prebuild_command(context, params_file, cache_dir)
     if not prebuild:
@@ -177,6 +229,12 @@ def generate_launch_description() -> LaunchDescription:
     arguments = (
         ("cameras", "", f"inline YAML list of cameras, e.g. {EXAMPLE}"),
         ("cameras_file", "", "YAML file with 'cameras:' and that list"),
+        (
+            "batched",
+            "false",
+            "true: one batched node for every camera (image_topics/camera_names); false: one "
+            "node per camera",
+        ),
         ("params_file", os.path.join(share, "config", "compactinst.yaml"), "node parameters"),
         (
             "engine_cache_dir",

@@ -463,6 +463,7 @@ def test_multi_camera_launch_builds_tensorrt_engines_once_before_the_nodes(
             "cameras_file": "",
             "params_file": str(params),
             "engine_cache_dir": str(tmp_path / "engines"),
+            "batched": "false",
         }
     )
     actions = multi.camera_actions(context)
@@ -479,3 +480,49 @@ def test_multi_camera_launch_builds_tensorrt_engines_once_before_the_nodes(
     assert command.endswith("--device 1 --precision fp32"), "the nodes' precision is built"
     assert not any(isinstance(a, GroupAction) for a in actions), "the nodes wait for the build"
     assert sum(isinstance(a, RegisterEventHandler) for a in actions) == 1
+
+
+def test_batched_multi_camera_launch_gives_one_node_the_camera_list(launch_install, tmp_path):
+    from launch.actions import GroupAction, IncludeLaunchDescription
+    from launch.utilities import normalize_to_list_of_substitutions, perform_substitutions
+
+    from launch import LaunchContext
+
+    _, prefix = launch_install
+    multi = load_launch_module(prefix, "compactinst_multi.launch.py")
+    params = write_params(tmp_path / "mine.yaml", backend="onnxruntime", image_topic="img")
+    context = LaunchContext()
+    context.launch_configurations.update(
+        {name: default for name, default, _ in multi.SHARED_ARGUMENTS}
+        | {
+            "cameras": "[{namespace: a, image_topic: /drv/a}, {namespace: b, "
+            "camera_info_topic: info}, {namespace: c}]",
+            "cameras_file": "",
+            "params_file": str(params),
+            "engine_cache_dir": str(tmp_path / "engines"),
+            "batched": "True",
+        }
+    )
+    groups = [a for a in multi.camera_actions(context) if isinstance(a, GroupAction)]
+    assert len(groups) == 1, "one node for every camera"
+    entities = groups[0].get_sub_entities()
+    (include,) = [a for a in entities if isinstance(a, IncludeLaunchDescription)]
+    arguments = {
+        perform_substitutions(context, normalize_to_list_of_substitutions(key)): (
+            perform_substitutions(context, normalize_to_list_of_substitutions(value))
+        )
+        for key, value in include.launch_arguments
+    }
+    assert "namespace" not in arguments and "image_topic" not in arguments
+    generated = Path(arguments["params_file"])
+    expected = yaml.safe_load(params.read_text())
+    expected["/**"]["ros__parameters"].update(
+        image_topics=["/drv/a", "/b/img", "/c/img"],
+        camera_names=["a", "b", "c"],
+        camera_info_topics=["", "/b/info", ""],
+    )
+    assert yaml.safe_load(generated.read_text()) == expected, "the file plus the camera list"
+    generated.unlink()
+    context.launch_configurations["batched"] = "yes"
+    with pytest.raises(ValueError, match="batched:='yes' is not a boolean"):
+        multi.camera_actions(context)
