@@ -352,6 +352,7 @@ def run_cameras(
                 info_topic=CAMERA_INFO_INPUT.format(camera.name),
                 bag_ns=f"{OUTPUT_NS}/{camera.name}",
                 lock=lock,
+                player=f"compactinst_replay_{camera.name}",
             )
         deadline = time.monotonic() + ready_timeout
         while not all(r.node_ready() for r in recorders.values()):

@@ -178,7 +178,8 @@ class Recorder:
     ``node_name`` (fully qualified) by stamp, and only that node's /diagnostics. The output bag
     gets them under the node's default namespace (``bag_ns``, ``OUTPUT_NS``). One camera of a
     multi-camera replay: its own ``input_topic``, ``info_topic``, ``node_name`` (the node's
-    ``~/<camera>``) and ``bag_ns``, and the ``lock`` that guards the shared output bag."""
+    ``~/<camera>``), ``bag_ns`` and ``player`` (its own node name), and the ``lock`` that guards
+    the shared output bag."""
 
     def __init__(
         self,
@@ -193,6 +194,7 @@ class Recorder:
         info_topic: str = INPUT_CAMERA_INFO,
         bag_ns: str = OUTPUT_NS,
         lock: threading.Lock | None = None,
+        player: str = "compactinst_replay",
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -204,7 +206,7 @@ class Recorder:
         self.rclpy = rclpy
         self.context = Context()  # rclpy.context.Context: the module path every distro has
         rclpy.init(context=self.context, domain_id=domain_id)
-        self.node = rclpy.create_node("compactinst_replay", context=self.context)
+        self.node = rclpy.create_node(player, context=self.context)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
         self.bag_input, self.info_topic, self.bag_ns = input_topic, info_topic, bag_ns
         self.input_topic = input_topic + ("/compressed" if msgtype == COMPRESSED else "")
