@@ -24,6 +24,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from compactinst_ros.errors import ConfigError
 from compactinst_ros.eval.bags import write_camera_bag
 from compactinst_ros.eval.cameras import Camera, open_cameras, run_cameras
 from compactinst_ros.resources import default_model
@@ -51,7 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     for size in args.sizes:
-        parse_size(size)
+        try:
+            parse_size(size)
+        except ConfigError as exc:
+            parser.error(f"--sizes: {exc}")
     if args.cameras < 1 or args.runs < 1 or args.seconds <= 0 or args.fps <= 0:
         parser.error("--cameras and --runs must be >= 1, --seconds and --fps positive")
     if args.model is None:

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -166,3 +167,40 @@ def test_api_names_lists_extension_and_python_names(tmp_path: Path) -> None:
     assert names == sorted(names)
     assert {"get_num_errors", "build_engine", "network", "cache"} <= set(names)
     assert not any(name.startswith("_Z") for name in names), names
+
+
+def test_bench_multicamera_arguments_memory_and_table() -> None:
+    """The options, the RSS sum over a process tree and the table, without starting nodes
+    (the multi-camera replay it drives is tested in test/eval/test_eval_cameras.py)."""
+    import importlib.util
+
+    path = REPO / "scripts" / "bench_multicamera.py"
+    spec = importlib.util.spec_from_file_location("bench_multicamera", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = bench.parse_args(["--sizes", "64x96", "--runs", "2", "--configs", "batched"])
+    assert (args.sizes, args.runs, args.configs, args.cameras) == (["64x96"], 2, ["batched"], 3)
+    for bad in (["--sizes", "64"], ["--runs", "0"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        alone, tree = bench.tree_rss_mb([child.pid]), bench.tree_rss_mb([os.getpid()])
+        assert 1.0 < alone < tree, "the child's RSS is counted with its parent's"
+    finally:
+        child.kill()
+        child.wait()
+    run = {"nodes": 1, "output_fps": 29.5, "dropped": 2, "sent": 60, "rss_mb": 700.0}
+    results = {
+        ("64x96", "batched"): [
+            {**run, "latency": {"cam0": (80.0, 120.0), "cam1": (90.0, 130.0)}},
+            {**run, "output_fps": 27.5, "latency": {"cam0": (100.0, 140.0), "cam1": (70, 110)}},
+        ]
+    }
+    header, _, row = bench.summary(results)
+    assert header.startswith("| size | config | nodes | output fps |")
+    assert row == (
+        "| 64x96 | batched | 1 | 28.5 (27.5-29.5) | cam0 90 (80-100) / 130 (120-140); "
+        "cam1 80 (70-90) / 120 (110-130) | 2 (2-2) | 60 (60-60) | 700 (700-700) |"
+    )
