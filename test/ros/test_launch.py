@@ -422,6 +422,61 @@ def test_multi_camera_launch_keeps_outputs_apart_and_shares_the_engine_cache(
         client.close()
 
 
+def test_batched_multi_camera_launch_serves_every_camera_from_one_node(
+    launch_install, running, random_bundle, tmp_path
+):
+    env, _ = launch_install
+    params = write_params(
+        tmp_path / "mine.yaml", backend="onnxruntime", ort_threads=1, outputs=["instance_mask"]
+    )
+    cameras = tmp_path / "cameras.yaml"
+    cameras.write_text(
+        yaml.safe_dump(
+            {
+                "cameras": [
+                    {"namespace": "cam_a", "image_topic": "/drivers/a/image"},
+                    {"namespace": "cam_b"},
+                ]
+            }
+        )
+    )
+    domain = next_domain()
+    launch = running(
+        "compactinst_multi.launch.py",
+        domain,
+        env,
+        cameras_file=cameras,
+        params_file=params,
+        model=random_bundle,
+        batched="true",
+    )
+    (pid,) = launch.node_pids(1)
+    client = Client(domain)
+    try:
+        assert node_parameters(client, "/compactinst", ["image_topics", "camera_names"]) == {
+            "image_topics": ["/drivers/a/image", "/cam_b/image"],
+            "camera_names": ["cam_a", "cam_b"],
+        }
+        frames = {
+            "cam_a": ("/drivers/a/image", 120, 160, 31),
+            "cam_b": ("/cam_b/image", 96, 128, 32),
+        }
+        for camera, (topic, height, width, sec) in frames.items():
+            mask = mask_for_frame(
+                client, topic, f"/compactinst/{camera}/instance_mask", height, width, sec
+            )
+            assert raster_from_image(mask).shape == (height, width)
+        for camera, (_, _, _, sec) in frames.items():
+            stamps = {
+                m.header.stamp.sec for m in client.received(f"/compactinst/{camera}/instance_mask")
+            }
+            assert stamps == {sec}, f"{camera} answered frames of another camera: {stamps}"
+        started = [int(p) for p in re.findall(r"process started with pid \[(\d+)\]", launch.log())]
+        assert started == [pid], f"one node process serves both cameras:\n{launch.log()}"
+    finally:
+        client.close()
+
+
 def test_multi_camera_list_errors_name_the_problem(launch_install):
     _, prefix = launch_install
     multi = load_launch_module(prefix, "compactinst_multi.launch.py")
