@@ -171,11 +171,15 @@ def batched_parameters(cameras: list[dict[str, str]], params_file: str) -> dict[
 
 
 def batched_params_file(params_file: str, camera_params: dict[str, list[str]]) -> str:
-    """A parameters file: ``params_file`` with ``camera_params`` set for every node (``/**``);
-    written to the temporary folder, as the launch passes parameters by file."""
+    """A parameters file: ``params_file`` with ``camera_params`` set for every node (``/**``) in
+    place of its one camera's ``image_topic`` and ``camera_info_topic``; written to the temporary
+    folder, as the launch passes parameters by file."""
     with open(params_file) as handle:
         data = yaml.safe_load(handle) or {}
-    data.setdefault("/**", {}).setdefault("ros__parameters", {}).update(camera_params)
+    params = data.setdefault("/**", {}).setdefault("ros__parameters", {})
+    for single in ("image_topic", "camera_info_topic"):
+        params.pop(single, None)
+    params.update(camera_params)
     handle, path = tempfile.mkstemp(prefix="compactinst_cameras_", suffix=".yaml")
     with os.fdopen(handle, "w") as out:
         yaml.safe_dump(data, out)
