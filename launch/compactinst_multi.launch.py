@@ -12,7 +12,8 @@ is compactinst.launch.py in that namespace, so the other arguments mean what the
 batched:=true one compactinst.launch.py starts one node, ``node_name`` in the root namespace, whose
 ``image_topics``/``camera_names``/``camera_info_topics`` are the camera list (a camera's name is its
 namespace; a topic left out is the parameters file's ``image_topic`` in that namespace, as for a
-per-camera node), written with the parameters file into a generated parameters file; each camera's
+per-camera node), written with the parameters file (less its one-camera ``image_topic`` and
+``camera_info_topic``) into a generated parameters file; each camera's
 outputs are then ``/<node_name>/<namespace>/...``. The nodes get one engine cache folder
 (parameter ``engine_cache_dir`` and $COMPACTINST_ENGINE_CACHE); with the tensorrt backend
 ``compactinst build-engine`` fills it before any node starts, so each engine is built once per
