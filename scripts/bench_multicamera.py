@@ -46,7 +46,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=20.0, help="streaming time per run")
     parser.add_argument("--runs", type=int, default=3, help="repeats of every configuration")
     parser.add_argument("--warmup", type=int, default=5, help="frames per camera not timed")
-    parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads per node")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="ONNX Runtime threads of the machine: the batched node gets them all, each "
+        "per-camera node its share (at least 1)",
+    )
     parser.add_argument(
         "--configs", nargs="+", choices=tuple(CONFIGS), default=list(CONFIGS), help="what to run"
     )
@@ -144,6 +150,12 @@ def camera_streams(folder: Path, size: str, count: int, fps: float, seconds: flo
     return cameras
 
 
+def node_threads(args: argparse.Namespace, batched: bool) -> int:
+    """ONNX Runtime threads of one node: the machine's for the batched node, a share each for
+    the per-camera nodes, so that both configurations have the same cores."""
+    return args.threads if batched else max(1, args.threads // args.cameras)
+
+
 def measure(cameras: list[Camera], args: argparse.Namespace, batched: bool) -> dict:
     """One run of one configuration: output rate, per-camera latency, drops, peak RSS."""
     sampler = RssSampler()
@@ -156,7 +168,7 @@ def measure(cameras: list[Camera], args: argparse.Namespace, batched: bool) -> d
             batched=batched,
             warmup=args.warmup,
             progress=False,
-            node_params={"ort_threads": args.threads},
+            node_params={"ort_threads": node_threads(args, batched)},
             outputs=("instance_mask",),
             on_ready=sampler.start,
         )
@@ -221,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(
         f"{args.cameras} cameras at {args.fps:g} Hz each, {args.seconds:g} s per run, "
-        f"{args.runs} runs, model {args.model}, ONNX Runtime {args.threads} thread(s) per node, "
+        f"{args.runs} runs, model {args.model}, ONNX Runtime threads: batched node "
+        f"{node_threads(args, True)}, per-camera nodes {node_threads(args, False)} each, "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
         flush=True,
     )
