@@ -63,15 +63,23 @@ class StampMatcher(Generic[Item]):
 
 
 class CameraInfoRelay:
-    """Subscribes to the camera's CameraInfo and publishes ``~/camera_info`` per output frame."""
+    """Subscribes to the camera's CameraInfo and publishes ``~/camera_info`` per output frame
+    (``<prefix>camera_info``: a camera's ``~/<name>/camera_info`` in a node of several)."""
 
     def __init__(
-        self, node: Node, topic: str, tolerance_ms: float, reliability: ReliabilityPolicy
+        self,
+        node: Node,
+        topic: str,
+        tolerance_ms: float,
+        reliability: ReliabilityPolicy,
+        prefix: str = "~/",
     ) -> None:
         self.node = node
         self.topic = topic
         self.matcher: StampMatcher[CameraInfo] = StampMatcher(int(tolerance_ms * 1e6))
-        self.pub = node.create_publisher(CameraInfo, "~/camera_info", frame_qos(reliability))
+        self.pub = node.create_publisher(
+            CameraInfo, f"{prefix}camera_info", frame_qos(reliability)
+        )
         self._sub: Any = None
         self._lock = threading.Lock()
         self.matched = 0

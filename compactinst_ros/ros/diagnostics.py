@@ -184,10 +184,68 @@ def input_facts(subs: Mapping[str, Any], reliability: Mapping[str, ReliabilityPo
     }
 
 
-def status_name(node_name: str) -> str:
-    """The DiagnosticStatus name of the node whose fully qualified name is ``node_name`` (a
-    replay keeps only its own node's reports by it)."""
-    return f"{node_name}: segmentation"
+def status_name(node_name: str, camera: str = "") -> str:
+    """The DiagnosticStatus name of the node whose fully qualified name is ``node_name``, or of
+    its ``camera`` in a node of several (a replay keeps only its own node's reports by it)."""
+    return f"{node_name}/{camera}: segmentation" if camera else f"{node_name}: segmentation"
+
+
+def batch_status_name(node_name: str) -> str:
+    """The DiagnosticStatus name of the batch report of a node of several cameras."""
+    return f"{node_name}: batch"
+
+
+class BatchStats:
+    """Thread-safe counters of the worker's rounds: frames, padded slots and window waits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rounds = 0
+        self.frames = 0
+        self.padded = 0
+        self._period: list[tuple[int, int, float]] = []
+        self._at = time.monotonic()
+
+    def on_round(self, frames: int, slots: int, wait_s: float) -> None:
+        """A round ran ``frames`` frames in ``slots`` batch slots after waiting ``wait_s``."""
+        with self._lock:
+            self.rounds += 1
+            self.frames += frames
+            self.padded += slots - frames
+            self._period.append((frames, slots, wait_s))
+
+    def tick(self, cameras: int) -> dict:
+        """Totals, and means over the rounds since the previous tick (0 without rounds)."""
+        now = time.monotonic()
+        with self._lock:
+            period, self._period = self._period, []
+            dt, self._at = max(now - self._at, 1e-6), now
+            rounds, frames, padded = self.rounds, self.frames, self.padded
+        count = max(len(period), 1)
+        waits = [w * 1e3 for _, _, w in period]
+        return {
+            "cameras": cameras,
+            "rounds": rounds,
+            "frames_batched": frames,
+            "padded_slots": padded,
+            "rounds_per_s": len(period) / dt,
+            "frames_per_round_mean": sum(f for f, _, _ in period) / count,
+            "batch_fill_mean": sum(f / cameras for f, _, _ in period) / count,
+            "padded_slots_per_round_mean": sum(s - f for f, s, _ in period) / count,
+            "window_wait_mean_ms": sum(waits) / count,
+            "window_wait_max_ms": max(waits, default=0.0),
+        }
+
+
+def batch_status(name: str, report: dict, facts: dict) -> DiagnosticStatus:
+    """The batch DiagnosticStatus: OK, what the rounds did (``BatchStats.tick``) as values."""
+    message = (
+        f"{report['rounds_per_s']:.1f} rounds/s, {report['frames_per_round_mean']:.2f} of "
+        f"{report['cameras']} cameras per round"
+    )
+    status = DiagnosticStatus(level=DiagnosticStatus.OK, name=name, message=message)
+    status.values = [KeyValue(key=str(k), value=_fmt(v)) for k, v in {**facts, **report}.items()]
+    return status
 
 
 def health_status(

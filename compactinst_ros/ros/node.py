@@ -1,15 +1,15 @@
 """``compactinst_node``: camera images in; instance, panoptic, semantic masks, overlay, latency out.
 
-A thin rclpy shell around ``Pipeline``: parameters live in ``params``, output publishers in
-``publishers``. Subscription callbacks only put the newest frame in a one-slot mailbox; one
-worker thread owns the pipeline (and, on the GPU backend, its CUDA context), converts, infers and
-publishes. See docs/ros.md for topics, parameters and QoS."""
+A thin rclpy shell around ``Pipeline``: parameters live in ``params``, each camera's input,
+outputs and health in ``camera``. Subscription callbacks only put each camera's newest frame in
+its one-slot mailbox; one worker thread owns the pipeline (and, on the GPU backend, its CUDA
+context) and runs every camera's waiting frame as one batch. See docs/ros.md for topics,
+parameters and QoS."""
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -17,45 +17,16 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.qos import ReliabilityPolicy, qos_policy_name_from_kind
-from sensor_msgs.msg import CompressedImage, Image
 
 from ..bundle import model_caveat
-from ..errors import CompactInstError, InputError
+from ..errors import CompactInstError
 from ..pipeline import Pipeline
-from . import convert
-from .camera_info import CameraInfoRelay, stamp_ns
-from .diagnostics import (
-    FrameStats,
-    ReasonThrottle,
-    diagnostic_array,
-    health_status,
-    input_facts,
-    status_name,
-)
+from .camera import Camera, process_round
+from .diagnostics import BatchStats, batch_status, batch_status_name, diagnostic_array, status_name
 from .entry import spin
 from .fallback import cpu_fallback_warning
-from .health import HealthLimits, HealthMonitor
-from .idle import IdleGate
-from .params import (
-    INPUT_KINDS,
-    PARAMETERS,
-    NodeConfig,
-    check_topic,
-    declare_parameters,
-    read_config,
-)
-from .publishers import Publishers, output_set
-from .qos import frame_qos, matched_reliability, reliability_name
-from .worker import Frame, Worker
-
-try:
-    from rclpy.event_handler import SubscriptionEventCallbacks
-except ImportError:  # Humble
-    from rclpy.qos_event import SubscriptionEventCallbacks
-
-#: seconds between two log lines of one error reason (each reason has its own window)
-LOG_THROTTLE_S = 2.0
+from .params import PARAMETERS, NodeConfig, check_topic, declare_parameters, read_config
+from .worker import Round, Worker
 
 
 class CompactInstCore:
@@ -66,36 +37,32 @@ class CompactInstCore:
         self.log = node.get_logger()
         declare_parameters(node, lambda: self.worker is not None, self._apply_config)
         self.config: NodeConfig | None = None
-        self.stats = FrameStats()
-        self.throttle = ReasonThrottle(LOG_THROTTLE_S)
         self.worker: Worker | None = None
+        self.cameras: list[Camera] = []
+        self.batch_stats = BatchStats()
         self.facts: dict[str, Any] = {}
         self.fallback: str | None = None
-        self.pubs: Publishers | None = None
-        self.subs: dict[str, Any] = {}
-        self.reliability: dict[str, ReliabilityPolicy] = {}
         self.timers: list[Any] = []
         self.active = False
         self.diag_pub: Any = None
         self._match_timer: Any = None
         self._diag_timer: Any = None
-        self.health = HealthMonitor(HealthLimits())
-        self.camera_info: CameraInfoRelay | None = None
-        self.gate: IdleGate | None = None
 
     def configure(self) -> None:
-        """Validate parameters, load the model on the worker thread, create publishers."""
+        """Validate parameters, load the model on the worker thread, create each camera."""
         values = {name: self.node.get_parameter(name).value for name in PARAMETERS}
         cfg = read_config(values)
-        for kind in ("raw", "compressed"):
-            check_topic(self.node, self._topic(kind, cfg))
-        if cfg.camera_info_topic:
-            check_topic(self.node, cfg.camera_info_topic, "camera_info_topic")
+        for camera in cfg.cameras:
+            for kind in ("raw", "compressed"):
+                check_topic(self.node, camera.topic(kind), camera.parameter)
+            if camera.camera_info_topic:
+                info = camera.parameter.replace("image_", "camera_info_")
+                check_topic(self.node, camera.camera_info_topic, info)
         self.config = cfg
-        self.stats = FrameStats()
-        self.throttle = ReasonThrottle(LOG_THROTTLE_S)
-        self.health = HealthMonitor(cfg.health)
-        self.worker = Worker(self._make_pipeline, self._process)
+        self.batch_stats = BatchStats()
+        self.worker = Worker(
+            self._make_pipeline, self._process, len(cfg.cameras), cfg.batch_window_ms / 1e3
+        )
         self.facts = {"status": "loading"}
         pipeline = self.worker.start()
         self.facts = {"backend": pipeline.backend_name, **pipeline.describe()}
@@ -104,21 +71,11 @@ class CompactInstCore:
         if self.fallback:
             self.log.warning(self.fallback)
         labels = pipeline.bundle.labels
-        self.pubs = Publishers(
-            self.node,
-            cfg.outputs,
-            cfg.output_reliability,
-            labels,
-            cfg.options.score_threshold,
-            cfg.overlay_jpeg_quality,
-        )
-        if cfg.camera_info_topic:
-            self.camera_info = CameraInfoRelay(
-                self.node,
-                cfg.camera_info_topic,
-                cfg.camera_info_tolerance_ms,
-                cfg.output_reliability,
-            )
+        batcher = self.worker.batcher
+        self.cameras = [
+            Camera(self.node, i, camera, cfg, labels, batcher, pipeline.make_tracker())
+            for i, camera in enumerate(cfg.cameras)
+        ]
         self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.node.create_timer(
             cfg.diagnostics_period,
@@ -126,24 +83,27 @@ class CompactInstCore:
             clock=Clock(clock_type=ClockType.STEADY_TIME),
         )
         self.timers.append(self._diag_timer)
-        inputs = ", ".join(
-            f"{self.node.resolve_topic_name(self._topic(kind, cfg))} ({kind})"
-            for kind in INPUT_KINDS[cfg.input_transport]
+        inputs = "; ".join(
+            (f"{c.camera.name}: " if len(self.cameras) > 1 else "") + c.describe_inputs()
+            for c in self.cameras
         )
+        outputs = self.cameras[0].pubs.offered() if self.cameras[0].pubs else []
+        layout = ", each camera's under ~/<camera_name>/" if len(self.cameras) > 1 else ""
         self.log.info(
             f"loaded {self.facts.get('model')} ({self.facts.get('input_size')}) on "
             f"{self.facts.get('backend')}, precision {self.facts['precision']}; input: {inputs}; "
-            f"outputs: {self.pubs.offered()}"
+            f"outputs: {outputs}{layout}"
         )
         caveat = model_caveat(pipeline.bundle)
         if caveat:
             self.log.warning(f"{caveat}; pass model:=/path/to/your/bundle for real use")
 
     def activate(self) -> None:
-        """Subscribe to the input topic(s) while an output has a subscriber (``IdleGate``); in
-        auto mode keep the QoS matched to publishers."""
-        assert self.config is not None and self.pubs is not None
-        self.gate = IdleGate(self.node, self.pubs.listened, self._start_input, self._stop_input)
+        """Subscribe each camera's input while one of its outputs has a subscriber; in auto
+        mode keep the QoS matched to publishers."""
+        assert self.config is not None and self.cameras
+        for camera in self.cameras:
+            camera.activate()
         if self.config.input_reliability is None:
             self._match_timer = self.node.create_timer(
                 0.5, self._match_qos, clock=Clock(clock_type=ClockType.STEADY_TIME)
@@ -153,18 +113,14 @@ class CompactInstCore:
         self.active = True
 
     def deactivate(self) -> None:
-        """Unsubscribe and discard a waiting frame; the model stays loaded."""
+        """Unsubscribe and discard waiting frames; the model stays loaded."""
         self.active = False
-        if self.gate is not None:
-            self.gate.close()
-            self.gate = None
-        self._stop_input()
+        for camera in self.cameras:
+            camera.deactivate()
         if self._match_timer is not None:
             self.node.destroy_timer(self._match_timer)
             self.timers.remove(self._match_timer)
             self._match_timer = None
-        if self.worker is not None and self.worker.mailbox.clear():
-            self.stats.on_dropped()
 
     def cleanup(self) -> None:
         """Stop the worker (it closes the pipeline on its own thread) and remove publishers."""
@@ -177,15 +133,12 @@ class CompactInstCore:
             self.node.destroy_timer(timer)
         self.timers.clear()
         self._diag_timer = None
-        if self.pubs is not None:
-            self.pubs.destroy()
-            self.pubs = None
+        for camera in self.cameras:
+            camera.destroy()
+        self.cameras = []
         if self.diag_pub is not None:
             self.node.destroy_publisher(self.diag_pub)
             self.diag_pub = None
-        if self.camera_info is not None:
-            self.camera_info.destroy()
-            self.camera_info = None
 
     def report_failure(self, what: str, exc: Exception) -> None:
         """Log a failed transition, with the traceback unless it is a CompactInstError (whose
@@ -193,89 +146,24 @@ class CompactInstCore:
         ours = isinstance(exc, CompactInstError)
         message = f"{what} failed: {exc}" if ours else f"{what} failed: {type(exc).__name__}: {exc}"
         self.log.error(message if ours else f"{message}\n{traceback.format_exc()}")
-        self.stats.on_failure(message)
+        for camera in self.cameras:
+            camera.stats.on_failure(message)
         if self.diag_pub is not None and self.config is not None:
             self._publish_diagnostics(failure=message)
 
     def _apply_config(self, cfg: NodeConfig) -> None:
-        """A run-time parameter change (only while configured): the worker's next frame uses it."""
+        """A run-time parameter change (only while configured): the worker's next round uses it."""
         assert self.worker is not None
         self.config = cfg
         self.worker.update_options(cfg.options)
+        self.worker.batcher.set_window(cfg.batch_window_ms / 1e3)
+        for camera in self.cameras:
+            camera.config = cfg
         self._diag_timer.timer_period_ns = int(cfg.diagnostics_period * 1e9)
 
-    def _topic(self, kind: str, config: NodeConfig | None = None) -> str:
-        cfg = config or self.config
-        if cfg is None:
-            raise RuntimeError("the node is not configured; configure it before subscribing")
-        base = cfg.image_topic
-        return base if kind == "raw" else f"{base.rstrip('/')}/compressed"
-
-    def _start_input(self) -> None:
-        """Subscribe to the input transport(s) (and the camera_info), at the last known QoS."""
-        assert self.config is not None
-        default = self.config.input_reliability or ReliabilityPolicy.BEST_EFFORT
-        for kind in INPUT_KINDS[self.config.input_transport]:
-            self._subscribe(kind, self.reliability.get(kind, default))
-        if self.camera_info is not None:
-            self.camera_info.start()
-
-    def _stop_input(self) -> None:
-        """Unsubscribe the input (idle or inactive): DDS delivers no frame to this node."""
-        for sub in self.subs.values():
-            self.node.destroy_subscription(sub)
-        self.subs.clear()
-        if self.camera_info is not None:
-            self.camera_info.stop()
-
-    def _subscribe(self, kind: str, reliability: ReliabilityPolicy) -> None:
-        """(Re-)subscribe ``kind``; the new reader exists before the old one goes (fewer gaps)."""
-        old = self.subs.pop(kind, None)
-        msg_type = Image if kind == "raw" else CompressedImage
-        events = SubscriptionEventCallbacks(incompatible_qos=self._on_incompatible_qos)
-        compressed = kind == "compressed"
-        self.subs[kind] = self.node.create_subscription(
-            msg_type,
-            self._topic(kind),
-            lambda msg: self._on_image(msg, compressed),
-            frame_qos(reliability),
-            event_callbacks=events,
-        )
-        self.reliability[kind] = reliability
-        if old is not None:
-            self.node.destroy_subscription(old)
-
-    def _publisher_infos(self, kind: str) -> list:
-        sub = self.subs.get(kind)
-        topic = sub.topic_name if sub is not None else self._topic(kind)
-        return self.node.get_publishers_info_by_topic(topic)
-
     def _match_qos(self) -> None:
-        """Re-create a subscription when the publishers' reliability calls for another one."""
-        for kind in list(self.subs):
-            wanted = matched_reliability(self._publisher_infos(kind))
-            if wanted is not None and wanted != self.reliability.get(kind):
-                self.log.info(
-                    f"input {self.subs[kind].topic_name}: publishers are "
-                    f"{reliability_name(wanted)}; re-subscribing {reliability_name(wanted)}"
-                )
-                self._subscribe(kind, wanted)
-
-    def _on_incompatible_qos(self, event: Any) -> None:
-        policy = qos_policy_name_from_kind(event.last_policy_kind)
-        message = (
-            f"incompatible QoS on the input topic (policy {policy}); set "
-            "input_reliability:=auto or match the camera's reliability"
-        )
-        self.stats.on_qos_incompatible(message)
-        self.log.warning(message, throttle_duration_sec=5.0)
-
-    def _on_image(self, msg: Any, compressed: bool) -> None:
-        if self.worker is None or not self.active:
-            return
-        now_ns = self.node.get_clock().now().nanoseconds
-        self.health.stamp_age.tick(stamp_ns(msg.header.stamp), now_ns)
-        self.stats.on_received(self.worker.mailbox.put(Frame(msg, compressed)))
+        for camera in self.cameras:
+            camera.match_qos()
 
     def _make_pipeline(self) -> Pipeline:
         cfg = self.config
@@ -284,84 +172,36 @@ class CompactInstCore:
             cfg.model, cfg.backend, cfg.options, cfg.backend_options, tracking=cfg.tracking
         )
 
-    def _process(self, pipeline: Pipeline, frame: Frame) -> None:
-        """Convert, infer and publish one frame; errors are counted, logged and reported."""
-        start = time.perf_counter()
-        queue_ms = (start - frame.received) * 1e3
-        pubs = self.pubs
-        if pubs is None:
-            return  # cleaned up while the worker was still busy: nothing to publish on
-        try:
-            wanted = pubs.wanted()
-            if not any(wanted.values()):
-                self.stats.on_idle()
-                return
-            if frame.compressed:
-                image, encoding = convert.image_from_compressed(frame.msg)
-            else:
-                image, encoding = convert.image_from_msg(frame.msg)
-            decoded = time.perf_counter()
-            result = pipeline(image, encoding, output_set(wanted))
-            inferred = time.perf_counter()
-            header = frame.msg.header
-            pubs.publish(header, result, wanted)
-            if self.camera_info is not None:
-                self.camera_info.publish(header, result.meta.src_h, result.meta.src_w)
-            done = time.perf_counter()
-            timings = dict(result.timings_ms)
-            timings["decode"] = (decoded - start) * 1e3
-            timings["queue"] = queue_ms
-            timings["publish"] = (done - inferred) * 1e3
-            timings["node"] = (done - frame.received) * 1e3
-            now_ns = self.node.get_clock().now().nanoseconds
-            timings["pipeline"] = self.health.pipeline.tick(stamp_ns(header.stamp), now_ns)
-            self.stats.on_processed(timings)
-            if wanted["latency"]:
-                pubs.publish_latency(frame.msg.header, timings)
-        except InputError as exc:
-            message = f"bad input frame: {exc}"
-            self._report_failure(message, True, f"skipping a {message}")
-        except Exception as exc:
-            if not self.node.context.ok():
-                return  # shutting down (Ctrl-C): publishers are gone, nothing to report
-            message = f"{type(exc).__name__}: {exc}"
-            self._report_failure(message, False, f"frame failed: {message}", traceback.format_exc())
-
-    def _report_failure(self, message: str, input_error: bool, line: str, detail: str = "") -> None:
-        """Count a failed frame under its reason and log ``line`` (then ``detail``), throttled
-        per reason: a frequent reason never hides another one."""
-        suppressed = self.throttle.admit(self.stats.on_error(message, input_error))
-        if suppressed is None:
-            return
-        more = f" ({suppressed} more like it since the last one logged)" if suppressed else ""
-        log = self.log.warning if input_error else self.log.error
-        log(f"{line}{more}" + (f"\n{detail}" if detail else ""))
+    def _process(self, pipeline: Pipeline, batch: Round) -> None:
+        """The worker's round: every camera's frame in one batch (``camera.process_round``)."""
+        process_round(pipeline, self.cameras, batch, self.batch_stats)
 
     def _publish_diagnostics(self, failure: str | None = None) -> None:
-        """One /diagnostics report; ``failure`` (a transition that failed) makes it ERROR."""
-        cfg = self.config
-        assert cfg is not None
-        idle = self.gate is not None and self.gate.idle
-        state = ("idle" if idle else "active") if self.active else "inactive"
-        kinds = INPUT_KINDS[cfg.input_transport]
-        publishers = sum(len(self._publisher_infos(k)) for k in kinds) if self.active else 1
-        report = self.stats.tick()
-        checks = [self.health.check(report["to_output"], report["processed"], state == "active")]
-        if self.camera_info is not None:
-            checks.append(self.camera_info.check())
-        if failure is not None:
-            checks.append(([(DiagnosticStatus.ERROR, failure)], {}))
-        status = health_status(
-            name=status_name(self.node.get_fully_qualified_name()),
-            report=report,
-            facts={**self.facts, **input_facts(self.subs, self.reliability), "state": state},
-            publishers=publishers,
-            input_timeout_s=cfg.input_timeout,
-            loaded=self.worker is not None and self.worker.alive,
-            warnings=[self.fallback] if self.fallback else (),
-            checks=checks,
-        )
-        self.diag_pub.publish(diagnostic_array(self.node.get_clock().now().to_msg(), [status]))
+        """One /diagnostics report: a status per camera, and with several cameras the batch's;
+        ``failure`` (a transition that failed) makes the cameras' ERROR."""
+        assert self.config is not None
+        node_name = self.node.get_fully_qualified_name()
+        several = len(self.cameras) > 1
+        loaded = self.worker is not None and self.worker.alive
+        warnings = [self.fallback] if self.fallback else []
+        statuses: list[DiagnosticStatus] = [
+            camera.status(
+                status_name(node_name, camera.camera.name if several else ""),
+                self.facts,
+                loaded,
+                warnings,
+                failure,
+            )
+            for camera in self.cameras
+        ]
+        if several:
+            report = self.batch_stats.tick(len(self.cameras))
+            facts = {
+                "batch_window_ms": self.config.batch_window_ms,
+                "batch_sizes": list(self.config.backend_options.batch_sizes or ()) or "default",
+            }
+            statuses.append(batch_status(batch_status_name(node_name), report, facts))
+        self.diag_pub.publish(diagnostic_array(self.node.get_clock().now().to_msg(), statuses))
 
 
 class _OwnsCore:

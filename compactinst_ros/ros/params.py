@@ -68,6 +68,10 @@ class ParamSpec:
     description: str
     choices: tuple[str, ...] | None = None
     bounds: tuple[float, float] | None = None
+    #: the ``ParameterType`` of a list parameter (an empty default says nothing of its items)
+    array_type: int = ParameterType.PARAMETER_STRING_ARRAY
+    #: a value to show in a type error where the default says little (an empty list)
+    example: str = ""
 
 
 def _option(name: str, description: str) -> ParamSpec:
@@ -101,6 +105,30 @@ PARAMETERS: dict[str, ParamSpec] = {
     "outputs": ParamSpec(list(OUTPUTS), f"outputs to offer, any of {list(OUTPUTS)}"),
     "overlay_alpha": _option("overlay_alpha", "overlay colour weight"),
     "image_topic": ParamSpec("image", "input sensor_msgs/Image topic"),
+    "image_topics": ParamSpec(
+        [],
+        "one input Image topic per camera, batched in one node; empty = image_topic alone",
+        example="[/front/image_raw,/rear/image_raw]",
+    ),
+    "camera_names": ParamSpec(
+        [],
+        "one name per image_topics entry: its outputs are under ~/<name>/ (2+ cameras)",
+        example="[front,rear]",
+    ),
+    "camera_info_topics": ParamSpec(
+        [],
+        "one CameraInfo topic per image_topics entry ('' = none for it); empty = none",
+        example="[/front/camera_info,/rear/camera_info]",
+    ),
+    "batch_window_ms": ParamSpec(
+        10.0, "ms a batch waits after its first frame for the other cameras'", None, (0.0, 1000.0)
+    ),
+    "batch_sizes": ParamSpec(
+        [],
+        "batch sizes the backend runs, a round at the smallest >= its frames; empty = default",
+        array_type=ParameterType.PARAMETER_INTEGER_ARRAY,
+        example="[1,2,4]",
+    ),
     "input_transport": ParamSpec(
         "raw", "raw Image, <image_topic>/compressed, or both", choices=TRANSPORT_CHOICES
     ),
@@ -144,7 +172,9 @@ PARAMETERS: dict[str, ParamSpec] = {
 
 #: Parameters a running node applies to the next frame (thresholds, overlay weight, /diagnostics
 #: timing): cheap to swap. The others build the model, the publishers or the subscriptions.
-RUN_TIME = frozenset({*PostprocessOptions.BOUNDS, "input_timeout", "diagnostics_period"})
+RUN_TIME = frozenset(
+    {*PostprocessOptions.BOUNDS, "input_timeout", "diagnostics_period", "batch_window_ms"}
+)
 RUN_TIME_NOTE = "can change at run time: applies to the next frame"
 RESTART_NOTE = "needs a restart (lifecycle node: cleanup, set it, configure)"
 
@@ -177,7 +207,7 @@ def descriptor(name: str, spec: ParamSpec) -> ParameterDescriptor:
         low, high = (float(b) for b in spec.bounds)
         d.floating_point_range = [FloatingPointRange(from_value=low, to_value=high, step=0.0)]
     if isinstance(spec.default, list):
-        d.type = ParameterType.PARAMETER_STRING_ARRAY
+        d.type = spec.array_type
     return d
 
 
@@ -185,14 +215,23 @@ def declare_parameters(
     node: Node, running: Callable[[], bool], apply: Callable[[NodeConfig], None]
 ) -> None:
     """Declare every parameter on ``node`` (ConfigError names a mistyped or out-of-range one),
-    then guard later changes with a ``ParameterGate`` that hands accepted ones to ``apply``."""
+    then guard later changes with a ``ParameterGate`` that hands accepted ones to ``apply``.
+
+    rclpy infers a parameter's type from its default and takes ``[]`` for a byte array, so a list
+    with an empty default is declared by type; unset (or ``[]`` in a YAML file, which rcl reads
+    as no value) it is then set to ``[]`` of that type."""
     for name, spec in PARAMETERS.items():
+        desc = descriptor(name, spec)
+        typed = isinstance(spec.default, list) and not spec.default
         try:
-            node.declare_parameter(name, spec.default, descriptor(name, spec))
+            node.declare_parameter(name, Parameter.Type(desc.type) if typed else spec.default, desc)
+            if typed and node.get_parameter_or(name).type_ == Parameter.Type.NOT_SET:
+                node.set_parameters([Parameter(name, Parameter.Type(desc.type), [])])
         except InvalidParameterTypeException as exc:
             raise ConfigError(
                 f"parameter {name}: {exc}; give it the default's type, e.g. "
-                f"{name}:={ros_param_text(spec.default)} (see config/compactinst.yaml)"
+                f"{name}:={spec.example or ros_param_text(spec.default)} "
+                "(see config/compactinst.yaml)"
             ) from None
         except InvalidParameterValueException as exc:
             raise ConfigError(_value_refused(name, spec, exc)) from None
@@ -216,6 +255,26 @@ def _value_refused(name: str, spec: ParamSpec, exc: InvalidParameterValueExcepti
 
 
 @dataclass(frozen=True)
+class CameraConfig:
+    """One camera of the node: its input topics and where its outputs go."""
+
+    #: ``camera_names`` entry ("" for a lone camera without one)
+    name: str
+    image_topic: str
+    #: "" = no camera_info for this camera
+    camera_info_topic: str
+    #: prefix of its output topics: ``~/`` for a lone camera, ``~/<name>/`` for several
+    prefix: str = "~/"
+    #: the parameter its topics come from, for error messages
+    parameter: str = "image_topic"
+
+    def topic(self, kind: str) -> str:
+        """The input topic of transport ``kind``: ``raw`` or ``compressed``."""
+        base = self.image_topic
+        return base if kind == "raw" else f"{base.rstrip('/')}/compressed"
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     """Validated parameter values, as the typed options of the pieces that use them."""
 
@@ -224,17 +283,17 @@ class NodeConfig:
     backend_options: BackendOptions
     options: PostprocessOptions
     outputs: frozenset[str]
-    image_topic: str
+    cameras: tuple[CameraConfig, ...]
     input_transport: str
     input_reliability: ReliabilityPolicy | None
     output_reliability: ReliabilityPolicy
     input_timeout: float
     diagnostics_period: float
-    camera_info_topic: str
     camera_info_tolerance_ms: float
     overlay_jpeg_quality: int
     health: HealthLimits
     tracking: bool = True
+    batch_window_ms: float = 10.0
 
 
 def _model_path(value: str) -> Path:
@@ -250,14 +309,101 @@ def _model_path(value: str) -> Path:
     return found
 
 
-def backend_options(values: dict[str, Any]) -> BackendOptions:
-    """The backend parameters as ``BackendOptions`` (0 threads and an empty folder = defaults)."""
+def backend_options(values: dict[str, Any], cameras: int = 1) -> BackendOptions:
+    """The backend parameters as ``BackendOptions`` (0 threads and an empty folder = defaults);
+    ``cameras`` is the largest batch a round can make."""
+    sizes = [int(b) for b in values.get("batch_sizes") or ()]
+    if sizes and (min(sizes) < 1 or sizes != sorted(set(sizes))):
+        raise ConfigError(
+            f"parameter batch_sizes={ros_param_text(sizes)} must be distinct positive sizes in "
+            "ascending order, e.g. batch_sizes:=[1,2,4]; leave it empty for the backend's default"
+        )
+    if sizes and sizes[-1] < cameras:
+        raise ConfigError(
+            f"parameter batch_sizes={ros_param_text(sizes)} has no size for a round of all "
+            f"{cameras} cameras; add {cameras}, e.g. "
+            f"batch_sizes:={ros_param_text([*sizes, cameras])}, or leave it empty for the default"
+        )
     return BackendOptions(
         threads=int(values["ort_threads"]) or None,
         device=int(values["gpu_device"]),
         engine_cache_dir=values["engine_cache_dir"] or None,
         allow_build=bool(values["allow_engine_build"]),
         precision=None if values["precision"] == "auto" else values["precision"],
+        batch_sizes=tuple(sizes) or None,
+        max_batch=cameras,
+    )
+
+
+#: a camera name: one ROS name token (it becomes the topic namespace ``~/<name>/``)
+CAMERA_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def _same_length(name: str, values: list, topics: list, example: str) -> None:
+    """ConfigError unless ``values`` (parameter ``name``) has one entry per image_topics entry."""
+    if len(values) != len(topics):
+        raise ConfigError(
+            f"parameter {name} has {len(values)} entries but image_topics has {len(topics)}; "
+            f"give one per camera, in the order of image_topics, e.g. {name}:={example}"
+        )
+
+
+def _check_single(values: dict[str, Any], name: str, plural: str, given: list[str]) -> None:
+    """ConfigError when the single-camera parameter ``name`` is set besides the list ``plural``
+    (``given``) and says something else (a one-element list equal to it is the same camera)."""
+    value = values[name]
+    if value != PARAMETERS[name].default and given != [value]:
+        raise ConfigError(
+            f"parameters {name}='{value}' and {plural}={ros_param_text(given)} are both set; "
+            f"with image_topics give every camera's topic in {plural} and leave {name} unset"
+        )
+
+
+def camera_configs(values: dict[str, Any]) -> tuple[CameraConfig, ...]:
+    """The cameras the topic parameters describe; ConfigError names a mismatch and its fix.
+
+    ``image_topic`` alone, or a one-element ``image_topics``, is one camera with today's layout
+    (outputs under ``~/``); two or more put each camera's outputs under ``~/<camera_name>/``."""
+    topics = list(values["image_topics"])
+    names = list(values["camera_names"])
+    infos = list(values["camera_info_topics"])
+    if not topics:
+        if names or infos:
+            given = "camera_names" if names else "camera_info_topics"
+            raise ConfigError(
+                f"parameter {given} is set but image_topics is empty; list the cameras' topics "
+                "in image_topics (one per name), or use image_topic and camera_info_topic for "
+                "one camera"
+            )
+        return (CameraConfig("", values["image_topic"], values["camera_info_topic"]),)
+    _check_single(values, "image_topic", "image_topics", topics)
+    if not infos and len(topics) == 1 and values["camera_info_topic"]:
+        infos = [values["camera_info_topic"]]
+    _check_single(values, "camera_info_topic", "camera_info_topics", infos)
+    if len(topics) > 1 or names:
+        _same_length("camera_names", names, topics, PARAMETERS["camera_names"].example)
+    if infos:
+        _same_length("camera_info_topics", infos, topics, PARAMETERS["camera_info_topics"].example)
+    for name in names:
+        if not CAMERA_NAME.fullmatch(name):
+            raise ConfigError(
+                f"parameter camera_names has '{name}', which is not a ROS name token; use a "
+                "letter, then letters, digits or '_' (it becomes the topic namespace ~/<name>/), "
+                "e.g. camera_names:=[front,rear]"
+            )
+    for label, items in (("camera_names", names), ("image_topics", topics)):
+        twice = sorted({item for item in items if items.count(item) > 1})
+        if twice:
+            raise ConfigError(
+                f"parameter {label} lists {twice} more than once; give every camera its own "
+                f"{'name' if label == 'camera_names' else 'topic'}"
+            )
+    infos = infos or [""] * len(topics)
+    if len(topics) == 1:
+        return (CameraConfig(names[0] if names else "", topics[0], infos[0], "~/", "image_topics"),)
+    return tuple(
+        CameraConfig(name, topic, info, f"~/{name}/", "image_topics")
+        for name, topic, info in zip(names, topics, infos, strict=True)
     )
 
 
@@ -274,13 +420,15 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
     options = PostprocessOptions(
         **{name: type(PARAMETERS[name].default)(values[name]) for name in PostprocessOptions.BOUNDS}
     )
+    cameras = camera_configs(values)
     return NodeConfig(
         model=_model_path(values["model"]),
         backend=values["backend"],
-        backend_options=backend_options(values),
+        backend_options=backend_options(values, len(cameras)),
         options=options,
         outputs=frozenset(values["outputs"]),
-        image_topic=values["image_topic"],
+        cameras=cameras,
+        batch_window_ms=float(values["batch_window_ms"]),
         input_transport=values["input_transport"],
         input_reliability=parse_reliability("input_reliability", values["input_reliability"]),
         output_reliability=parse_reliability(
@@ -289,7 +437,6 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         input_timeout=float(values["input_timeout"]),
         diagnostics_period=float(values["diagnostics_period"]),
         tracking=bool(values["tracking"]),
-        camera_info_topic=values["camera_info_topic"],
         camera_info_tolerance_ms=float(values["camera_info_tolerance_ms"]),
         overlay_jpeg_quality=int(values["overlay_jpeg_quality"]),
         health=HealthLimits(
@@ -302,7 +449,12 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
 
 
 #: example values named by a topic parameter's error
-TOPIC_EXAMPLES = {"image_topic": "/camera/image_raw", "camera_info_topic": "/camera/camera_info"}
+TOPIC_EXAMPLES = {
+    "image_topic": "/camera/image_raw",
+    "camera_info_topic": "/camera/camera_info",
+    "image_topics": PARAMETERS["image_topics"].example,
+    "camera_info_topics": PARAMETERS["camera_info_topics"].example,
+}
 
 
 def check_topic(node: Node, name: str, parameter: str = "image_topic") -> str:
@@ -364,8 +516,8 @@ class ParameterGate:
         running = self.running()
         try:
             config = check_change(values, changes, running)
-            if "image_topic" in changes:
-                check_topic(self.node, changes["image_topic"])
+            for camera in config.cameras:
+                check_topic(self.node, camera.image_topic, camera.parameter)
         except ConfigError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         if running and changed:

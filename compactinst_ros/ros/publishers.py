@@ -51,12 +51,20 @@ def output_set(wanted: Mapping[str, bool]) -> OutputSet:
 
 
 def vision_publishers(
-    node: Node, vision_msgs: ModuleType, labels: LabelSet, score_threshold: float, out_qos: Any
+    node: Node,
+    vision_msgs: ModuleType,
+    labels: LabelSet,
+    score_threshold: float,
+    out_qos: Any,
+    prefix: str = "~/",
 ) -> dict[str, Any]:
     """~/detections, and the latched ~/label_info (published now) where ``vision_msgs`` (the
-    installed vision_msgs.msg) has LabelInfo: 4.1 and later, not the 4.0.0 of early Humble."""
+    installed vision_msgs.msg) has LabelInfo: 4.1 and later, not the 4.0.0 of early Humble.
+    ``prefix`` replaces ``~/`` (a camera's ``~/<name>/``)."""
     pubs = {
-        "detections": node.create_publisher(vision_msgs.Detection2DArray, "~/detections", out_qos)
+        "detections": node.create_publisher(
+            vision_msgs.Detection2DArray, f"{prefix}detections", out_qos
+        )
     }
     if not hasattr(vision_msgs, "LabelInfo") or not hasattr(vision_msgs, "VisionClass"):
         node.get_logger().warning(
@@ -66,7 +74,7 @@ def vision_publishers(
             once=True,
         )
         return pubs
-    info = node.create_publisher(vision_msgs.LabelInfo, "~/label_info", latched_qos())
+    info = node.create_publisher(vision_msgs.LabelInfo, f"{prefix}label_info", latched_qos())
     header = Header()
     header.stamp = node.get_clock().now().to_msg()
     info.publish(convert.label_info_msg(header, labels, score_threshold, vision_msgs))
@@ -75,7 +83,8 @@ def vision_publishers(
 
 
 class Publishers:
-    """Publishers of the offered outputs, the latched label tables and the latency topics."""
+    """Publishers of the offered outputs, the latched label tables and the latency topics, all
+    under ``prefix`` (``~/``, or a camera's ``~/<name>/`` in a node of several)."""
 
     def __init__(
         self,
@@ -85,8 +94,10 @@ class Publishers:
         labels: LabelSet,
         score_threshold: float,
         jpeg_quality: int = 80,
+        prefix: str = "~/",
     ) -> None:
         self.node = node
+        self.prefix = prefix
         self.outputs = outputs
         self.labels = labels
         self.jpeg_quality = jpeg_quality
@@ -95,26 +106,28 @@ class Publishers:
         self.latency: dict[str, Any] = {}
         for name in IMAGE_OUTPUTS:
             if name in outputs:
-                self.pubs[name] = node.create_publisher(Image, f"~/{name}", out_qos)
+                self.pubs[name] = node.create_publisher(Image, f"{prefix}{name}", out_qos)
         for name, (topic, _) in COLOUR_OUTPUTS.items():
             if name in outputs:
-                self.pubs[name] = node.create_publisher(Image, f"~/{topic}", out_qos)
+                self.pubs[name] = node.create_publisher(Image, f"{prefix}{topic}", out_qos)
         if "overlay" in outputs:
             self.pubs["overlay_compressed"] = node.create_publisher(
-                CompressedImage, "~/overlay/compressed", out_qos
+                CompressedImage, f"{prefix}overlay/compressed", out_qos
             )
         for name in TABLE_OUTPUTS:
             if name in outputs:
-                self.pubs[name] = node.create_publisher(PointCloud2, f"~/{name}", out_qos)
-        self.pubs["labels"] = node.create_publisher(String, "~/labels", latched_qos())
+                self.pubs[name] = node.create_publisher(PointCloud2, f"{prefix}{name}", out_qos)
+        self.pubs["labels"] = node.create_publisher(String, f"{prefix}labels", latched_qos())
         self.pubs["labels"].publish(String(data=convert.labels_json(labels)))
         if "detections" in outputs:
             self._detections(labels, score_threshold, out_qos)
         if "latency" in outputs:
             for stage in STAGES:
-                self.latency[stage] = node.create_publisher(Float64, f"~/latency/{stage}", out_qos)
+                self.latency[stage] = node.create_publisher(
+                    Float64, f"{prefix}latency/{stage}", out_qos
+                )
             self.pubs["latency_frame"] = node.create_publisher(
-                JointState, "~/latency/frame", out_qos
+                JointState, f"{prefix}latency/frame", out_qos
             )
 
     def _detections(self, labels: LabelSet, score_threshold: float, out_qos: Any) -> None:
@@ -127,7 +140,9 @@ class Publishers:
             )
             return
         self.pubs.update(
-            vision_publishers(self.node, vision_msgs, labels, score_threshold, out_qos)
+            vision_publishers(
+                self.node, vision_msgs, labels, score_threshold, out_qos, self.prefix
+            )
         )
 
     def offered(self) -> list[str]:

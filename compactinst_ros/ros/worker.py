@@ -1,14 +1,23 @@
-"""One worker thread that owns the Pipeline; callbacks hand it only the newest frame.
+"""One worker thread that owns the Pipeline; callbacks hand it only each camera's newest frame.
 
-The mailbox has one slot: putting a frame while one waits replaces it and counts a drop, so
-no queue grows and the worker always runs on the freshest image.
+Every camera has a one-slot mailbox: putting a frame while one waits replaces it and counts a
+drop for that camera, so no queue grows and the worker always runs on the freshest images. The
+worker takes the frames as rounds (``Batcher``), one batch per round, so N cameras share one
+inference.
+
+The batching policy: a round opens when the worker is free and a frame waits (at the frame's
+arrival, or when the worker came back from the previous round if the frame waited for it). It
+closes as soon as every subscribed camera has a frame, or ``window_s`` after it opened, whichever
+comes first, and takes the newest frame of every camera that has one then. A late, stalled or
+gone camera is left out of that round and costs the others at most the window; its frame, when
+it comes, opens or joins the next round.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,41 +37,74 @@ class Frame:
     received: float = field(default_factory=time.perf_counter)
 
 
-class Mailbox:
-    """Single-slot, latest-wins hand-off between the executor and the worker thread."""
+@dataclass(frozen=True)
+class Round:
+    """The frames of one batch, as (camera index, frame) in camera order, and how long the round
+    waited for them (open to close, seconds)."""
 
-    def __init__(self) -> None:
+    frames: list[tuple[int, Frame]]
+    wait_s: float
+
+
+def round_wait(
+    filled: Sequence[bool], expected: Sequence[bool], opened: float, now: float, window_s: float
+) -> float:
+    """Seconds a round opened at ``opened`` still waits at ``now``: 0 when every ``expected``
+    (subscribed) camera has a frame (``filled``) or the window is over."""
+    if all(has or not wanted for has, wanted in zip(filled, expected, strict=True)):
+        return 0.0
+    return max(0.0, opened + window_s - now)
+
+
+class Batcher:
+    """Per-camera one-slot, latest-wins mailboxes under one condition, taken as rounds.
+
+    Thread-safe: callbacks ``put`` on the executor thread, the worker ``take``s. ``poll`` is
+    the non-blocking step at an explicit time, so the policy is testable without threads.
+    """
+
+    def __init__(
+        self, cameras: int, window_s: float, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self._cond = threading.Condition()
-        self._item: Frame | None = None
+        self._slots: list[Frame | None] = [None] * cameras
+        self._expected = [False] * cameras
+        self._free_at: float | None = None
+        self._opened: float | None = None
         self._closed = False
+        self._clock = clock
+        self.window_s = window_s
 
-    def put(self, item: Frame) -> bool:
-        """Store ``item``; True when it replaced a frame the worker had not taken yet."""
+    def put(self, camera: int, frame: Frame) -> bool:
+        """Store ``camera``'s newest frame; True when it replaced one not taken yet (a drop)."""
         with self._cond:
-            replaced = self._item is not None
-            self._item = item
+            replaced = self._slots[camera] is not None
+            self._slots[camera] = frame
             self._cond.notify()
         return replaced
 
-    def get(self, timeout: float | None = None) -> Frame | None:
-        """Newest frame, waiting up to ``timeout``; None when closed or timed out."""
+    def expect(self, camera: int, subscribed: bool) -> None:
+        """Whether a round waits for ``camera`` (it is subscribed) or never does (it is not)."""
         with self._cond:
-            if self._item is None and not self._closed:
-                self._cond.wait(timeout)
-            item, self._item = self._item, None
-            return None if self._closed else item
+            self._expected[camera] = subscribed
+            self._cond.notify()
 
-    def clear(self) -> bool:
-        """Drop a waiting frame (deactivation); True if there was one."""
+    def set_window(self, window_s: float) -> None:
+        """Rounds opened from now on wait at most ``window_s``."""
         with self._cond:
-            had, self._item = self._item is not None, None
+            self.window_s = window_s
+
+    def clear(self, camera: int) -> bool:
+        """Drop ``camera``'s waiting frame (deactivation); True if there was one."""
+        with self._cond:
+            had, self._slots[camera] = self._slots[camera] is not None, None
             return had
 
     def close(self) -> None:
-        """Wake the worker and make every later ``get`` return None."""
+        """Wake the worker and make every later ``take`` return None."""
         with self._cond:
             self._closed = True
-            self._item = None
+            self._slots = [None] * len(self._slots)
             self._cond.notify_all()
 
     @property
@@ -70,9 +112,50 @@ class Mailbox:
         """True after ``close``."""
         return self._closed
 
+    def _due(self, now: float) -> float | None:
+        """Seconds until the round is taken (0: now); None while no frame waits. Lock held.
+
+        The round opens at its first frame's arrival, or when the worker came back for it
+        (its first look since the previous round) if the frame was already waiting."""
+        if self._free_at is None:
+            self._free_at = now
+        waiting = [slot.received for slot in self._slots if slot is not None]
+        if not waiting:
+            return None
+        if self._opened is None:
+            self._opened = max(self._free_at, min(waiting))
+        filled = [slot is not None for slot in self._slots]
+        return round_wait(filled, self._expected, self._opened, now, self.window_s)
+
+    def _take(self, now: float) -> Round:
+        """Empty every slot into a round. Lock held."""
+        frames = [(i, frame) for i, frame in enumerate(self._slots) if frame is not None]
+        opened = now if self._opened is None else self._opened
+        self._slots = [None] * len(self._slots)
+        self._opened = self._free_at = None
+        return Round(frames, max(0.0, now - opened))
+
+    def poll(self, now: float | None = None) -> Round | None:
+        """The round if it is due at ``now`` (default the clock), else None; never blocks."""
+        with self._cond:
+            now = self._clock() if now is None else now
+            due = self._due(now)
+            return self._take(now) if due == 0.0 and not self._closed else None
+
+    def take(self) -> Round | None:
+        """Wait for the next round; None once closed."""
+        with self._cond:
+            while not self._closed:
+                now = self._clock()
+                due = self._due(now)
+                if due == 0.0:
+                    return self._take(now)
+                self._cond.wait(due)
+            return None
+
 
 class Worker:
-    """Thread that builds the pipeline, processes mailbox frames with ``handler``, then closes it.
+    """Thread that builds the pipeline, runs ``handler`` on each round, then closes it.
 
     Building and closing happen on the worker thread itself, so a CUDA context created by the
     backend stays current on the one thread that uses it.
@@ -81,10 +164,12 @@ class Worker:
     def __init__(
         self,
         factory: Callable[[], Pipeline],
-        handler: Callable[[Pipeline, Frame], None],
+        handler: Callable[[Pipeline, Round], None],
+        cameras: int = 1,
+        window_s: float = 0.0,
         name: str = "compactinst_worker",
     ) -> None:
-        self.mailbox = Mailbox()
+        self.batcher = Batcher(cameras, window_s)
         self._factory = factory
         self._handler = handler
         self._ready = threading.Event()
@@ -97,7 +182,7 @@ class Worker:
         """Start the thread, wait for the pipeline; re-raises the factory's error."""
         self._thread.start()
         if not self._ready.wait(timeout):
-            self.mailbox.close()
+            self.batcher.close()
             raise BackendError(
                 f"the model did not load within {timeout} s; check the bundle and the backend"
             )
@@ -116,26 +201,21 @@ class Worker:
             return
         self._ready.set()
         try:
-            while True:
-                frame = self.mailbox.get()
-                if frame is None:
-                    if self.mailbox.closed:
-                        break
-                    continue
-                options = self._options  # one read per frame: a swap never splits a frame
+            while (batch := self.batcher.take()) is not None:
+                options = self._options  # one read per round: a swap never splits a batch
                 if options is not None:
                     pipeline.options = options
-                self._handler(pipeline, frame)
+                self._handler(pipeline, batch)
         finally:
             pipeline.close()
 
     def update_options(self, options: PostprocessOptions) -> None:
-        """Run the next frame with ``options``: a reference swap, no lock around inference."""
+        """Run the next round with ``options``: a reference swap, no lock around inference."""
         self._options = options
 
     def stop(self, timeout: float = 10.0) -> bool:
-        """Close the mailbox and join; False if the thread is still busy after ``timeout``."""
-        self.mailbox.close()
+        """Close the batcher and join; False if the thread is still busy after ``timeout``."""
+        self.batcher.close()
         if self._thread.is_alive():
             self._thread.join(timeout)
         return not self._thread.is_alive()

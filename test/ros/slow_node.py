@@ -1,5 +1,5 @@
 """Test-only: ``compactinst_node`` whose Pipeline first sleeps the seconds written in the file
-named by ``COMPACTINST_TEST_DELAY_FILE`` (read per frame), to play a slow or stalled backend.
+named by ``COMPACTINST_TEST_DELAY_FILE`` (read per batch), to play a slow or stalled backend.
 Arguments are the node's (``--ros-args ...``)."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ DELAY_FILE = Path(os.environ["COMPACTINST_TEST_DELAY_FILE"])
 class SlowPipeline(Pipeline):
     """The real Pipeline, late by the delay the test sets."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> FrameResult:
+    def infer_batch(self, *args: Any, **kwargs: Any) -> list[FrameResult]:
         time.sleep(float(DELAY_FILE.read_text() or 0))
-        return super().__call__(*args, **kwargs)
+        return super().infer_batch(*args, **kwargs)
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def test_lifecycle_failed_transitions_log_report_and_return_failure(
     node = _lifecycle_class()(context=context, parameter_overrides=params)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
-        assert node.core.worker is None and not node.core.pubs  # back to unconfigured
+        assert node.core.worker is None and not node.core.cameras  # back to unconfigured
         log = capfd.readouterr().err
         assert "configure failed: ValueError: dictionary update sequence" in log, log
         assert "Traceback (most recent call last)" in log and "bundle.py" in log, log

@@ -33,7 +33,7 @@ from compactinst_ros.ros.params import (
 from compactinst_ros.ros.publishers import output_set
 from compactinst_ros.ros.qos import matched_reliability
 from compactinst_ros.ros.tool import typed_value
-from compactinst_ros.ros.worker import Frame, Mailbox, Worker
+from compactinst_ros.ros.worker import Batcher, Frame, Worker
 from compactinst_ros.structures import (
     RASTER_ENCODINGS,
     Instances,
@@ -44,14 +44,14 @@ from compactinst_ros.structures import (
 
 
 def test_mailbox_keeps_only_the_newest_frame():
-    box = Mailbox()
-    assert box.put(Frame("a", False)) is False
-    assert box.put(Frame("b", False)) is True
-    assert box.get(0).msg == "b"
-    assert box.get(0.01) is None
-    box.put(Frame("c", False))
+    box = Batcher(1, 0.0)
+    assert box.put(0, Frame("a", False)) is False
+    assert box.put(0, Frame("b", False)) is True
+    assert [f.msg for _, f in box.poll(0.0).frames] == ["b"]
+    assert box.poll(1.0) is None
+    box.put(0, Frame("c", False))
     box.close()
-    assert box.get(0) is None
+    assert box.take() is None
 
 
 def test_worker_builds_and_closes_the_pipeline_on_its_own_thread():
@@ -65,9 +65,9 @@ def test_worker_builds_and_closes_the_pipeline_on_its_own_thread():
             threads["closed"] = threading.get_ident()
 
     seen = []
-    worker = Worker(Owned, lambda p, f: seen.append((threading.get_ident(), f.msg)))
+    worker = Worker(Owned, lambda p, r: seen.append((threading.get_ident(), r.frames[0][1].msg)))
     worker.start(5)
-    worker.mailbox.put(Frame("x", False))
+    worker.batcher.put(0, Frame("x", False))
     deadline = time.monotonic() + 5
     while not seen and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -80,7 +80,7 @@ def test_worker_start_reraises_the_load_error():
         raise ConfigError("bad bundle")
 
     with pytest.raises(ConfigError, match="bad bundle"):
-        Worker(fail, lambda p, f: None).start(5)
+        Worker(fail, lambda p, r: None).start(5)
 
 
 @pytest.mark.parametrize("ext", [".png", ".jpg"])

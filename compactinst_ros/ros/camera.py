@@ -1,0 +1,334 @@
+"""One camera of the node: its input, its outputs, its counters and health, its tracker.
+
+The node holds one ``Camera`` per ``image_topics`` entry (one for ``image_topic``) and one worker
+that runs every camera's waiting frame as one batch (``process_round``). A camera is subscribed
+only while one of its own outputs has a subscriber (``IdleGate``), follows its own publishers'
+reliability, and counts its own drops and errors: a bad frame fails that camera's frame alone.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.node import Node
+from rclpy.qos import ReliabilityPolicy, qos_policy_name_from_kind
+from sensor_msgs.msg import CompressedImage, Image
+
+from ..errors import InputError
+from ..labels import LabelSet
+from ..pipeline import Pipeline
+from ..structures import INFERENCE, BatchItem, FrameResult
+from ..tracking import InstanceTracker
+from . import convert
+from .camera_info import CameraInfoRelay, stamp_ns
+from .diagnostics import BatchStats, FrameStats, ReasonThrottle, health_status, input_facts
+from .health import HealthMonitor
+from .idle import IdleGate
+from .params import INPUT_KINDS, CameraConfig, NodeConfig
+from .publishers import Publishers, output_set
+from .qos import frame_qos, matched_reliability, reliability_name
+from .worker import Batcher, Frame, Round
+
+try:
+    from rclpy.event_handler import SubscriptionEventCallbacks
+except ImportError:  # Humble
+    from rclpy.qos_event import SubscriptionEventCallbacks
+
+#: seconds between two log lines of one error reason (each reason has its own window)
+LOG_THROTTLE_S = 2.0
+
+
+@dataclass
+class Job:
+    """One camera's frame in a round: validated for the batch, with its own times (ms)."""
+
+    camera: Camera
+    frame: Frame
+    item: BatchItem
+    wanted: dict[str, bool]
+    queue_ms: float
+    decode_ms: float
+    prepare_ms: float
+
+
+class Camera:
+    """Subscriptions, camera_info relay, publishers, stats, health, throttle, tracker and idle
+    gate of one camera; its frames go to slot ``index`` of the worker's ``batcher``."""
+
+    def __init__(
+        self,
+        node: Node,
+        index: int,
+        camera: CameraConfig,
+        config: NodeConfig,
+        labels: LabelSet,
+        batcher: Batcher,
+        tracker: InstanceTracker,
+    ) -> None:
+        self.node = node
+        self.log = node.get_logger()
+        self.index = index
+        self.camera = camera
+        self.config = config
+        self.batcher = batcher
+        self.tracker = tracker
+        self.several = camera.prefix != "~/"
+        self.stats = FrameStats()
+        self.throttle = ReasonThrottle(LOG_THROTTLE_S)
+        self.health = HealthMonitor(config.health)
+        self.subs: dict[str, Any] = {}
+        self.reliability: dict[str, ReliabilityPolicy] = {}
+        self.gate: IdleGate | None = None
+        self.active = False
+        self.pubs: Publishers | None = Publishers(
+            node,
+            config.outputs,
+            config.output_reliability,
+            labels,
+            config.options.score_threshold,
+            config.overlay_jpeg_quality,
+            camera.prefix,
+        )
+        self.camera_info: CameraInfoRelay | None = None
+        if camera.camera_info_topic:
+            self.camera_info = CameraInfoRelay(
+                node,
+                camera.camera_info_topic,
+                config.camera_info_tolerance_ms,
+                config.output_reliability,
+                camera.prefix,
+            )
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The input transports subscribed: raw, compressed or both."""
+        return INPUT_KINDS[self.config.input_transport]
+
+    def describe_inputs(self) -> str:
+        """The input topics as resolved in the node's namespace, for the start-up log."""
+        return ", ".join(
+            f"{self.node.resolve_topic_name(self.camera.topic(kind))} ({kind})"
+            for kind in self.kinds
+        )
+
+    def activate(self) -> None:
+        """Subscribe while one of this camera's outputs has a subscriber (``IdleGate``)."""
+        assert self.pubs is not None
+        self.active = True
+        self.gate = IdleGate(self.node, self.pubs.listened, self._start_input, self._stop_input)
+
+    def deactivate(self) -> None:
+        """Unsubscribe and discard a waiting frame (counted as dropped)."""
+        self.active = False
+        if self.gate is not None:
+            self.gate.close()
+            self.gate = None
+        self._stop_input()
+        if self.batcher.clear(self.index):
+            self.stats.on_dropped()
+
+    def destroy(self) -> None:
+        """Unsubscribe and remove the publishers."""
+        if self.active:
+            self.deactivate()
+        if self.pubs is not None:
+            self.pubs.destroy()
+            self.pubs = None
+        if self.camera_info is not None:
+            self.camera_info.destroy()
+            self.camera_info = None
+
+    def _start_input(self) -> None:
+        """Subscribe to the input transport(s) (and the camera_info), at the last known QoS."""
+        default = self.config.input_reliability or ReliabilityPolicy.BEST_EFFORT
+        for kind in self.kinds:
+            self._subscribe(kind, self.reliability.get(kind, default))
+        if self.camera_info is not None:
+            self.camera_info.start()
+        self.batcher.expect(self.index, True)
+
+    def _stop_input(self) -> None:
+        """Unsubscribe the input (idle or inactive): DDS delivers no frame of this camera."""
+        self.batcher.expect(self.index, False)
+        for sub in self.subs.values():
+            self.node.destroy_subscription(sub)
+        self.subs.clear()
+        if self.camera_info is not None:
+            self.camera_info.stop()
+
+    def _subscribe(self, kind: str, reliability: ReliabilityPolicy) -> None:
+        """(Re-)subscribe ``kind``; the new reader exists before the old one goes (fewer gaps)."""
+        old = self.subs.pop(kind, None)
+        msg_type = Image if kind == "raw" else CompressedImage
+        events = SubscriptionEventCallbacks(incompatible_qos=self._on_incompatible_qos)
+        compressed = kind == "compressed"
+        self.subs[kind] = self.node.create_subscription(
+            msg_type,
+            self.camera.topic(kind),
+            lambda msg: self._on_image(msg, compressed),
+            frame_qos(reliability),
+            event_callbacks=events,
+        )
+        self.reliability[kind] = reliability
+        if old is not None:
+            self.node.destroy_subscription(old)
+
+    def publisher_infos(self, kind: str) -> list:
+        """The publishers of input ``kind``'s topic."""
+        sub = self.subs.get(kind)
+        topic = sub.topic_name if sub is not None else self.camera.topic(kind)
+        return self.node.get_publishers_info_by_topic(topic)
+
+    def match_qos(self) -> None:
+        """Re-create a subscription when the publishers' reliability calls for another one."""
+        for kind in list(self.subs):
+            wanted = matched_reliability(self.publisher_infos(kind))
+            if wanted is not None and wanted != self.reliability.get(kind):
+                self.log.info(
+                    f"input {self.subs[kind].topic_name}: publishers are "
+                    f"{reliability_name(wanted)}; re-subscribing {reliability_name(wanted)}"
+                )
+                self._subscribe(kind, wanted)
+
+    def _on_incompatible_qos(self, event: Any) -> None:
+        policy = qos_policy_name_from_kind(event.last_policy_kind)
+        message = (
+            f"incompatible QoS on the input topic (policy {policy}); set "
+            "input_reliability:=auto or match the camera's reliability"
+        )
+        self.stats.on_qos_incompatible(message)
+        self.log.warning(self._named(message), throttle_duration_sec=5.0)
+
+    def _on_image(self, msg: Any, compressed: bool) -> None:
+        if not self.active:
+            return
+        now_ns = self.node.get_clock().now().nanoseconds
+        self.health.stamp_age.tick(stamp_ns(msg.header.stamp), now_ns)
+        self.stats.on_received(self.batcher.put(self.index, Frame(msg, compressed)))
+
+    def prepare(self, pipeline: Pipeline, frame: Frame, start: float) -> Job | None:
+        """Convert and validate the frame for the round that began at ``start``; None when it
+        failed (counted, logged) or no output of this camera has a subscriber (skipped)."""
+        pubs = self.pubs
+        if pubs is None:
+            return None  # cleaned up while the worker was still busy: nothing to publish on
+        began = time.perf_counter()
+        try:
+            wanted = pubs.wanted()
+            if not any(wanted.values()):
+                self.stats.on_idle()
+                return None
+            if frame.compressed:
+                image, encoding = convert.image_from_compressed(frame.msg)
+            else:
+                image, encoding = convert.image_from_msg(frame.msg)
+            decoded = time.perf_counter()
+            item = pipeline.prepare(image, encoding, output_set(wanted))
+        except Exception as exc:
+            self.fail(exc)
+            return None
+        queue_ms = (start - frame.received) * 1e3
+        prepare_ms = (time.perf_counter() - decoded) * 1e3
+        return Job(self, frame, item, wanted, queue_ms, (decoded - began) * 1e3, prepare_ms)
+
+    def publish(self, job: Job, result: FrameResult) -> None:
+        """Publish one frame's outputs, camera_info and latency with the frame's own header."""
+        pubs = self.pubs
+        if pubs is None:
+            return
+        try:
+            inferred = time.perf_counter()
+            header = job.frame.msg.header
+            pubs.publish(header, result, job.wanted)
+            if self.camera_info is not None:
+                self.camera_info.publish(header, result.meta.src_h, result.meta.src_w)
+            done = time.perf_counter()
+            timings = dict(result.timings_ms)
+            timings[INFERENCE] = timings.get(INFERENCE, 0.0) + job.prepare_ms
+            timings["decode"] = job.decode_ms
+            timings["queue"] = job.queue_ms
+            timings["publish"] = (done - inferred) * 1e3
+            timings["node"] = (done - job.frame.received) * 1e3
+            now_ns = self.node.get_clock().now().nanoseconds
+            timings["pipeline"] = self.health.pipeline.tick(stamp_ns(header.stamp), now_ns)
+            self.stats.on_processed(timings)
+            if job.wanted["latency"]:
+                pubs.publish_latency(header, timings)
+        except Exception as exc:
+            self.fail(exc)
+
+    def fail(self, exc: Exception) -> None:
+        """Count this camera's failed frame under its reason and log it, throttled per reason
+        (a frequent reason never hides another one); InputError is a bad input frame."""
+        if isinstance(exc, InputError):
+            message = f"bad input frame: {exc}"
+            line, detail, input_error = f"skipping a {message}", "", True
+        else:
+            if not self.node.context.ok():
+                return  # shutting down (Ctrl-C): publishers are gone, nothing to report
+            message = f"{type(exc).__name__}: {exc}"
+            line, detail, input_error = f"frame failed: {message}", traceback.format_exc(), False
+        suppressed = self.throttle.admit(self.stats.on_error(message, input_error))
+        if suppressed is None:
+            return
+        more = f" ({suppressed} more like it since the last one logged)" if suppressed else ""
+        log = self.log.warning if input_error else self.log.error
+        log(self._named(f"{line}{more}") + (f"\n{detail}" if detail else ""))
+
+    def _named(self, line: str) -> str:
+        """``line`` with the camera's name in front where the node has several."""
+        return f"camera {self.camera.name}: {line}" if self.several else line
+
+    def status(
+        self, name: str, facts: dict, loaded: bool, warnings: Sequence[str], failure: str | None
+    ) -> DiagnosticStatus:
+        """This camera's /diagnostics status; ``failure`` (a failed transition) makes it ERROR."""
+        idle = self.gate is not None and self.gate.idle
+        state = ("idle" if idle else "active") if self.active else "inactive"
+        publishers = sum(len(self.publisher_infos(k)) for k in self.kinds) if self.active else 1
+        report = self.stats.tick()
+        checks = [self.health.check(report["to_output"], report["processed"], state == "active")]
+        if self.camera_info is not None:
+            checks.append(self.camera_info.check())
+        if failure is not None:
+            checks.append(([(DiagnosticStatus.ERROR, failure)], {}))
+        camera = {"camera": self.camera.name} if self.several else {}
+        return health_status(
+            name=name,
+            report=report,
+            facts={**facts, **camera, **input_facts(self.subs, self.reliability), "state": state},
+            publishers=publishers,
+            input_timeout_s=self.config.input_timeout,
+            loaded=loaded,
+            warnings=warnings,
+            checks=checks,
+        )
+
+
+def process_round(
+    pipeline: Pipeline, cameras: Sequence[Camera], batch: Round, stats: BatchStats
+) -> None:
+    """Run one round: every camera's frame converted and validated alone, the valid ones as one
+    ``infer_batch`` (each with its camera's tracker), then each camera publishes its own."""
+    start = time.perf_counter()
+    jobs = [
+        job
+        for index, frame in batch.frames
+        if (job := cameras[index].prepare(pipeline, frame, start)) is not None
+    ]
+    if not jobs:
+        return
+    try:
+        results = pipeline.infer_batch([j.item for j in jobs], [j.camera.tracker for j in jobs])
+    except Exception as exc:
+        for job in jobs:
+            job.camera.fail(exc)
+        return
+    stats.on_round(len(jobs), pipeline.batch_slots(len(jobs)), batch.wait_s)
+    for job, result in zip(jobs, results, strict=True):
+        job.camera.publish(job, result)
