@@ -92,8 +92,9 @@ def test_camera_names_and_bag_errors(camera_set, tmp_path):
         ReplayOptions(bag=camera_set, model=camera_set, topic="/left/image_raw", cameras="all")
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "per-camera"])
 def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
-    camera_set, random_bundle, tmp_path
+    camera_set, random_bundle, tmp_path, batched
 ):
     gt = GroundTruth(camera_set / "instances.json", camera_set / "panoptic.json")
     cameras = open_cameras(camera_set / "bag", "all")
@@ -104,7 +105,7 @@ def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
             random_bundle,
             "onnxruntime",
             pacing="lockstep",
-            batched=False,
+            batched=batched,
             warmup=1,
             progress=False,
             domain_id=150 + os.getpid() % 50,
@@ -120,7 +121,8 @@ def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
     finally:
         for camera in cameras:
             camera.bag.close()
-    assert block["nodes"] == 3 and block["node_exit_codes"] == [0, 0, 0], block["node_logs"]
+    nodes = 1 if batched else 3
+    assert block["nodes"] == nodes and block["node_exit_codes"] == [0] * nodes, block["node_logs"]
     assert set(block["cameras"]) == {"left", "right", "rear"}
     for name, camera in block["cameras"].items():
         assert camera["frames"]["processed"] == camera["frames"]["sent"] == 4, name
