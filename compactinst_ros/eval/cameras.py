@@ -18,6 +18,7 @@ a single-camera realtime replay reports it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .. import dds_env
 from ..errors import BackendError, ConfigError, DataError
 from ..progress import Progress
+from ..ros.diagnostics import batch_status_name
 from .bags import (
     COMPRESSED,
     OUTPUT_NS,
@@ -45,6 +47,7 @@ from .realtime import (
     SCORED_OUTPUTS,
     NodeProcess,
     Recorder,
+    _wait,
     bundle_facts,
     node_command,
     replay_namespace,
@@ -250,6 +253,30 @@ def _drain(recorders: dict[str, Recorder], total: int, drain_s: float) -> None:
         time.sleep(0.05)
 
 
+def batch_report(reports: Sequence[dict[str, str]]) -> dict | None:
+    """The batched node's rounds over the replay from its batch status reports: totals of the
+    last report, the mean frames per round over them all, and the window's wait (the mean of
+    the periods' means, the largest maximum); None without reports."""
+    periods = [r for r in reports if float(r.get("rounds_per_s", 0)) > 0]
+    if not reports:
+        return None
+    last = reports[-1]
+    rounds, frames = int(last["rounds"]), int(last["frames_batched"])
+    return {
+        "cameras": int(last["cameras"]),
+        "rounds": rounds,
+        "frames_batched": frames,
+        "padded_slots": int(last["padded_slots"]),
+        "frames_per_round_mean": round(frames / rounds, 3) if rounds else None,
+        "window_wait_mean_ms": (
+            round(sum(float(r["window_wait_mean_ms"]) for r in periods) / len(periods), 3)
+            if periods
+            else None
+        ),
+        "window_wait_max_ms": max((float(r["window_wait_max_ms"]) for r in periods), default=None),
+    }
+
+
 def total_block(blocks: dict[str, dict], statistics: list[dict] | None) -> dict:
     """The totals over the cameras' blocks: accuracy merged exactly (``statistics``), latency
     over every camera's samples after its warm-up, frame counts and rates summed."""
@@ -353,6 +380,11 @@ def run_cameras(
                 bag_ns=f"{OUTPUT_NS}/{camera.name}",
                 lock=lock,
                 player=f"compactinst_replay_{camera.name}",
+                extra_status=(
+                    batch_status_name(f"{namespace}{OUTPUT_NS}")
+                    if batched and camera is cameras[0]
+                    else None
+                ),
             )
         deadline = time.monotonic() + ready_timeout
         while not all(r.node_ready() for r in recorders.values()):
@@ -378,6 +410,10 @@ def run_cameras(
         bar.close()
         _alive(nodes, "during the replay")
         _drain(recorders, total, drain_s)
+        first = recorders[cameras[0].name]
+        with contextlib.suppress(BackendError):  # one more /diagnostics period, if it comes
+            seen = first.reports
+            _wait(lambda: first.reports > seen, 2.5, None, "/diagnostics")
         blocks: dict[str, dict] = {}
         statistics: list[dict] = []
         facts: dict = {}
@@ -396,6 +432,7 @@ def run_cameras(
                 block["accuracy"] = merge_statistics([stats])
             blocks[camera.name] = {"topic": camera.bag.topic, **block}
     finally:
+        batch = batch_report(recorders[cameras[0].name].extra) if recorders else None
         for recorder in recorders.values():
             recorder.close()
         codes = [node.stop() for node in nodes]
@@ -404,6 +441,8 @@ def run_cameras(
     result = total_block(blocks, statistics)
     if late:
         result["notes"].append(f"{late} frames got no answer within {round_timeout:g} s")
+    if batch is not None:
+        result["batch"] = batch
     result.update(
         pacing=pacing,
         batched=batched,

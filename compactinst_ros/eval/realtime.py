@@ -179,7 +179,8 @@ class Recorder:
     gets them under the node's default namespace (``bag_ns``, ``OUTPUT_NS``). One camera of a
     multi-camera replay: its own ``input_topic``, ``info_topic``, ``node_name`` (the node's
     ``~/<camera>``), ``bag_ns`` and ``player`` (its own node name), and the ``lock`` that guards
-    the shared output bag."""
+    the shared output bag. ``extra_status``: another status name of that node whose every report
+    is kept in ``extra`` (the batched node's batch report)."""
 
     def __init__(
         self,
@@ -195,6 +196,7 @@ class Recorder:
         bag_ns: str = OUTPUT_NS,
         lock: threading.Lock | None = None,
         player: str = "compactinst_replay",
+        extra_status: str | None = None,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -232,6 +234,9 @@ class Recorder:
         self.kept: dict[int, dict[str, bytes]] = {}
         self.keep = keep
         self.status_name = status_name(node_name)
+        self.extra_status = extra_status
+        self.extra: list[dict[str, str]] = []
+        self.reports = 0  # status reports of the node received (``diagnostics`` keeps the last)
         self.latency_topic = f"{node_name}/latency/frame"
         deep = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         self.node.create_subscription(
@@ -299,10 +304,14 @@ class Recorder:
 
     def _on_diag(self, msg: Any) -> None:
         for status in msg.status:
-            if status.name == self.status_name:
-                values = {kv.key: kv.value for kv in status.values}
+            if status.name in (self.status_name, self.extra_status):
+                values = {"_message": status.message, **{kv.key: kv.value for kv in status.values}}
                 with self.lock:
-                    self.diagnostics.append({"_message": status.message, **values})
+                    if status.name == self.status_name:
+                        self.diagnostics.append(values)
+                        self.reports += 1
+                    else:
+                        self.extra.append(values)
 
     def node_ready(self) -> bool:
         """The node subscribes to our input and publishes the latency record."""
@@ -504,8 +513,8 @@ def run_realtime(
                 last, quiet_since = done, time.monotonic()
             time.sleep(0.05)
         with contextlib.suppress(BackendError):  # one more /diagnostics period, if it comes
-            seen = len(recorder.diagnostics)
-            _wait(lambda: len(recorder.diagnostics) > seen, 2.5, None, "/diagnostics")
+            seen = recorder.reports
+            _wait(lambda: recorder.reports > seen, 2.5, None, "/diagnostics")
         block, facts = summarise(recorder, frames, start, sent_at, warmup, rate)
         if gt is not None:
             block["accuracy"] = merge_statistics([scored_statistics(recorder, gt, frames, match)])

@@ -179,6 +179,8 @@ def markdown(report: dict) -> str:
         if block.get("notes"):
             lines += ["", *[f"* {n}" for n in block["notes"]]]
         lines.append("")
+        if block.get("batch"):
+            lines += [batch_line(block["batch"]) + ".", ""]
         lines += camera_sections(block.get("cameras", {}))
     if report.get("plots"):
         lines += ["## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]] + [""]
@@ -208,6 +210,16 @@ def camera_headline(block: dict) -> str:
             f"output {_fmt(block['throughput'].get('output_fps'))} fps",
             *spans,
         ]
+    )
+
+
+def batch_line(batch: dict) -> str:
+    """The batched node's rounds in a line (``cameras.batch_report``)."""
+    return (
+        f"batch: {batch['rounds']} rounds, {_fmt(batch['frames_per_round_mean'], 2)} of "
+        f"{batch['cameras']} cameras per round, {batch['padded_slots']} padded slots, window "
+        f"wait mean {_fmt(batch['window_wait_mean_ms'], 2)} ms, max "
+        f"{_fmt(batch['window_wait_max_ms'], 2)} ms"
     )
 
 
@@ -255,6 +267,8 @@ def summary_text(report: dict) -> str:
             f"throughput: input {_fmt(tput.get('input_fps'))} fps, "
             f"output {_fmt(tput.get('output_fps'))} fps"
         )
+        if block.get("batch"):
+            lines.append(batch_line(block["batch"]))
         for name, camera in block.get("cameras", {}).items():
             lines.append(f"camera {name} ({camera['topic']}): {camera_headline(camera)}")
     return "\n".join(lines)

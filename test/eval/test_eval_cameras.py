@@ -110,7 +110,7 @@ def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
             progress=False,
             domain_id=150 + os.getpid() % 50,
             log_dir=tmp_path / "logs",
-            node_params={"ort_threads": 1},
+            node_params={"ort_threads": 1, "diagnostics_period": 0.2},
         )
         options = ReplayOptions(bag=camera_set / "bag", model=random_bundle, backend="onnxruntime")
         with lockstep_pipeline(options) as pipeline:
@@ -130,6 +130,12 @@ def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
         assert camera["latency"]["end_to_end"]["count"] == 3, "warm-up 1 of 4 excluded"
     assert block["frames"]["processed"] == 12 and block["latency"]["end_to_end"]["count"] == 9
     assert block["accuracy"]["frames_evaluated"] == 12
+    if batched:  # the node's report after the last round: every frame in a round
+        batch = block["batch"]
+        assert batch["cameras"] == 3 and batch["frames_batched"] == 12, batch
+        assert 4 <= batch["rounds"] <= 12 and batch["padded_slots"] == 0, batch
+    else:
+        assert "batch" not in block
     report = {
         "created": "now",
         "command": "test",
@@ -146,6 +152,7 @@ def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
         "modes": {"lockstep": block},
     }
     text, page = summary_text(report), markdown(report)
+    assert ("batch: " in text) == batched
     for name in CAMERAS:
         assert f"camera {name} (/{name}/image_raw): mask AP" in text
         assert f"### camera {name} (`/{name}/image_raw`)" in page
