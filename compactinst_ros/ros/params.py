@@ -184,7 +184,7 @@ def ros_param_text(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(str(v) for v in value) + "]"
+        return "[" + ",".join(ros_param_text(v) for v in value) + "]"
     return repr(value) if isinstance(value, float) else str(value) or "''"
 
 

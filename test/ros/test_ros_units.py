@@ -193,6 +193,7 @@ def test_type_hints_in_parameter_errors_use_command_line_syntax():
     assert ros_param_text(True) == "true" and ros_param_text(7) == "7"
     assert ros_param_text("") == "''"
     assert ros_param_text(["overlay", "semantic"]) == "[overlay,semantic]"
+    assert ros_param_text(["/a/info", ""]) == "[/a/info,'']"  # an empty item survives rcl
 
 
 def test_option_parameters_take_default_and_range_from_postprocess_options():
