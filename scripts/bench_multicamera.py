@@ -181,9 +181,17 @@ def measure(cameras: list[Camera], args: argparse.Namespace, batched: bool) -> d
         )
         for name, camera in block["cameras"].items()
     }
+    stages = {
+        stage: statistics.median(
+            c["latency"].get(stage, {}).get("p50", float("nan")) for c in block["cameras"].values()
+        )
+        for stage in ("inference", "queue")
+    }
     return {
         "output_fps": block["throughput"]["output_fps"] or 0.0,
         "latency": latency,
+        "stages_p50": stages,
+        "batch": block.get("batch"),
         "dropped": block["frames"]["dropped"],
         "sent": block["frames"]["sent"],
         "rss_mb": rss,
@@ -228,6 +236,35 @@ def summary(results: dict[tuple[str, str], list[dict]]) -> list[str]:
     return lines
 
 
+def batch_costs(results: dict[tuple[str, str], list[dict]]) -> list[str]:
+    """The Markdown table of what batching costs and gives: per (size, configuration) the
+    cameras' median inference and queue p50 and, for the batched node, its rounds (frames per
+    round, the window's mean and largest wait, padded slots), medians (range) over the runs."""
+    lines = [
+        "| size | config | inference p50 ms | queue p50 ms | frames per round "
+        "| window wait mean / max ms | padded slots |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for (size, config), runs in results.items():
+        batches = [r["batch"] for r in runs if r.get("batch")]
+
+        def of(key: str, digits: int = 1, batches: list[dict] = batches) -> str:
+            values = [float(b[key]) for b in batches if b.get(key) is not None]
+            return spread(values, digits) if values else "–"
+
+        cells = [
+            size,
+            config,
+            spread([r["stages_p50"]["inference"] for r in runs]),
+            spread([r["stages_p50"]["queue"] for r in runs]),
+            of("frames_per_round_mean", 2),
+            f"{of('window_wait_mean_ms', 2)} / {of('window_wait_max_ms')}",
+            of("padded_slots", 0),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every size x configuration ``--runs`` times, interleaved, and print the table."""
     args = parse_args(argv)
@@ -257,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                     camera.bag.close()
     print(f"medians (range) of {args.runs} runs; load average now {os.getloadavg()[0]:.1f}")
     print("\n".join(summary(results)))
+    print()
+    print("\n".join(batch_costs(results)))
     return 0
 
 

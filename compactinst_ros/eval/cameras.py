@@ -146,7 +146,11 @@ def node_processes(
             "image_topics": [CAMERA_INPUT.format(c.name) for c in cameras],
             "camera_names": [c.name for c in cameras],
             **(
-                {"camera_info_topics": [CAMERA_INFO_INPUT.format(c.name) for c in cameras]}
+                {
+                    "camera_info_topics": [
+                        CAMERA_INFO_INPUT.format(c.name) if infos[c.name] else "" for c in cameras
+                    ]
+                }
                 if any(infos.values())
                 else {}
             ),

@@ -191,7 +191,16 @@ def test_bench_multicamera_arguments_memory_and_table() -> None:
     finally:
         child.kill()
         child.wait()
-    run = {"nodes": 1, "output_fps": 29.5, "dropped": 2, "sent": 60, "rss_mb": 700.0}
+    run = {
+        "nodes": 1,
+        "output_fps": 29.5,
+        "dropped": 2,
+        "sent": 60,
+        "rss_mb": 700.0,
+        "stages_p50": {"inference": 50.0, "queue": 4.0},
+        "batch": {"frames_per_round_mean": 2.5, "window_wait_mean_ms": 3.0,
+                  "window_wait_max_ms": 9.0, "padded_slots": 0},
+    }
     results = {
         ("64x96", "batched"): [
             {**run, "latency": {"cam0": (80.0, 120.0), "cam1": (90.0, 130.0)}},
@@ -204,3 +213,8 @@ def test_bench_multicamera_arguments_memory_and_table() -> None:
         "| 64x96 | batched | 1 | 28.5 (27.5-29.5) | cam0 90 (80-100) / 130 (120-140); "
         "cam1 80 (70-90) / 120 (110-130) | 2 (2-2) | 60 (60-60) | 700 (700-700) |"
     )
+    results[("64x96", "per-camera")] = [{**run, "batch": None}]
+    *_, batched, alone = bench.batch_costs(results)
+    assert batched == "| 64x96 | batched | 50.0 (50.0-50.0) | 4.0 (4.0-4.0) | 2.50 (2.50-2.50) " \
+        "| 3.00 (3.00-3.00) / 9.0 (9.0-9.0) | 0 (0-0) |"
+    assert alone == "| 64x96 | per-camera | 50.0 | 4.0 | – | – / – | – |"
