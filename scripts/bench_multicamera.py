@@ -32,6 +32,8 @@ from compactinst_ros.sizes import parse_size
 from compactinst_ros.train.synthetic import BAG_T0_NS, camera_topic, render_scene
 
 CONFIGS = {"batched": True, "per-camera": False}
+#: the node's stages whose p50 the cost table shows (a batch's stage times are the round's)
+STAGES = ("queue", "preprocess", "encoder", "decoder", "postprocess", "inference", "publish")
 #: distinct scenes per camera, repeated over the run (the frames share their bytes)
 SCENES = 6
 
@@ -185,7 +187,7 @@ def measure(cameras: list[Camera], args: argparse.Namespace, batched: bool) -> d
         stage: statistics.median(
             c["latency"].get(stage, {}).get("p50", float("nan")) for c in block["cameras"].values()
         )
-        for stage in ("inference", "queue")
+        for stage in STAGES
     }
     return {
         "output_fps": block["throughput"]["output_fps"] or 0.0,
@@ -238,12 +240,13 @@ def summary(results: dict[tuple[str, str], list[dict]]) -> list[str]:
 
 def batch_costs(results: dict[tuple[str, str], list[dict]]) -> list[str]:
     """The Markdown table of what batching costs and gives: per (size, configuration) the
-    cameras' median inference and queue p50 and, for the batched node, its rounds (frames per
+    cameras' median p50 of each of STAGES and, for the batched node, its rounds (frames per
     round, the window's mean and largest wait, padded slots), medians (range) over the runs."""
     lines = [
-        "| size | config | inference p50 ms | queue p50 ms | frames per round "
-        "| window wait mean / max ms | padded slots |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| size | config | "
+        + " | ".join(f"{stage} p50 ms" for stage in STAGES)
+        + " | frames per round | window wait mean / max ms | padded slots |",
+        "|---|---|" + "---:|" * (len(STAGES) + 3),
     ]
     for (size, config), runs in results.items():
         batches = [r["batch"] for r in runs if r.get("batch")]
@@ -255,8 +258,7 @@ def batch_costs(results: dict[tuple[str, str], list[dict]]) -> list[str]:
         cells = [
             size,
             config,
-            spread([r["stages_p50"]["inference"] for r in runs]),
-            spread([r["stages_p50"]["queue"] for r in runs]),
+            *(spread([r["stages_p50"][stage] for r in runs]) for stage in STAGES),
             of("frames_per_round_mean", 2),
             f"{of('window_wait_mean_ms', 2)} / {of('window_wait_max_ms')}",
             of("padded_slots", 0),

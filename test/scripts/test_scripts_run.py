@@ -197,7 +197,7 @@ def test_bench_multicamera_arguments_memory_and_table() -> None:
         "dropped": 2,
         "sent": 60,
         "rss_mb": 700.0,
-        "stages_p50": {"inference": 50.0, "queue": 4.0},
+        "stages_p50": {stage: 50.0 for stage in bench.STAGES} | {"queue": 4.0},
         "batch": {"frames_per_round_mean": 2.5, "window_wait_mean_ms": 3.0,
                   "window_wait_max_ms": 9.0, "padded_slots": 0},
     }
@@ -215,6 +215,7 @@ def test_bench_multicamera_arguments_memory_and_table() -> None:
     )
     results[("64x96", "per-camera")] = [{**run, "batch": None}]
     *_, batched, alone = bench.batch_costs(results)
-    assert batched == "| 64x96 | batched | 50.0 (50.0-50.0) | 4.0 (4.0-4.0) | 2.50 (2.50-2.50) " \
+    stages = " | ".join(["4.0 (4.0-4.0)", *["50.0 (50.0-50.0)"] * (len(bench.STAGES) - 1)])
+    assert batched == f"| 64x96 | batched | {stages} | 2.50 (2.50-2.50) " \
         "| 3.00 (3.00-3.00) / 9.0 (9.0-9.0) | 0 (0-0) |"
-    assert alone == "| 64x96 | per-camera | 50.0 | 4.0 | – | – / – | – |"
+    assert alone == "| 64x96 | per-camera | 4.0 | " + "50.0 | " * 6 + "– | – / – | – |"
