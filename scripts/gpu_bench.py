@@ -8,7 +8,9 @@
    (the paper: 5.74 -> 2.09 GB on an RTX A4000 under TensorRT).
 3. Where TensorRT and pycuda import: the TensorRT backend on the default model at batch sizes 1-4
    (one camera frame per slot, default 720x1280): CUDA-event device time per batch and per frame,
-   side by side, from one run (static-batch engines built into ``--out``/engines first).
+   side by side, from one run (static-batch engines built first, into ``--engine-cache``:
+   give a folder where ``compactinst build-engine --batch-sizes 1 2 3 4`` already built them to
+   keep the run short).
 4. A short table, printed last.
 
 Usage (repository root)::
@@ -276,6 +278,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="HxW",
         help="TensorRT batch step: camera frame size (default 720x1280)",
     )
+    parser.add_argument(
+        "--engine-cache",
+        type=Path,
+        default=None,
+        help="TensorRT batch step: engine cache folder (default OUT/engines)",
+    )
     parser.add_argument("--skip-batches", action="store_true", help="no TensorRT batch step")
     parser.add_argument("--ncu-target", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -379,8 +387,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             batches = batch_step(
                 default_bundle_path(), sorted(set(args.batch_sizes)), args.batch_frame, 50,
-                args.out / "engines",
+                args.engine_cache or args.out / "engines",
             )  # fmt: skip
+            print("\n".join(batch_table(batches)), flush=True)
         except CompactInstError as exc:  # no TensorRT or pycuda here: the step says why
             print(f"  not run: {exc}", flush=True)
         (args.out / "batches.json").write_text(json.dumps(batches, indent=1))
