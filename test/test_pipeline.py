@@ -144,5 +144,5 @@ def test_padded_batch_sizes_and_fixed_batch_bundles(random_bundle: Path, tmp_pat
     assert bundle.stages[0].inputs[0].batch_shape(1) == (1, 3, bundle.input_h, bundle.input_w)
     with Pipeline(bundle, "onnxruntime", threads=1) as fixed:
         assert fixed(_scene(), "bgr8").instance_raster.shape == (300, 500)
-        with pytest.raises(BackendError, match="fixed batch of 1.*compactinst export"):
+        with pytest.raises(BackendError, match=r"fixed batch of 1.*compactinst export"):
             fixed.batch_slots(2)
