@@ -84,12 +84,27 @@ def ros(random_bundle):
             "both nodes subscribed to their cameras",
         )
         client.wait_for(lambda: info.get_subscription_count(), 20, "camera_info subscribed")
+        wait_reliable(client, [status_name(SINGLE), *(status_name(MULTI, n) for n in NAMES)])
         client.wait_for(lambda: all(client.matched(t) for t in client.subs), 20, "outputs")
         yield client, pubs, info
     finally:
         client.close()
         for node in (multi, single):
             assert node.stop() == 0, node.log()
+
+
+def wait_reliable(client: Client, names: list[str]) -> None:
+    """Wait until every status in ``names`` reports its input re-subscribed reliable to match
+    the test's publishers: a frame sent during that switch could be lost."""
+
+    def matched() -> bool:
+        found = statuses(client, max(0, len(client.received("/diagnostics")) - 12))
+        return all(
+            found.get(name) and found[name][-1].get("input_reliability") == "raw=reliable"
+            for name in names
+        )
+
+    client.wait_for(matched, 30, f"{names} subscribed reliable")
 
 
 def send(pubs: dict, sec: int, frames: dict, info=None) -> None:
@@ -272,6 +287,7 @@ def test_three_cameras_on_the_tensorrt_stand_ins_run_padded_batches(tmp_path):
             90,
             f"engines built and cameras subscribed:\n{node.tail()}",
         )
+        wait_reliable(client, [status_name(MULTI, n) for n in NAMES])
         sizes = {(h, w): n for n, (h, w) in zip(NAMES, [(48, 64), (64, 48), (40, 80)], strict=True)}
         send(pubs, 400, {n: image_msg(scene(h, w), "bgr8") for (h, w), n in sizes.items()})
         for (h, w), n in sizes.items():
