@@ -39,7 +39,7 @@ TEST_MARKS ?= not network and not full
 test: $(STAMP) lint
 	. ./scripts/ros_env.sh && $(VENV)/bin/python -m pytest -q -m network $(NETWORK_TESTS)
 	. ./scripts/ros_env.sh && \
-		./scripts/private_net.sh $(VENV)/bin/python -m pytest -q -m '$(TEST_MARKS)' test
+		./scripts/private_net.sh $(VENV)/bin/python -m pytest -q --durations=15 -m '$(TEST_MARKS)' test
 
 test-full:
 	$(MAKE) test TEST_MARKS='not network'

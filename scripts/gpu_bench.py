@@ -6,7 +6,12 @@
 2. Nsight Compute DRAM bytes of one FastInst and one CompactInst decoder pass at 1080x1920
    (padded to 1088x1920), FP16, with the per-kernel-class shares of ``compactinst roofline``
    (the paper: 5.74 -> 2.09 GB on an RTX A4000 under TensorRT).
-3. A short table, printed last.
+3. Where TensorRT and pycuda import: the TensorRT backend on the default model at batch sizes 1-4
+   (one camera frame per slot, default 720x1280): CUDA-event device time per batch and per frame,
+   side by side, from one run (static-batch engines built first, into ``--engine-cache``:
+   give a folder where ``compactinst build-engine --batch-sizes 1 2 3 4`` already built them to
+   keep the run short).
+4. A short table, printed last.
 
 Usage (repository root)::
 
@@ -23,6 +28,7 @@ import glob
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -45,7 +51,7 @@ from compactinst_ros.bench.models import (  # noqa: E402
     synthetic_features,
 )
 from compactinst_ros.bench.runners import SCOPES  # noqa: E402
-from compactinst_ros.errors import InputError  # noqa: E402
+from compactinst_ros.errors import CompactInstError, InputError  # noqa: E402
 
 NCU_SIZE = (1088, 1920)
 #: Cityscapes' 8 thing classes, as in the paper's latency models and the cost model's default.
@@ -60,6 +66,8 @@ SHORT = {
 }
 #: Start no ncu run after this many seconds, so that the whole script stays under 8 minutes.
 DEADLINE_S = 300
+#: Batch sizes of the TensorRT batch step (a camera frame per slot).
+BATCH_SIZES = (1, 2, 3, 4)
 
 
 def find_ncu() -> str | None:
@@ -163,6 +171,61 @@ def profile_decoder(ncu: str, config: str, out: Path, timeout_s: float) -> Path:
     )
 
 
+def batch_step(
+    bundle: str | Path, sizes: list[int], frame: tuple[int, int], iters: int, cache_dir: Path
+) -> list[dict]:
+    """The TensorRT backend on ``bundle`` with a static-batch engine per size: per size, the
+    median (and spread) over ``iters`` batches of the CUDA-event device time (preprocess +
+    encoder + decoder + postprocess) per batch and per frame, and the host's wall time."""
+    import numpy as np
+
+    from compactinst_ros.backends.trt import TIMED_STAGES
+    from compactinst_ros.gpu.frames import smooth_rgb
+    from compactinst_ros.pipeline import Pipeline
+    from compactinst_ros.structures import INFERENCE, OutputSet
+
+    rows = []
+    with Pipeline(
+        bundle, backend="tensorrt", batch_sizes=tuple(sizes), engine_cache_dir=cache_dir
+    ) as pipe:
+        for n in sizes:
+            items = [
+                pipe.prepare(np.ascontiguousarray(smooth_rgb(*frame, seed)[..., ::-1]), "bgr8",
+                             OutputSet())
+                for seed in range(n)
+            ]  # fmt: skip
+            trackers = [pipe.make_tracker() for _ in items]
+            pipe.infer_batch(items, trackers)  # warm-up
+            device, wall = [], []
+            for _ in range(iters):
+                timings = pipe.infer_batch(items, trackers)[0].timings_ms
+                device.append(sum(timings[k] for k in TIMED_STAGES))
+                wall.append(timings[INFERENCE])
+            per_batch = statistics.median(device)
+            rows.append(
+                {
+                    "batch": n,
+                    "device_ms_per_batch": per_batch,
+                    "device_ms_per_frame": per_batch / n,
+                    "device_ms_spread": [min(device), max(device)],
+                    "wall_ms_per_batch": statistics.median(wall),
+                }
+            )
+    return rows
+
+
+def batch_table(rows: list[dict]) -> list[str]:
+    """One line per batch size: device ms per batch and per frame, spread, wall ms."""
+    lines = [f"{'batch':>5} {'ms/batch':>9} {'ms/frame':>9} {'min-max ms':>15} {'wall ms':>8}"]
+    for r in rows:
+        low, high = r["device_ms_spread"]
+        lines.append(
+            f"{r['batch']:>5} {r['device_ms_per_batch']:>9.2f} {r['device_ms_per_frame']:>9.2f} "
+            f"{low:>7.2f}-{high:<7.2f} {r['wall_ms_per_batch']:>8.2f}"
+        )
+    return lines
+
+
 def speedup_table(record: dict) -> list[str]:
     """Compact rows: size, then speed-up vs FastInst per config, per scope (decoder, model)."""
     lines = []
@@ -185,8 +248,8 @@ def speedup_table(record: dict) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Bench, then ncu, then the summary table; everything also lands in ``--out``."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The script's arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "gpu_bench")
     parser.add_argument(
@@ -200,8 +263,48 @@ def main(argv: list[str] | None = None) -> int:
         help=f"roofline preset ({', '.join(DEVICES)}) or 'label:GBps:tensor_TFLOPS[:cuda_TFLOPS]'"
         " instead of the identified GPU's",
     )
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=list(BATCH_SIZES),
+        metavar="B",
+        help="TensorRT batch step: batch sizes, one engine set each (default 1 2 3 4)",
+    )
+    parser.add_argument(
+        "--batch-frame",
+        type=_size,
+        default=(720, 1280),
+        metavar="HxW",
+        help="TensorRT batch step: camera frame size (default 720x1280)",
+    )
+    parser.add_argument(
+        "--engine-cache",
+        type=Path,
+        default=None,
+        help="TensorRT batch step: engine cache folder (default OUT/engines)",
+    )
+    parser.add_argument("--skip-batches", action="store_true", help="no TensorRT batch step")
     parser.add_argument("--ncu-target", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if min(args.batch_sizes) < 1:
+        parser.error(f"--batch-sizes {args.batch_sizes}: every size must be >= 1")
+    return args
+
+
+def _size(text: str) -> tuple[int, int]:
+    """``HxW`` -> (H, W)."""
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not HxW, e.g. 720x1280") from None
+    return h, w
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Bench, then ncu, then TensorRT batches, then the summary table; everything also lands in
+    ``--out``."""
+    args = parse_args(argv)
 
     import torch
 
@@ -219,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda":
         sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     preset, preset_line = device_preset(gpu, sm_count, args.device)
-    print(f"[1/3] latency sweep on {gpu}; roofline {preset_line}", flush=True)
+    print(f"[1/4] latency sweep on {gpu}; roofline {preset_line}", flush=True)
     if args.smoke:
         opts = latency.BenchOptions(
             sizes=[("small", (256, 320))],
@@ -251,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dram: dict[str, dict] = {}
     ncu = find_ncu()
-    print(f"[2/3] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
+    print(f"[2/4] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
     if args.skip_ncu or args.smoke or ncu is None or device == "cpu" or preset is None:
         why = "skipped" if args.skip_ncu or args.smoke else "ncu not found"
         if preset is None:
@@ -274,7 +377,24 @@ def main(argv: list[str] | None = None) -> int:
         record_ncu = {"device_preset": preset_line, **dram}
         (args.out / "ncu_summary.json").write_text(json.dumps(record_ncu, indent=1))
 
-    print(f"[3/3] summary ({time.perf_counter() - start:.0f} s in all)\n", flush=True)
+    batches: list[dict] = []
+    print(f"[3/4] TensorRT batches {args.batch_sizes} at {args.batch_frame}", flush=True)
+    if args.skip_batches or args.smoke:
+        print("  skipped", flush=True)
+    else:
+        from compactinst_ros.bundle import default_bundle_path
+
+        try:
+            batches = batch_step(
+                default_bundle_path(), sorted(set(args.batch_sizes)), args.batch_frame, 50,
+                args.engine_cache or args.out / "engines",
+            )  # fmt: skip
+            print("\n".join(batch_table(batches)), flush=True)
+        except CompactInstError as exc:  # no TensorRT or pycuda here: the step says why
+            print(f"  not run: {exc}", flush=True)
+        (args.out / "batches.json").write_text(json.dumps(batches, indent=1))
+
+    print(f"[4/4] summary ({time.perf_counter() - start:.0f} s in all)\n", flush=True)
     for backend, reason in record["unavailable"].items():
         print(f"{backend}: not available ({reason})")
     graphed = {r["cuda_graph"] for r in record["results"]}
@@ -298,6 +418,12 @@ def main(argv: list[str] | None = None) -> int:
         if len(dram) == 2:
             a, b = (dram[c]["all"]["dram_gb"] for c in NCU_CONFIGS)
             print(f"  reduction          {100 * (1 - b / a):6.1f}%")
+    if batches:
+        print(
+            f"\nTensorRT batches at {args.batch_frame[0]}x{args.batch_frame[1]} (default model, "
+            "CUDA-event device time, median of 50 batches):"
+        )
+        print("\n".join(batch_table(batches)))
     return 0 if record["results"] else 1
 
 

@@ -5,12 +5,13 @@
 # Needs pycuda; uses PyTorch (naive post-processing baseline and the model latency sweep),
 # TensorRT (engine build, backend parity and latency) and Nsight Compute (decoder DRAM bytes)
 # where they are installed. Run from anywhere; Python is $PYTHON (python3).
-#   1. compactinst build-engine: FP16 engines of models/default into OUTDIR/engines (TensorRT
-#      only; a rerun finds them there and only checks them) -> OUTDIR/build_engine.log
+#   1. compactinst build-engine: FP16 engines of models/default at batch sizes 1-4 into
+#      OUTDIR/engines (TensorRT only; a rerun finds them there and only checks them)
+#      -> OUTDIR/build_engine.log
 #   2. scripts/gpu_check.py: kernel parity vs the numpy twin, post-processing benchmark, TensorRT
 #      backend on the engines of step 1 -> OUTDIR/gpu_check.log, OUTDIR/gpu_check.json
-#   3. scripts/gpu_bench.py: PyTorch FP16 latency sweep, ncu decoder bytes -> OUTDIR/bench/,
-#      OUTDIR/gpu_bench.log
+#   3. scripts/gpu_bench.py: PyTorch FP16 latency sweep, ncu decoder bytes, TensorRT batch sizes
+#      1-4 on the engines of step 1 -> OUTDIR/bench/, OUTDIR/gpu_bench.log
 # Time limits (seconds; override with the variables named): a Jetson builds an FP16 engine in
 # minutes, so there the build gets 1200 s (GPU_CHECK_BUILD_S; an estimate, not yet measured on
 # an Orin: the log says how long it took) and the other steps 300 s and 600 s; elsewhere 300,
@@ -44,7 +45,7 @@ build=0
 if "$python" -c 'import tensorrt' 2>/dev/null; then
     start=$SECONDS
     limit "$build_s" "$python" -m compactinst_ros.cli build-engine models/default \
-        --cache-dir "$out/engines" 2>&1 | tee "$out/build_engine.log"
+        --cache-dir "$out/engines" --batch-sizes 1 2 3 4 2>&1 | tee "$out/build_engine.log"
     build=${PIPESTATUS[0]}
     echo "engine build step: exit $build after $((SECONDS - start)) s of ${build_s} s" \
         | tee -a "$out/build_engine.log"
@@ -61,7 +62,8 @@ fi
 limit "$check_s" "$python" scripts/gpu_check.py --reps 50 "${backend[@]}" --out "$out" 2>&1 \
     | tee -a "$out/gpu_check.log"
 check=${PIPESTATUS[0]}
-limit "$bench_s" "$python" scripts/gpu_bench.py --out "$out/bench" 2>&1 | tee "$out/gpu_bench.log"
+limit "$bench_s" "$python" scripts/gpu_bench.py --out "$out/bench" --engine-cache "$out/engines" \
+    2>&1 | tee "$out/gpu_bench.log"
 bench=${PIPESTATUS[0]}
 echo "build-engine exit $build, gpu_check.py exit $check, gpu_bench.py exit $bench" \
     "(124: stopped at its time limit, 137: killed ${kill_s} s after); logs in $out"

@@ -89,3 +89,60 @@ def test_bad_frames_are_refused(pipeline: Pipeline, image, encoding, message) ->
 def test_unknown_backend(random_bundle: Path) -> None:
     with pytest.raises(ConfigError, match="unknown backend 'cuda'"):
         Pipeline(random_bundle, backend="cuda")
+
+
+def test_a_batch_equals_its_frames_run_one_by_one(pipeline: Pipeline) -> None:
+    """Three cameras' frames (different sizes and encodings) in one batch give each camera the
+    result of its frame alone: the batch axis changes no arithmetic that reaches the rasters."""
+    frames = [
+        (_scene(), "bgr8"),
+        (_scene(240, 320)[..., ::-1].copy(), "rgb8"),
+        (cv2.flip(_scene(), 1), "bgr8"),
+    ]
+    outputs = OutputSet(overlay=True)
+    single = [pipeline(image, encoding, outputs) for image, encoding in frames]
+    trackers = [pipeline.make_tracker() for _ in frames]
+    items = [pipeline.prepare(image, encoding, outputs) for image, encoding in frames]
+    batch = pipeline.infer_batch(items, trackers)
+    assert len(batch) == 3
+    for one, many in zip(single, batch, strict=True):
+        np.testing.assert_array_equal(many.instance_raster, one.instance_raster)
+        np.testing.assert_array_equal(many.panoptic_raster, one.panoptic_raster)
+        np.testing.assert_array_equal(many.semantic_raster, one.semantic_raster)
+        np.testing.assert_allclose(many.instances.score, one.instances.score, atol=1e-5)
+        assert many.overlay.shape == one.overlay.shape
+    stage_times = {k: batch[0].timings_ms[k] for k in ("encoder", "decoder")}
+    assert all({k: r.timings_ms[k] for k in stage_times} == stage_times for r in batch)
+
+
+def test_padded_batch_sizes_and_fixed_batch_bundles(random_bundle: Path, tmp_path: Path) -> None:
+    """batch_sizes pads a batch to the next listed size and refuses a larger one; a bundle
+    exported before the batch axis runs single frames and names the re-export for more."""
+    import json
+    import shutil
+
+    from compactinst_ros.bundle import METADATA_FILE, ModelBundle
+    from compactinst_ros.errors import BackendError
+
+    with Pipeline(random_bundle, "onnxruntime", threads=1, batch_sizes=(1, 3)) as padded:
+        assert padded.bundle.batched
+        assert [padded.batch_slots(n) for n in (1, 2, 3)] == [1, 3, 3]
+        with pytest.raises(BackendError, match="exceeds batch_sizes"):
+            padded.batch_slots(4)
+        items = [padded.prepare(_scene(), "bgr8") for _ in range(2)]
+        assert len(padded.infer_batch(items, [padded.make_tracker() for _ in items])) == 2
+    old = tmp_path / "fixed_batch"
+    shutil.copytree(random_bundle, old)
+    meta = json.loads((old / METADATA_FILE).read_text())
+    for stage in meta["stages"]:
+        for tensor in (*stage["inputs"], *stage["outputs"]):
+            assert tensor["shape"][0] == "batch"
+            tensor["shape"][0] = 1
+    (old / METADATA_FILE).write_text(json.dumps(meta))
+    bundle = ModelBundle.load(old)
+    assert not bundle.batched
+    assert bundle.stages[0].inputs[0].batch_shape(1) == (1, 3, bundle.input_h, bundle.input_w)
+    with Pipeline(bundle, "onnxruntime", threads=1) as fixed:
+        assert fixed(_scene(), "bgr8").instance_raster.shape == (300, 500)
+        with pytest.raises(BackendError, match=r"fixed batch of 1.*compactinst export"):
+            fixed.batch_slots(2)

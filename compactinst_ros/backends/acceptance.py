@@ -12,7 +12,7 @@ compared by its largest error relative to the reference's range. Pure numpy: the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -56,6 +56,7 @@ class Finding:
     limit: float
     at_least: bool
     case: int
+    slot: int = 0  # the case's slot in the engine's batch
 
     @property
     def passed(self) -> bool:
@@ -128,30 +129,44 @@ def compare(
     return findings
 
 
+def slot_cases(count: int, batch: int) -> list[list[int]]:
+    """Golden case index in each slot of each acceptance run at ``batch``: every one of the
+    ``count`` cases once, cycled to fill the last run's spare slots; [] without cases."""
+    runs = -(-count // batch)
+    return [[(run * batch + slot) % count for slot in range(batch)] for run in range(runs)]
+
+
 def check(
     stage: str,
     precision: str,
     cases: Sequence[GoldenCase],
     outputs: Sequence[Mapping[str, np.ndarray]],
+    slots: Sequence[Sequence[int]] | None = None,
 ) -> list[Finding]:
-    """All findings of one stage's engine (``outputs`` per golden case); BackendError naming the
-    stage and the worst tensor when any is outside ``precision``'s tolerance."""
+    """All findings of one stage's engine: ``outputs`` per run, slot s of run r (dim 0) holding
+    case ``slots[r][s]`` (None: one run per case at batch 1). BackendError naming the stage,
+    the batch size and the worst tensor when any is outside ``precision``'s tolerance."""
     tol = TOLERANCES[precision]
+    slots = [[i] for i in range(len(cases))] if slots is None else slots
     findings = [
-        f
-        for i, (case, got) in enumerate(zip(cases, outputs, strict=True))
-        for f in compare(case.outputs, got, tol, i)
+        replace(f, slot=slot)
+        for run, got in zip(slots, outputs, strict=True)
+        for slot, case in enumerate(run)
+        for f in compare(
+            cases[case].outputs, {n: v[slot : slot + 1] for n, v in got.items()}, tol, case
+        )
     ]
+    batch = len(slots[0]) if slots else 1
     failed = [f for f in findings if not f.passed]
     if failed:
         worst = max(failed, key=lambda f: f.excess)
         bound = "at least" if worst.at_least else "at most"
         raise BackendError(
-            f"the {precision} TensorRT engine of stage '{stage}' fails the acceptance check on "
-            f"the bundle's golden inputs: worst tensor '{worst.tensor}', {worst.metric} "
-            f"{worst.value:.4g} on golden case {worst.case} ({bound} {worst.limit:g} for "
-            f"{precision}; {len(failed)} of {len(findings)} checks failed). The engine was not "
-            "cached. Rebuild with another TensorRT version or precision (--precision fp32), "
-            "or re-export the typed graph and its golden outputs"
+            f"the {precision} TensorRT engine of stage '{stage}' at batch {batch} fails the "
+            f"acceptance check on the bundle's golden inputs: worst tensor '{worst.tensor}', "
+            f"{worst.metric} {worst.value:.4g} on golden case {worst.case} in slot {worst.slot} "
+            f"({bound} {worst.limit:g} for {precision}; {len(failed)} of {len(findings)} checks "
+            "failed). The engine was not cached. Rebuild with another TensorRT version or "
+            "precision (--precision fp32), or re-export the typed graph and its golden outputs"
         )
     return findings

@@ -1,18 +1,25 @@
-"""TensorRT + pycuda backend: the whole frame stays on the GPU, one synchronisation per frame.
+"""TensorRT + pycuda backend: the whole batch stays on the GPU, one synchronisation per batch.
 
 Threading: the backend owns one GPU thread. It retains the device's primary context and pushes
 it in that thread; engines, buffers, streams and events are created there at construction (node
-configure time, which is also when missing engines are built), every ``infer`` runs there, and
-``close`` frees everything there before popping the context. Callers on any thread (an rclpy
+configure time, which is also when missing engines are built), every ``infer_batch`` runs there,
+and ``close`` frees everything there before popping the context. Callers on any thread (an rclpy
 executor may hop threads) hand frames over and wait for the result.
 
-Per frame, on one stream: pinned upload of the raw image -> preprocessing kernel -> encoder
-engine -> decoder engine (inputs bound to the encoder's output buffers) -> fused
-post-processing -> device-to-host copies; CUDA events between the stages give the stage times;
-the host waits once, on the last (blocking-sync) event. With ``OutputSet.overlay`` the raw frame
-and the instance raster stay on the device for ``render_overlay``: once the Pipeline knows each
-instance's track id it uploads the per-frame-id colour table (a few hundred bytes) and the
-overlay kernel blends, a second short wait per frame.
+Batches: a static-batch engine per stage and batch size (trt_build.py), one execution context
+each with ``set_input_shape`` at its size. The I/O buffers are sized for the largest batch and
+shared by every size (slot i at offset i x frame bytes); the contexts share one activation
+allocation, the largest any engine needs, as they run one after another on the one stream.
+
+Per batch of n frames run at ``batch_slots(n)`` slots, on one stream: each frame's pinned upload
+and preprocessing kernel into its slot -> spare slots filled with a device copy of slot 0 ->
+encoder engine -> decoder engine (inputs bound to the encoder's output buffers) -> the fused
+post-processing per frame slot (an output arena each) -> every slot's device-to-host copy;
+CUDA events between the stages give the batch's stage times, which every result reports; the
+host waits once, on the last (blocking-sync) event. Frames inferred with ``OutputSet.overlay``
+keep their raw frame and instance raster on the device for ``render_overlay``: once the
+Pipeline knows each instance's track id it uploads the per-frame-id colour table (a few hundred
+bytes) and the overlay kernel blends, a second short wait per such frame.
 """
 
 from __future__ import annotations
@@ -39,11 +46,25 @@ from .trt_build import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ..bundle import ModelBundle
+    from ..bundle import ModelBundle, StageSpec
     from ..structures import BatchItem, FrameMeta, FrameResult, OutputSet, PostprocessOptions
 
 #: Stage-time keys reported per frame, as the CPU backend's.
 TIMED_STAGES = ("preprocess", "encoder", "decoder", "postprocess")
+
+
+def batch_sizes(bundle: ModelBundle, options: BackendOptions) -> tuple[int, ...]:
+    """The engines' batch sizes, ascending: ``options.batch_sizes``, else 1..max_batch;
+    BackendError where the bundle has no batch axis and a size above 1 is asked for."""
+    sizes = options.batch_sizes or range(1, options.max_batch + 1)
+    chosen = tuple(sorted({int(b) for b in sizes}))
+    if chosen != (1,) and not bundle.batched:
+        raise BackendError(
+            f"bundle {bundle.root} was exported with a fixed batch of 1, so it cannot build "
+            f"engines for batch sizes {list(chosen)}; re-export it with 'compactinst export' "
+            "(it writes the batch axis) or run batch size 1"
+        )
+    return chosen
 
 
 class TensorRTBackend:
@@ -58,6 +79,7 @@ class TensorRTBackend:
         self._cuda = import_pycuda()
         self.bundle = bundle
         self.device = options.device
+        self.sizes = batch_sizes(bundle, options)
         self.cache = EngineCache(options.engine_cache_dir or default_cache_dir())
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactinst-gpu")
         self._ctx: Any = None
@@ -80,8 +102,8 @@ class TensorRTBackend:
         return self._executor.submit(fn, *args).result()
 
     def _setup(self, allow_build: bool, options: BuildOptions, precision: str | None) -> None:
-        """GPU thread: context, engines (built from the ``precision`` typed graphs), buffers,
-        kernels, stream and events."""
+        """GPU thread: context, engines per batch size (built from the ``precision`` typed
+        graphs), contexts, buffers, kernels, stream and events."""
         from ..gpu.constants import MAX_QUERIES
         from ..gpu.overlay import GpuOverlay
         from ..gpu.postprocess import GpuPostprocessor
@@ -95,24 +117,35 @@ class TensorRTBackend:
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._runtime = trt.Runtime(self._logger)
         self.precision = engine_precision(self.bundle, precision)
-        engines = ensure_engines(
-            self.bundle,
-            self.cache,
-            self._runtime.deserialize_cuda_engine,
-            self.info,
-            self.precision,
-            allow_build,
-            options,
-        )
-        self._engines = [engines[s.name] for s in self.bundle.stages]
-        self._contexts = [e.create_execution_context() for e in self._engines]
-        self._buffers: dict[str, Any] = {}
-        for engine, context in zip(self._engines, self._contexts, strict=True):
-            self._bind(engine, context)
+        self._engines: dict[int, list[Any]] = {}
+        for batch in self.sizes:
+            engines = ensure_engines(
+                self.bundle, self.cache, self._runtime.deserialize_cuda_engine, self.info,
+                self.precision, allow_build, options, batch=batch,
+            )  # fmt: skip
+            self._engines[batch] = [engines[s.name] for s in self.bundle.stages]
+        self._memory = {
+            f"{stage.name}@{batch}": int(engine.device_memory_size_v2)
+            for batch, engines in self._engines.items()
+            for stage, engine in zip(self.bundle.stages, engines, strict=True)
+        }
+        activation = max(1, *self._memory.values())  # one at a time on the one stream
+        self._activation = cuda.mem_alloc(activation)
+        strategy = trt.ExecutionContextAllocationStrategy.USER_MANAGED
+        self._contexts: dict[int, list[Any]] = {}
+        self._buffers: dict[str, tuple[Any, tuple[int, ...], np.dtype]] = {}
+        for batch in reversed(self.sizes):  # the largest first: it sizes the shared buffers
+            self._contexts[batch] = []
+            for stage, engine in zip(self.bundle.stages, self._engines[batch], strict=True):
+                context = engine.create_execution_context(strategy)
+                context.set_device_memory(int(self._activation), activation)
+                self._bind(stage, engine, context, batch)
+                self._contexts[batch].append(context)
         image = self.bundle.stages[0].inputs[0].name
-        self._image_ptr = int(self._buffers[image][0])
-        logits_ptr, masks_ptr = (int(self._buffers[n][0]) for n in ("pred_logits", "pred_masks"))
-        self._logits_ptr, self._masks_ptr = logits_ptr, masks_ptr
+        self._image_ptr, self._image_bytes = self._slot(image)
+        (self._logits_ptr, self._logits_bytes), (self._masks_ptr, self._masks_bytes) = (
+            self._slot(n) for n in ("pred_logits", "pred_masks")
+        )
         q, mask_h, mask_w = self._buffers["pred_masks"][1][-3:]
         self._pre = GpuPreprocessor(self.bundle.pad_value)
         self._post = GpuPostprocessor(
@@ -122,31 +155,49 @@ class TensorRTBackend:
         self._palette_rows = MAX_QUERIES + 1  # per-frame instance ids are 1..number of queries
         self._palette_host = cuda.pagelocked_empty((self._palette_rows, 3), np.uint8)
         self._palette = cuda.to_device(palette(self._palette_rows))  # RGB row per instance id
-        self._overlay_buf: tuple[tuple[int, int], Any, np.ndarray] | None = None
-        self._overlay_frame: tuple[tuple[int, ...], str, FrameMeta, OutputSet] | None = None
+        self._overlay_bufs: dict[tuple[int, int], tuple[Any, np.ndarray]] = {}
+        self._overlay_frames: list[tuple[tuple[int, ...], str, FrameMeta, OutputSet] | None] = []
         self._stream = cuda.Stream()
         self._events = [cuda.Event() for _ in TIMED_STAGES] + [
             cuda.Event(cuda.event_flags.BLOCKING_SYNC)
         ]
 
-    def _bind(self, engine: Any, context: Any) -> None:
-        """Allocate (or reuse, for an earlier stage's output) a device buffer per I/O tensor."""
+    def _slot(self, name: str) -> tuple[int, int]:
+        """Device address of tensor ``name``'s slot 0 and the bytes of one slot."""
+        buffer, frame, dtype = self._buffers[name]
+        return int(buffer), int(np.prod(frame)) * dtype.itemsize
+
+    def _bind(self, stage: StageSpec, engine: Any, context: Any, batch: int) -> None:
+        """Give ``context`` its input shapes at ``batch`` and bind every I/O tensor to its
+        shared buffer (allocated at the first, largest batch; reused for an earlier stage's
+        output)."""
         trt, cuda = self._trt, self._cuda
+        inputs = {t.name: t for t in stage.inputs}
+        for i in range(engine.num_io_tensors):
+            name = engine.get_tensor_name(i)
+            if name in inputs and any(d < 0 for d in engine.get_tensor_shape(name)):
+                shape = inputs[name].batch_shape(batch)
+                if not context.set_input_shape(name, shape):
+                    raise BackendError(
+                        f"the {stage.name} engine for batch {batch} refuses input '{name}' of "
+                        f"shape {shape}; rebuild it (compactinst build-engine --force)"
+                    )
         for i in range(engine.num_io_tensors):
             name = engine.get_tensor_name(i)
             shape = tuple(context.get_tensor_shape(name))
             dtype = np.dtype(trt.nptype(engine.get_tensor_dtype(name)))
-            if any(d < 0 for d in shape):
+            if any(d < 0 for d in shape) or shape[0] != batch:
                 raise BackendError(
-                    f"engine tensor '{name}' has dynamic shape {shape}; rebuild from a bundle "
-                    "exported with static shapes"
+                    f"engine tensor '{name}' of stage '{stage.name}' has shape {shape} at batch "
+                    f"{batch}; rebuild the engines from a bundle with static frame shapes"
                 )
+            frame = (1, *shape[1:])
             if name in self._buffers:
-                _, known_shape, known_dtype = self._buffers[name]
-                if (known_shape, known_dtype) != (shape, dtype):
+                _, known_frame, known_dtype = self._buffers[name]
+                if (known_frame, known_dtype) != (frame, dtype):
                     raise BackendError(
-                        f"tensor '{name}' is {known_shape} {known_dtype} where produced but "
-                        f"{shape} {dtype} where consumed; re-export the bundle"
+                        f"tensor '{name}' is {known_frame} {known_dtype} per frame where "
+                        f"produced but {frame} {dtype} where consumed; re-export the bundle"
                     )
             else:
                 if name in ("image", "pred_logits", "pred_masks") and dtype != np.float32:
@@ -155,104 +206,124 @@ class TensorRTBackend:
                         "(build without I/O precision overrides)"
                     )
                 nbytes = int(np.prod(shape)) * dtype.itemsize
-                self._buffers[name] = (cuda.mem_alloc(max(1, nbytes)), shape, dtype)
+                self._buffers[name] = (cuda.mem_alloc(max(1, nbytes)), frame, dtype)
             context.set_tensor_address(name, int(self._buffers[name][0]))
 
     # -- Backend protocol -------------------------------------------------------------------
     def infer_batch(
         self, items: Sequence[BatchItem], options: PostprocessOptions
     ) -> list[FrameResult]:
-        """Run validated frames on the GPU thread; stage times come from CUDA events."""
+        """Run validated frames as one batch on the GPU thread; stage times come from CUDA
+        events."""
         self.batch_slots(len(items))
-        item = items[0]
-        return [
-            self._run(self._infer, item.image, item.encoding, item.meta, options, item.outputs)
-        ]
+        return self._run(self._infer_batch, items, options) if items else []
 
     def batch_slots(self, frames: int) -> int:
-        """Engines are built for batch 1."""
-        if frames != 1:
-            raise BackendError(f"the TensorRT engines run one frame at a time, not {frames}")
-        return 1
+        """The smallest built batch size that holds ``frames``."""
+        fitting = [b for b in self.sizes if b >= frames]
+        if not fitting:
+            raise BackendError(
+                f"a batch of {frames} frames exceeds the TensorRT engines' batch sizes "
+                f"{list(self.sizes)}; build larger ones (batch_sizes, or max_batch) or run "
+                "fewer cameras per node"
+            )
+        return fitting[0]
 
-    def _infer(
-        self,
-        image: np.ndarray,
-        encoding: str,
-        meta: FrameMeta,
-        options: PostprocessOptions,
-        outputs: OutputSet,
-    ) -> FrameResult:
-        stream, ev = self._stream, self._events
+    def _infer_batch(
+        self, items: Sequence[BatchItem], options: PostprocessOptions
+    ) -> list[FrameResult]:
+        """GPU thread: the whole batch enqueued on the one stream, one wait, then the results."""
+        slots = self.batch_slots(len(items))
+        stream, ev, cuda = self._stream, self._events, self._cuda
         start = time.perf_counter()
         ev[0].record(stream)
-        self._pre.enqueue(stream, image, encoding, meta, self._image_ptr)
+        for slot, item in enumerate(items):
+            dst = self._image_ptr + slot * self._image_bytes
+            self._pre.enqueue(stream, item.image, item.encoding, item.meta, dst, slot)
+        for slot in range(len(items), slots):  # padding: slot 0's input, outputs discarded
+            dst = self._image_ptr + slot * self._image_bytes
+            cuda.memcpy_dtod_async(dst, self._image_ptr, self._image_bytes, stream)
         ev[1].record(stream)
-        for stage, context, event in zip(self.bundle.stages, self._contexts, ev[2:4], strict=True):
+        for stage, context, event in zip(
+            self.bundle.stages, self._contexts[slots], ev[2:4], strict=True
+        ):
             if not context.execute_async_v3(stream.handle):
-                raise BackendError(f"TensorRT failed to enqueue stage '{stage.name}'")
+                raise BackendError(
+                    f"TensorRT failed to enqueue stage '{stage.name}' at batch {slots}"
+                )
             event.record(stream)
-        self._post.enqueue(stream, self._logits_ptr, self._masks_ptr, meta, options, outputs)
-        self._overlay_frame = (image.shape, encoding, meta, outputs) if outputs.overlay else None
+        for slot, item in enumerate(items):
+            logits = self._logits_ptr + slot * self._logits_bytes
+            masks = self._masks_ptr + slot * self._masks_bytes
+            self._post.enqueue(
+                stream, logits, masks, item.meta, options, item.outputs, copy=False, slot=slot
+            )
+        for slot, item in enumerate(items):  # every slot's kernels are enqueued before a copy
+            self._post.enqueue_copy(stream, item.meta, item.outputs, slot)
+        self._overlay_frames = [
+            (item.image.shape, item.encoding, item.meta, item.outputs)
+            if item.outputs.overlay
+            else None
+            for item in items
+        ]
         ev[4].record(stream)
         enqueue_ms = (time.perf_counter() - start) * 1e3
         ev[4].synchronize()
-        result = self._post.collect(meta, outputs)
-        result.timings_ms.update(
-            {name: ev[i].time_till(ev[i + 1]) for i, name in enumerate(TIMED_STAGES)}
-        )
-        result.timings_ms["enqueue"] = enqueue_ms
-        return result
+        timings = {name: ev[i].time_till(ev[i + 1]) for i, name in enumerate(TIMED_STAGES)}
+        results = []
+        for slot, item in enumerate(items):
+            result = self._post.collect(item.meta, item.outputs, slot)
+            result.timings_ms.update(timings)
+            result.timings_ms["enqueue"] = enqueue_ms
+            results.append(result)
+        return results
 
     def render_overlay(self, colours: np.ndarray, alpha: float, index: int = 0) -> np.ndarray:
-        """The last frame's overlay rendered on the GPU in ``colours`` (RGB row per per-frame
-        instance id), bgr8; BackendError unless that frame was inferred with the overlay."""
-        return self._run(self._render_overlay, colours, alpha)
+        """Frame ``index`` of the last batch: its overlay rendered on the GPU in ``colours``
+        (RGB row per per-frame instance id), bgr8; BackendError unless that frame was inferred
+        with the overlay."""
+        return self._run(self._render_overlay, colours, alpha, index)
 
-    def _render_overlay(self, colours: np.ndarray, alpha: float) -> np.ndarray:
+    def _render_overlay(self, colours: np.ndarray, alpha: float, index: int) -> np.ndarray:
         """GPU thread: upload the colour table, blend, copy back, wait."""
-        if self._overlay_frame is None:
+        frames = self._overlay_frames
+        if not 0 <= index < len(frames) or frames[index] is None:
             raise BackendError(
-                "render_overlay needs the frame on the device: infer it with "
-                "OutputSet(overlay=True) first"
+                f"render_overlay needs frame {index} of the last batch ({len(frames)} frames) "
+                "on the device: infer it with OutputSet(overlay=True) first"
             )
         rows = min(len(colours), self._palette_rows)
         self._palette_host[:] = 0
         self._palette_host[:rows] = colours[:rows]
         self._cuda.memcpy_htod_async(self._palette, self._palette_host, self._stream)
-        shape, encoding, meta, outputs = self._overlay_frame
-        self._enqueue_overlay(shape, encoding, meta, outputs, alpha)
+        host = self._enqueue_overlay(index, alpha)
         self._stream.synchronize()
-        return self._overlay_buf[2][..., ::-1].copy()  # RGB -> bgr8, off pinned
+        return host[..., ::-1].copy()  # RGB -> bgr8, off pinned
 
-    def _enqueue_overlay(
-        self,
-        shape: tuple[int, ...],
-        encoding: str,
-        meta: FrameMeta,
-        outputs: OutputSet,
-        alpha: float,
-    ) -> None:
-        """GPU thread: blend the instance raster over the uploaded raw frame, then one D2H copy."""
+    def _enqueue_overlay(self, index: int, alpha: float) -> np.ndarray:
+        """GPU thread: blend slot ``index``'s instance raster over its raw frame, then one D2H
+        copy into the pinned buffer returned."""
         cuda = self._cuda
+        shape, encoding, meta, outputs = self._overlay_frames[index]
         size = (meta.src_h, meta.src_w)
-        if self._overlay_buf is None or self._overlay_buf[0] != size:
-            self._overlay_buf = (
-                size,
+        if size not in self._overlay_bufs:
+            self._overlay_bufs[size] = (
                 cuda.mem_alloc(3 * meta.src_h * meta.src_w),
                 cuda.pagelocked_empty((*size, 3), np.uint8),
             )
-        _, device, host = self._overlay_buf
+        device, host = self._overlay_bufs[size]
         offsets, _ = self._post.layout(meta, outputs)
-        ids_ptr = int(self._post.geometry(meta).arena) + offsets["instance"]
+        ids_ptr = int(self._post.geometry(meta, index).arena) + offsets["instance"]
         self._overlay.enqueue_instance(
-            self._stream, int(self._pre.device), shape, encoding, ids_ptr,
+            self._stream, self._pre.device(index), shape, encoding, ids_ptr,
             int(self._palette), self._palette_rows, alpha, int(device),
         )  # fmt: skip
         cuda.memcpy_dtoh_async(host, device, self._stream)
+        return host
 
     def describe(self) -> dict:
-        """Backend, GPU, TensorRT version, engine cache and free/total GPU memory."""
+        """Backend, GPU, TensorRT version, batch sizes, engine cache, each engine's activation
+        memory (shared: the largest is allocated) and free/total GPU memory."""
         info: dict[str, Any] = {"backend": self.name, "tensorrt": self._trt.__version__}
         if self._closed or self._ctx is None:
             return info
@@ -262,7 +333,10 @@ class TensorRTBackend:
                 "device": self.info.name,
                 "compute_capability": self.info.compute_capability,
                 "precision": self.precision,
+                "batch_sizes": list(self.sizes),
                 "engine_cache": str(self.cache.root),
+                "engine_memory_mib": {k: round(v / 2**20, 1) for k, v in self._memory.items()},
+                "activation_memory_mib": round(max(self._memory.values()) / 2**20, 1),
                 "gpu_memory_free_mib": free // 2**20,
                 "gpu_memory_total_mib": total // 2**20,
             }
@@ -280,10 +354,12 @@ class TensorRTBackend:
             self._executor.shutdown(wait=True)
 
     def _teardown(self) -> None:
-        """GPU thread: reverse creation order (contexts, engines, runtime), then the context."""
+        """GPU thread: reverse creation order (contexts, their memory, engines, runtime), then
+        the context."""
         for name in (
-            "_contexts", "_engines", "_runtime", "_buffers", "_pre", "_post",
-            "_overlay", "_palette", "_palette_host", "_overlay_buf", "_overlay_frame", "_events",
+            "_contexts", "_activation", "_engines", "_runtime", "_buffers", "_pre", "_post",
+            "_overlay", "_palette", "_palette_host", "_overlay_bufs", "_overlay_frames",
+            "_events",
         ):  # fmt: skip
             if hasattr(self, name):
                 delattr(self, name)

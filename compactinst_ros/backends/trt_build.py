@@ -5,9 +5,12 @@ One builder for TensorRT 10.3 (JetPack 6.1/6.2), later 10.x and 11.x: every netw
 ``STRONGLY_TYPED`` from the bundle's typed graph of the chosen precision
 (``ModelBundle.stage_graph``), so TensorRT runs the types written in the ONNX (FP16 tensors with
 their FP32 islands, INT8 only at Q/DQ nodes) and no weak-typing flag or per-layer precision is
-set; TF32 is cleared so that FP32 tensors are FP32. Static shapes, a persistent timing cache
-per device module, a progress display, and the acceptance check (acceptance.py) on every new
-engine. tensorrt and pycuda are imported inside functions so the CPU path never needs them.
+set; TF32 is cleared so that FP32 tensors are FP32. Static shapes: a graph with the batch axis
+gets one engine per batch size b, built with ONE optimization profile whose min = opt = max is
+(b, ...) for every input (docs/gpu.md, Batches); a graph without it builds batch 1 as it always
+did. A persistent timing cache per device module, a progress display, and the acceptance check
+(acceptance.py, at the engine's batch size) on every new engine. tensorrt and pycuda are
+imported inside functions so the CPU path never needs them.
 """
 
 from __future__ import annotations
@@ -139,9 +142,11 @@ def engine_key(
     trt_version: str,
     device: DeviceInfo,
     options: BuildOptions,
+    batch: int = 1,
 ) -> EngineKey:
-    """Cache key of ``stage`` built from ``graph``: the typed graph's sha256 and precision, the
-    TensorRT version, the device module and the build options."""
+    """Cache key of ``stage`` built from ``graph`` for ``batch`` frames: the typed graph's sha256
+    and precision, the input shapes at that batch (dim 0), the TensorRT version, the device
+    module and the build options."""
     return EngineKey(
         stage=stage.name,
         onnx_sha256=graph.sha256,
@@ -150,11 +155,36 @@ def engine_key(
         compute_capability=device.compute_capability,
         sm_count=device.sm_count,
         precision=graph.precision,
-        input_shapes={t.name: list(t.shape) for t in stage.inputs},
+        input_shapes={t.name: list(t.batch_shape(batch)) for t in stage.inputs},
         options=options.key_options(),
         gpu_memory_mib=device.memory_mib,
         cuda_driver=device.cuda_driver,
     )
+
+
+def _batch_profile(
+    builder: Any, network: Any, stage: StageSpec, batch: int, where: str
+) -> Any:
+    """The one optimization profile of a batch-axis network: min = opt = max = the input's
+    shape at ``batch``; None for a network with static inputs (built as before the axis).
+    BackendError for any other dynamic dim (one engine per input size)."""
+    specs = {t.name: t for t in stage.inputs}
+    profile = None
+    for i in range(network.num_inputs):
+        tensor = network.get_input(i)
+        dims = tuple(tensor.shape)
+        spec = specs.get(tensor.name)
+        if not any(d < 0 for d in dims):
+            continue
+        if spec is None or not spec.batched or any(d < 0 for d in dims[1:]):
+            raise BackendError(
+                f"{where}: input '{tensor.name}' has dynamic shape {dims}; only the batch axis "
+                "(dim 0) may be dynamic: export the bundle with static frame shapes"
+            )
+        shape = spec.batch_shape(batch)
+        profile = profile or builder.create_optimization_profile()
+        profile.set_shape(tensor.name, shape, shape, shape)
+    return profile
 
 
 def _progress_monitor(trt: Any, label: str, stream: Any = None) -> Any:
@@ -237,9 +267,11 @@ def build_serialized(
     timing_cache: Path,
     options: BuildOptions,
     progress: bool = True,
+    batch: int = 1,
 ) -> bytes:
     """Parse ``graph`` (the stage's typed ONNX) into a strongly typed network and build an
-    engine with static shapes and TF32 off; returns plan bytes."""
+    engine with static shapes (a batch-axis input fixed at ``batch`` by one profile) and TF32
+    off; returns plan bytes."""
     trt = import_tensorrt(for_node=False)
     where = f"the {graph.precision} graph of stage '{stage.name}' ({stage.path.name})"
     logger = trt.Logger(trt.Logger.WARNING)
@@ -249,14 +281,10 @@ def build_serialized(
     if not parser.parse(graph.model_bytes):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise BackendError(f"TensorRT cannot parse {where}: {errors}")
-    for i in range(network.num_inputs):
-        tensor = network.get_input(i)
-        if any(d < 0 for d in tensor.shape):
-            raise BackendError(
-                f"{where}: input '{tensor.name}' has dynamic shape {tuple(tensor.shape)}; "
-                "export the bundle with static shapes (one engine per input size)"
-            )
     config = builder.create_builder_config()
+    profile = _batch_profile(builder, network, stage, batch, where)
+    if profile is not None:
+        config.add_optimization_profile(profile)
     config.clear_flag(trt.BuilderFlag.TF32)  # on by default: FP32 tensors would round to TF32
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
     config.builder_optimization_level = options.opt_level
@@ -282,6 +310,13 @@ def run_engine(engine: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nda
     context = engine.create_execution_context()
     stream = cuda.Stream()
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    for name in names:
+        dynamic = any(d < 0 for d in engine.get_tensor_shape(name))
+        if name in feeds and dynamic and not context.set_input_shape(name, feeds[name].shape):
+            raise BackendError(
+                    f"the engine refuses input '{name}' of shape {feeds[name].shape} (outside "
+                    "its optimization profile)"
+                )
     host: dict[str, np.ndarray] = {}
     device = {}
     for name in names:
@@ -314,12 +349,14 @@ def ensure_engines(
     allow_build: bool = True,
     options: BuildOptions | None = None,
     log: Callable[[str], None] = print,
+    batch: int = 1,
 ) -> dict[str, Any]:
-    """Deserialized engine per stage: from the cache, or built now (never per frame) from the
-    ``precision`` typed graphs (None: ``engine_precision``'s choice). A new engine is cached
-    only after it passes the acceptance check on the bundle's golden cases (stage by stage: the
-    decoder is fed by the encoder's engine); a failing one raises BackendError, and when the
-    decoder fails, an encoder engine built in the same call is removed from the cache too."""
+    """Deserialized engine per stage for ``batch`` frames: from the cache, or built now (never
+    per frame) from the ``precision`` typed graphs (None: ``engine_precision``'s choice). A new
+    engine is cached only after it passes the acceptance check on the bundle's golden cases at
+    that batch (stage by stage: the decoder is fed by the encoder's engine; ``slot_cases``
+    fills the slots); a failing one raises BackendError, and when the decoder fails, an encoder
+    engine built in the same call is removed from the cache too."""
     trt = import_tensorrt()
     options = options or BuildOptions()
     precision = engine_precision(bundle, precision, log)
@@ -328,21 +365,23 @@ def ensure_engines(
         log(f"bundle {bundle.root} has no {precision} golden cases: new engines go unchecked")
     engines: dict[str, Any] = {}
     built: list[EngineKey] = []
-    inputs = [{bundle.stages[0].inputs[0].name: case.image} for case in cases]
+    slots = acceptance.slot_cases(len(cases), batch)
+    image = bundle.stages[0].inputs[0].name
+    inputs = [{image: np.concatenate([cases[i].image for i in run])} for run in slots]
     for stage in bundle.stages:
         graph = bundle.stage_graph(stage.name, precision)
-        key = engine_key(graph, stage, trt.__version__, device, options)
+        key = engine_key(graph, stage, trt.__version__, device, options, batch)
 
         def build(
             k: EngineKey, timing: Path, graph: StageGraph = graph, stage: StageSpec = stage
         ) -> bytes:
             built.append(k)
-            return build_serialized(graph, stage, k, timing, options)
+            return build_serialized(graph, stage, k, timing, options, batch=batch)
 
         def accept(engine: Any, stage: StageSpec = stage, inputs: list = inputs) -> None:
             outputs = [run_engine(engine, feeds) for feeds in inputs]
             try:
-                acceptance.check(stage.name, precision, cases, outputs)
+                acceptance.check(stage.name, precision, cases, outputs, slots)
             except BackendError:
                 for earlier in built[:-1]:
                     cache.discard(earlier)
@@ -384,12 +423,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"typed graphs to build (default {DEFAULT_PRECISION} where the bundle has them, "
         "else fp32; fp32 for parity checks)",
     )
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=[1],
+        metavar="B",
+        help="static-batch engines to build (a bundle with the batch axis; default 1), e.g. "
+        "1 2 3 for a node batching 3 cameras",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
 
 
 def run(args: argparse.Namespace) -> int:
     """Build (or validate) the engines of a bundle on CUDA device ``--device`` (made current
-    for the builder) and print where they are."""
+    for the builder), one set per ``--batch-sizes`` size, and print where they are."""
     bundle = ModelBundle.load(args.bundle)
     cache = EngineCache(args.cache_dir or default_cache_dir())
     trt = import_tensorrt(for_node=False)
@@ -397,10 +445,15 @@ def run(args: argparse.Namespace) -> int:
     device = device_info(args.device)
     options = BuildOptions(opt_level=args.opt_level, workspace_mib=args.workspace_mib)
     precision = engine_precision(bundle, args.precision)
+    sizes = sorted(set(args.batch_sizes))
+    if sizes[0] < 1:
+        raise BackendError(f"--batch-sizes {args.batch_sizes}: every size must be >= 1")
     keys = {
-        stage.name: engine_key(
-            bundle.stage_graph(stage.name, precision), stage, trt.__version__, device, options
+        (stage.name, batch): engine_key(
+            bundle.stage_graph(stage.name, precision), stage, trt.__version__, device, options,
+            batch,
         )
+        for batch in sizes
         for stage in bundle.stages
     }
     if args.force:
@@ -408,14 +461,16 @@ def run(args: argparse.Namespace) -> int:
             cache.discard(key)
     with current_device(cuda, args.device):
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-        ensure_engines(
-            bundle, cache, runtime.deserialize_cuda_engine, device, precision, True, options
-        )
+        for batch in sizes:
+            ensure_engines(
+                bundle, cache, runtime.deserialize_cuda_engine, device, precision, True,
+                options, batch=batch,
+            )  # fmt: skip
     print(
         f"TensorRT {trt.__version__} on {device.name} (device {args.device}, sm "
         f"{device.compute_capability}), {precision} strongly typed:"
     )
-    for stage in bundle.stages:
-        path, _ = cache.paths(keys[stage.name])
-        print(f"  {stage.name:8s} {path}  {path.stat().st_size / 2**20:.1f} MiB")
+    for (stage, batch), key in keys.items():
+        path, _ = cache.paths(key)
+        print(f"  {stage:8s} batch {batch}  {path}  {path.stat().st_size / 2**20:.1f} MiB")
     return 0

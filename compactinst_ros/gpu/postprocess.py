@@ -1,7 +1,9 @@
 """Post-processing launcher: the fused kernels (kernels/postprocess.cu) for one model.
 
 Everything is enqueued on the caller's stream; nothing here synchronises. Buffers are allocated
-once per frame geometry. The caller's thread must have the CUDA context current (the TensorRT
+once per frame geometry and batch slot: each slot of a batch has its own output arena (read back
+after the batch's one wait), while the scratch buffers are shared, as the slots run one after
+another on the one stream. The caller's thread must have the CUDA context current (the TensorRT
 backend's GPU thread, or scripts/gpu_check.py). The algorithm is documented and executed step
 for step in numpy by ``twin.TwinFrame``.
 """
@@ -130,12 +132,14 @@ class GpuPostprocessor:
             "panoptic": np.int32,
             "semantic": self.sem_dtype,
         }
-        self._geometry: _Geometry | None = None
+        self._geometry: dict[int, _Geometry] = {}
 
-    def geometry(self, meta: FrameMeta) -> _Geometry:
-        """Taps and output arena for this camera geometry (allocated when it changes)."""
-        if self._geometry is not None and self._geometry.meta == meta:
-            return self._geometry
+    def geometry(self, meta: FrameMeta, slot: int = 0) -> _Geometry:
+        """Taps and output arena of batch slot ``slot`` for this camera geometry (allocated
+        when it changes)."""
+        known = self._geometry.get(slot)
+        if known is not None and known.meta == meta:
+            return known
         cuda = self.cuda
         y0, y1, wy = bilinear_taps(meta.src_h, meta.resized_h, self.h, self.stride)
         x0, x1, wx = bilinear_taps(meta.src_w, meta.resized_w, self.w, self.stride)
@@ -156,8 +160,8 @@ class GpuPostprocessor:
         _, size = self.layout(meta, OutputSet())
         arena = cuda.mem_alloc(size)
         host = cuda.pagelocked_empty(size, np.uint8)
-        self._geometry = _Geometry(meta, taps, tuple(ptrs), arena, host)
-        return self._geometry
+        self._geometry[slot] = _Geometry(meta, taps, tuple(ptrs), arena, host)
+        return self._geometry[slot]
 
     def layout(self, meta: FrameMeta, outputs: OutputSet) -> tuple[dict[str, int], int]:
         """Byte offsets of the tables and the requested rasters, and the bytes to copy back."""
@@ -179,11 +183,12 @@ class GpuPostprocessor:
         options: PostprocessOptions,
         outputs: OutputSet,
         copy: bool = True,
+        slot: int = 0,
     ) -> None:
-        """Enqueue all post-processing kernels and (``copy``) one device-to-host copy of the
-        tables and requested rasters."""
-        g = self.geometry(meta)
-        offsets, used = self.layout(meta, outputs)
+        """Enqueue all post-processing kernels into slot ``slot``'s arena and (``copy``) one
+        device-to-host copy of the tables and requested rasters."""
+        g = self.geometry(meta, slot)
+        offsets, _ = self.layout(meta, outputs)
         base = int(g.arena)
         tables = base + offsets["tables"]
         want = (
@@ -224,11 +229,18 @@ class GpuPostprocessor:
         )  # fmt: skip
         self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 1, *fused_args)
         if copy:
-            self.cuda.memcpy_dtoh_async(g.host[:used], g.arena, stream)
+            self.enqueue_copy(stream, meta, outputs, slot)
 
-    def collect(self, meta: FrameMeta, outputs: OutputSet) -> FrameResult:
-        """Read the host arena after the frame's final event (copies: the arena is reused)."""
-        g = self.geometry(meta)
+    def enqueue_copy(self, stream: Any, meta: FrameMeta, outputs: OutputSet, slot: int = 0) -> None:
+        """One device-to-host copy of slot ``slot``'s tables and requested rasters."""
+        g = self.geometry(meta, slot)
+        _, used = self.layout(meta, outputs)
+        self.cuda.memcpy_dtoh_async(g.host[:used], g.arena, stream)
+
+    def collect(self, meta: FrameMeta, outputs: OutputSet, slot: int = 0) -> FrameResult:
+        """Read slot ``slot``'s host arena after the batch's final event (copies: the arena is
+        reused)."""
+        g = self.geometry(meta, slot)
         offsets, _ = self.layout(meta, outputs)
         shape = (meta.src_h, meta.src_w)
         rasters = {}

@@ -1,7 +1,10 @@
 """Pre-processing launcher: raw camera frame (pinned upload) -> encoder input, one kernel.
 
 Enqueued on the caller's stream, nothing synchronises; the caller's thread must have the CUDA
-context current. Kernel: kernels/preprocess.cu; numpy twin: ``twin.letterbox``.
+context current. A batch uploads each frame into a slot of its own (pinned staging and device
+copy), so that no upload waits for another's and every raw frame stays on the device until the
+slot is next used (the overlay reads it). Kernel: kernels/preprocess.cu; numpy twin:
+``twin.letterbox``.
 """
 
 from __future__ import annotations
@@ -23,26 +26,37 @@ class GpuPreprocessor:
         self.cuda = cuda
         self.pad = tuple(np.float32(v) for v in pad_value)
         (self.kernel,) = load_kernels("preprocess", "pre_letterbox")
-        self.capacity = 0
-        self.host: np.ndarray | None = None
-        self.device: Any = None
+        #: per slot: (capacity in bytes, pinned staging, device copy of the raw frame)
+        self.slots: list[tuple[int, np.ndarray, Any]] = []
+
+    def device(self, slot: int = 0) -> int:
+        """Address of slot ``slot``'s raw frame on the device (its last upload)."""
+        return int(self.slots[slot][2])
 
     def enqueue(
-        self, stream: Any, image: np.ndarray, encoding: str, meta: FrameMeta, dst_ptr: int
+        self,
+        stream: Any,
+        image: np.ndarray,
+        encoding: str,
+        meta: FrameMeta,
+        dst_ptr: int,
+        slot: int = 0,
     ) -> None:
-        """Copy ``image`` into pinned memory, upload it once and run the letterbox kernel."""
+        """Copy ``image`` into slot ``slot``'s pinned memory, upload it once and run the
+        letterbox kernel into ``dst_ptr``."""
         h, w, row, code = frame_args(image.shape, encoding)
         nbytes = h * row
-        if nbytes > self.capacity:
-            self.host = self.cuda.pagelocked_empty(nbytes, np.uint8)
-            self.device = self.cuda.mem_alloc(nbytes)
-            self.capacity = nbytes
-        staging = self.host[:nbytes].reshape(image.shape)
-        np.copyto(staging, image)
-        self.cuda.memcpy_htod_async(self.device, self.host[:nbytes], stream)
+        while len(self.slots) <= slot:
+            self.slots.append((0, np.empty(0, np.uint8), None))
+        if nbytes > self.slots[slot][0]:
+            pinned = self.cuda.pagelocked_empty(nbytes, np.uint8)
+            self.slots[slot] = (nbytes, pinned, self.cuda.mem_alloc(nbytes))
+        _, host, device = self.slots[slot]
+        np.copyto(host[:nbytes].reshape(image.shape), image)
+        self.cuda.memcpy_htod_async(device, host[:nbytes], stream)
         self.kernel.prepared_async_call(
             *pixel_grid(meta.input_w, meta.input_h), stream,
-            int(self.device), h, w, row, code, meta.resized_h, meta.resized_w,
+            int(device), h, w, row, code, meta.resized_h, meta.resized_w,
             np.float32(h / meta.resized_h), np.float32(w / meta.resized_w),
             *self.pad, meta.input_h, meta.input_w, dst_ptr,
         )  # fmt: skip

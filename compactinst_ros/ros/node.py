@@ -71,11 +71,11 @@ class CompactInstCore:
         if self.fallback:
             self.log.warning(self.fallback)
         labels = pipeline.bundle.labels
-        batcher = self.worker.batcher
-        self.cameras = [
-            Camera(self.node, i, camera, cfg, labels, batcher, pipeline.make_tracker())
-            for i, camera in enumerate(cfg.cameras)
-        ]
+        for i, camera in enumerate(cfg.cameras):  # one by one: cleanup removes those made
+            tracker = pipeline.make_tracker()
+            self.cameras.append(
+                Camera(self.node, i, camera, cfg, labels, self.worker.batcher, tracker)
+            )
         self.diag_pub = self.node.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.node.create_timer(
             cfg.diagnostics_period,

@@ -60,10 +60,12 @@ def golden_bundle(tmp_path_factory) -> ModelBundle:
     return bundle
 
 
-def build_all(bundle: ModelBundle, cache: EngineCache) -> dict:
+def build_all(bundle: ModelBundle, cache: EngineCache, batch: int = 1) -> dict:
     trt = sys.modules["tensorrt"]
     runtime = trt.Runtime(trt.Logger())
-    return ensure_engines(bundle, cache, runtime.deserialize_cuda_engine, device_info(0))
+    return ensure_engines(
+        bundle, cache, runtime.deserialize_cuda_engine, device_info(0), batch=batch
+    )
 
 
 def test_engines_that_match_the_golden_outputs_are_cached(
@@ -93,6 +95,36 @@ def test_a_perturbed_engine_is_refused_named_and_not_cached(
     with pytest.raises(BackendError, match=message):
         build_all(golden_bundle, cache)
     assert list(cache.root.glob("*.engine")) == []
+
+
+def test_batch_3_engines_are_checked_slot_by_slot(
+    emulated_gpu, golden_bundle, tmp_path, monkeypatch
+) -> None:
+    """The golden case fills all 3 slots and passes; an engine wrong in slot 2 only (batch 1
+    is unaffected) is refused with the batch size and the slot named."""
+    cache = EngineCache(tmp_path / "engines")
+    assert set(build_all(golden_bundle, cache, batch=3)) == {"encoder", "decoder"}
+    assert tensorrt_emu.last_inputs["e3"].shape[0] == 3  # the decoder ran at batch 3
+
+    def slot_2_wrong(masks: np.ndarray) -> np.ndarray:
+        if len(masks) == 3:
+            masks = masks.copy()
+            masks[2] = -masks[2]
+        return masks
+
+    monkeypatch.setitem(tensorrt_emu.perturb, "pred_masks", slot_2_wrong)
+    other = EngineCache(tmp_path / "other")
+    build_all(golden_bundle, other)  # batch 1 passes
+    message = r"stage 'decoder' at batch 3 .*worst tensor 'pred_masks'.*golden case 0 in slot 2"
+    with pytest.raises(BackendError, match=message):
+        build_all(golden_bundle, other, batch=3)
+    assert len(list(other.root.glob("*.engine"))) == 2  # the batch-1 pair only
+
+
+def test_slot_cases_cycle_the_cases_through_every_slot() -> None:
+    assert acceptance.slot_cases(2, 3) == [[0, 1, 0]]
+    assert acceptance.slot_cases(3, 2) == [[0, 1], [2, 0]]
+    assert acceptance.slot_cases(0, 3) == []
 
 
 def test_the_backend_refuses_an_engine_that_fails(emulated_gpu, golden_bundle, monkeypatch) -> None:

@@ -33,22 +33,24 @@ def trt(monkeypatch):
     return tensorrt_emu.install(monkeypatch)
 
 
-def tiny_stage(tmp_path: Path, precision: str = "fp32") -> tuple[StageGraph, StageSpec]:
-    """A Relu graph as the typed graph; the stage file on disk holds other bytes, so a build
-    that read the file instead of the graph's bytes would fail to parse."""
+def tiny_stage(
+    tmp_path: Path, precision: str = "fp32", dims: tuple = (1, 4), batched: bool = False
+) -> tuple[StageGraph, StageSpec]:
+    """A Relu graph (input and output ``dims``) as the typed graph; the stage file on disk holds
+    other bytes, so a build that read the file instead of the graph's bytes would fail to parse."""
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"], name="relu")],
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(dims))],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     data = model.SerializeToString()
     path = tmp_path / "encoder.onnx"
     path.write_bytes(b"not the typed graph")
     spec = StageSpec(
-        "encoder", path, "", (TensorSpec("x", (1, 4), "float32"),),
-        (TensorSpec("y", (1, 4), "float32"),),
+        "encoder", path, "", (TensorSpec("x", (1, 4), "float32", batched),),
+        (TensorSpec("y", (1, 4), "float32", batched),),
     )  # fmt: skip
     return StageGraph("encoder", precision, data, hashlib.sha256(data).hexdigest()), spec
 
@@ -65,6 +67,21 @@ def test_builds_a_strongly_typed_network_from_the_graph_bytes_with_tf32_off(trt,
     config = tensorrt_emu.last_build["config"]
     assert trt.BuilderFlag.TF32 not in config.flags and not config.get_flag(trt.BuilderFlag.TF32)
     assert tensorrt_emu.last_build["network"].onnx_bytes == tiny_stage(tmp_path)[0].model_bytes
+
+
+def test_only_the_batch_axis_may_be_dynamic_and_gets_one_fixed_profile(trt, tmp_path) -> None:
+    """A batch-axis input builds with one profile, min = opt = max = (b, ...); a static graph
+    builds without one, as before the axis; any other dynamic dim is refused."""
+    graph, stage = tiny_stage(tmp_path, dims=("batch", 4), batched=True)
+    key = engine_key(graph, stage, trt.__version__, DEVICE, BuildOptions(), 2)
+    build_serialized(graph, stage, key, tmp_path / "timing", BuildOptions(), False, batch=2)
+    (profile,) = tensorrt_emu.last_build["config"].profiles
+    assert profile.get_shape("x") == [(2, 4)] * 3
+    build(trt, tmp_path)
+    assert tensorrt_emu.last_build["config"].profiles == []
+    graph, stage = tiny_stage(tmp_path, dims=(1, "n"), batched=True)
+    with pytest.raises(BackendError, match=r"dynamic shape \(1, -1\); only the batch axis"):
+        build_serialized(graph, stage, key, tmp_path / "timing", BuildOptions(), False, batch=2)
 
 
 def test_engine_key_holds_the_typed_graphs_hash_precision_and_network_kind(tmp_path) -> None:

@@ -9,11 +9,12 @@ gets outputs from both.
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import numpy as np
 import pytest
-from ros_harness import Client, NodeProcess, cpu_node_params, next_domain
+from ros_harness import REPO, Client, NodeProcess, cpu_node_params, next_domain
 from ros_messages import raster_from_image, table_from_msg
 from test_ros_node import image_msg, scene
 
@@ -83,12 +84,27 @@ def ros(random_bundle):
             "both nodes subscribed to their cameras",
         )
         client.wait_for(lambda: info.get_subscription_count(), 20, "camera_info subscribed")
+        wait_reliable(client, [status_name(SINGLE), *(status_name(MULTI, n) for n in NAMES)])
         client.wait_for(lambda: all(client.matched(t) for t in client.subs), 20, "outputs")
         yield client, pubs, info
     finally:
         client.close()
         for node in (multi, single):
             assert node.stop() == 0, node.log()
+
+
+def wait_reliable(client: Client, names: list[str]) -> None:
+    """Wait until every status in ``names`` reports its input re-subscribed reliable to match
+    the test's publishers: a frame sent during that switch could be lost."""
+
+    def matched() -> bool:
+        found = statuses(client, max(0, len(client.received("/diagnostics")) - 12))
+        return all(
+            found.get(name) and found[name][-1].get("input_reliability") == "raw=reliable"
+            for name in names
+        )
+
+    client.wait_for(matched, 30, f"{names} subscribed reliable")
 
 
 def send(pubs: dict, sec: int, frames: dict, info=None) -> None:
@@ -102,6 +118,11 @@ def send(pubs: dict, sec: int, frames: dict, info=None) -> None:
         info.publish(cam)
     for n, msg in frames.items():
         pubs[n].publish(msg)
+
+
+def outputs_of(client: Client, topic: str, sec: int):
+    """The message of frame ``sec`` on ``topic`` (waiting for it)."""
+    return client.wait_for(lambda: client.stamped(topic, sec), 30, f"{topic} @{sec}")
 
 
 def outputs(client: Client, node: str, name: str, sec: int) -> dict:
@@ -233,3 +254,55 @@ def test_batch_and_camera_diagnostics_are_present_and_plausible(ros):
     camera_a = found[status_name(MULTI, "a")][-1]
     assert int(camera_a["frames_processed"]) >= 13 and camera_a["camera_info_matched"] == "3"
     assert camera_a["input_topic"] == "/a/image"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.usefixtures("emu_library_for_nodes")
+def test_three_cameras_on_the_tensorrt_stand_ins_run_padded_batches(tmp_path):
+    """TensorRT path on the CPU stand-ins of test/gpu/emu: batch_sizes [1, 4] makes a round of
+    three frames run in a 4-slot engine, one padded slot, each camera still gets its own frame."""
+    domain = next_domain()
+    node = NodeProcess(
+        domain,
+        {
+            "backend": "tensorrt",
+            "engine_cache_dir": str(tmp_path / "engines"),
+            "image_topics": [f"/t{n}/image" for n in NAMES],
+            "camera_names": list(NAMES),
+            "batch_sizes": [1, 4],
+            "batch_window_ms": 200.0,
+            "diagnostics_period": 0.25,
+            "outputs": ["instance_mask"],
+        },
+        script=REPO / "test" / "gpu" / "emu" / "emulated_node.py",
+    )
+    client = Client(domain)
+    try:
+        client.subscribe(DiagnosticArray, "/diagnostics")
+        for n in NAMES:
+            client.subscribe(Image, f"{MULTI}/{n}/instance_mask")
+        pubs = {n: client.publisher(Image, f"/t{n}/image") for n in NAMES}
+        client.wait_for(
+            lambda: all(p.get_subscription_count() for p in pubs.values()),
+            90,
+            f"engines built and cameras subscribed:\n{node.tail()}",
+        )
+        wait_reliable(client, [status_name(MULTI, n) for n in NAMES])
+        sizes = {(h, w): n for n, (h, w) in zip(NAMES, [(48, 64), (64, 48), (40, 80)], strict=True)}
+        send(pubs, 400, {n: image_msg(scene(h, w), "bgr8") for (h, w), n in sizes.items()})
+        for (h, w), n in sizes.items():
+            mask = outputs_of(client, f"{MULTI}/{n}/instance_mask", 400)
+            assert (mask.height, mask.width, mask.header.frame_id) == (h, w, f"camera_{n}")
+        name = batch_status_name(MULTI)
+        report = client.wait_for(
+            lambda: [s for s in statuses(client).get(name, []) if s["frames_batched"] == "3"],
+            10,
+            "the batch report",
+        )[-1]
+        assert report["rounds"] == "1" and report["padded_slots"] == "1", report
+        assert report["batch_sizes"] == "[1, 4]", report
+        camera = statuses(client)[status_name(MULTI, "a")][-1]
+        assert camera["backend"] == "tensorrt", camera
+    finally:
+        client.close()
+        assert node.stop() == 0, node.log()

@@ -2,10 +2,13 @@
 so CI executes trt_build.py and trt.py end to end: a "plan" is the typed ONNX graph's bytes
 behind a header, and an engine runs that graph with ONNX Runtime on the emulated device memory
 of pycuda_emu (host addresses). It checks how the API is driven (strongly typed networks only,
-TF32 cleared, static shapes, named tensors, every I/O address set before execute_async_v3, the
-timing cache round trip and its rejection, progress callbacks, the CUDA device current at
-builder creation), not TensorRT itself. test_api_names.py checks that every name used is real
-TensorRT 10.3 and 11.x.
+TF32 cleared, named tensors, every I/O address set before execute_async_v3, the timing cache round
+trip and its rejection, progress callbacks, the CUDA device current at builder creation), not
+TensorRT itself. Dynamic dims (the stage graphs' batch axis) need an optimization profile at build
+time; the engine reports them as -1 until a context's ``set_input_shape`` picks a shape inside
+the profile (one outside is refused, as TensorRT does), and a context created ``USER_MANAGED``
+runs only once ``set_device_memory`` gave it at least ``device_memory_size_v2`` bytes.
+test_api_names.py checks that every name used is real TensorRT 10.3 and 11.x.
 
 What TensorRT 11 removed (weak typing: the precision builder flags, per-layer precision and
 output types, INT8 calibrators; NVIDIA's "Removed Python APIs and Replacements") is refused with
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import json
+import struct
 import sys
 import types
 from collections.abc import Callable
@@ -116,6 +121,32 @@ class MemoryPoolType(enum.Enum):
     """Memory pools used."""
 
     WORKSPACE = 0
+
+
+class ExecutionContextAllocationStrategy(enum.IntEnum):
+    """Who allocates a context's activation memory (TensorRT's default is its own, static)."""
+
+    USER_MANAGED = 2
+
+
+class IOptimizationProfile:
+    """min/opt/max shapes per dynamic input."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
+
+    def set_shape(self, input: str, min: Any, opt: Any, max: Any) -> None:
+        """Shapes of input ``input``: smallest, the one tuned for, largest (same rank)."""
+        shapes = tuple(tuple(int(d) for d in s) for s in (min, opt, max))
+        if len({len(s) for s in shapes}) != 1 or any(
+            lo > hi for lo, hi in zip(shapes[0], shapes[2], strict=True)
+        ):
+            raise ValueError(f"profile shapes of '{input}' are inconsistent: {shapes}")
+        self.shapes[input] = shapes
+
+    def get_shape(self, input: str) -> list[tuple[int, ...]]:
+        """[min, opt, max] of input ``input`` (empty when unset)."""
+        return list(self.shapes.get(input, ()))
 
 
 class IProgressMonitor:
@@ -280,7 +311,7 @@ class BuilderConfig:
 
     _FIELDS = frozenset(
         {"flags", "pools", "builder_optimization_level", "progress_monitor", "timing_cache",
-         "device"}
+         "device", "profiles"}
     )  # fmt: skip
 
     def __init__(self, device: bytes) -> None:
@@ -290,6 +321,7 @@ class BuilderConfig:
         self.progress_monitor: IProgressMonitor | None = None
         self.timing_cache: TimingCache | None = None
         self.device = device
+        self.profiles: list[IOptimizationProfile] = []
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in REMOVED_IN_TRT11:
@@ -318,6 +350,11 @@ class BuilderConfig:
     def set_memory_pool_limit(self, pool: MemoryPoolType, size: int) -> None:
         """Cap a memory pool."""
         self.pools[pool] = size
+
+    def add_optimization_profile(self, profile: IOptimizationProfile) -> int:
+        """Add ``profile``; returns its index."""
+        self.profiles.append(profile)
+        return len(self.profiles) - 1
 
     def create_timing_cache(self, blob: bytes) -> TimingCache:
         """A timing cache from serialised bytes (empty: a new cache for this device)."""
@@ -359,6 +396,10 @@ class Builder:
             )
         return Network()
 
+    def create_optimization_profile(self) -> IOptimizationProfile:
+        """An empty optimization profile."""
+        return IOptimizationProfile()
+
     def create_builder_config(self) -> BuilderConfig:
         """A fresh builder config for this builder's device."""
         return BuilderConfig(f"emulated-{self.device}".encode())
@@ -366,8 +407,10 @@ class Builder:
     def build_serialized_network(self, network: Network, config: BuilderConfig) -> bytes | None:
         """Report progress like TensorRT (two phases, nested), then return the plan."""
         last_build.update(network=network, config=config, device=self.device)
-        if not network.onnx_bytes or any(d < 0 for t in network.inputs for d in t.shape):
-            return None
+        profiles = [_profile_of(network, p) for p in config.profiles]
+        dynamic = [t for t in network.inputs if any(d < 0 for d in t.shape)]
+        if not network.onnx_bytes or None in profiles or (dynamic and not profiles):
+            return None  # TensorRT logs the error and returns no plan
         monitor = config.progress_monitor
         if monitor is not None:
             monitor.phase_start("Building engine", None, 2)
@@ -383,19 +426,66 @@ class Builder:
         if config.timing_cache is not None:
             config.timing_cache.entries += 1
         math = b"tf32" if BuilderFlag.TF32 in config.flags else b"fp32"
-        return PLAN_MAGIC + math + network.onnx_bytes
+        header = json.dumps(profiles).encode()
+        return PLAN_MAGIC + math + struct.pack("<I", len(header)) + header + network.onnx_bytes
+
+
+def _profile_of(network: Network, profile: IOptimizationProfile) -> dict | None:
+    """A profile as the plan stores it (input -> [min, opt, max]); None where it misses a
+    dynamic input or contradicts a static dim (TensorRT refuses the build)."""
+    stored = {}
+    for tensor in network.inputs:
+        shapes = profile.shapes.get(tensor.name)
+        if shapes is None:
+            if any(d < 0 for d in tensor.shape):
+                return None
+            continue
+        if any(
+            len(s) != len(tensor.shape)
+            or any(0 <= d != v for d, v in zip(tensor.shape, s, strict=True))
+            for s in shapes
+        ):
+            return None
+        stored[tensor.name] = [list(s) for s in shapes]
+    return stored
 
 
 class ExecutionContext:
     """Runs the engine's graph on ONNX Runtime between emulated device addresses."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, strategy: int | None) -> None:
         self.engine = engine
         self.addresses: dict[str, int] = {}
+        self.input_shapes: dict[str, tuple[int, ...]] = {}
+        self.user_memory = strategy == ExecutionContextAllocationStrategy.USER_MANAGED
+        self.memory: tuple[int, int] | None = None
+
+    def set_input_shape(self, name: str, shape: Any) -> bool:
+        """Pick the shape of input ``name``; False (nothing set) outside the profile's range."""
+        shape = tuple(int(d) for d in shape)
+        low, _, high = self.engine.get_tensor_profile_shape(name, 0)
+        if len(shape) != len(low) or any(
+            not lo <= d <= hi for d, lo, hi in zip(shape, low, high, strict=True)
+        ):
+            return False
+        self.input_shapes[name] = shape
+        return True
 
     def get_tensor_shape(self, name: str) -> tuple[int, ...]:
-        """Static shape of I/O tensor ``name``."""
-        return self.engine.shapes[name]
+        """Shape of I/O tensor ``name`` in this context: -1 where a dynamic dim has no shape yet
+        (an input's until ``set_input_shape``, an output's until every input has one)."""
+        if name in self.input_shapes:
+            return self.input_shapes[name]
+        symbols = {}
+        for inp in self.engine.input_names:
+            for symbol, value in zip(
+                self.engine.symbols[inp], self.input_shapes.get(inp, ()), strict=False
+            ):
+                symbols[symbol] = value
+        return tuple(
+            d if d >= 0 else symbols.get(sym, -1)
+            for d, sym in zip(self.engine.shapes[name], self.engine.symbols[name], strict=True)
+        )
 
     def set_tensor_address(self, name: str, address: int) -> bool:
         """Bind I/O tensor ``name`` to device memory."""
@@ -404,15 +494,29 @@ class ExecutionContext:
         self.addresses[name] = int(address)
         return True
 
+    def set_device_memory(self, memory: int, size: int) -> None:
+        """Activation memory of a ``USER_MANAGED`` context (at least device_memory_size_v2)."""
+        if int(size) < self.engine.device_memory_size_v2:
+            raise ValueError(
+                f"device memory of {size} bytes is below the engine's "
+                f"{self.engine.device_memory_size_v2}"
+            )
+        self.memory = (int(memory), int(size))
+
     def _view(self, name: str) -> np.ndarray:
-        shape, dtype = self.engine.shapes[name], np.dtype(self.engine.dtypes[name].value)
+        shape, dtype = self.get_tensor_shape(name), np.dtype(self.engine.dtypes[name].value)
         count = int(np.prod(shape))
         raw = (ctypes.c_uint8 * (count * dtype.itemsize)).from_address(self.addresses[name])
         return np.frombuffer(raw, dtype).reshape(shape)
 
     def execute_async_v3(self, stream_handle: int) -> bool:
-        """Run the graph now (the emulated stream is eager); False if an address is missing."""
+        """Run the graph now (the emulated stream is eager); False if an address, an input
+        shape or (``USER_MANAGED``) the activation memory is missing."""
         if set(self.addresses) != set(self.engine.shapes):
+            return False
+        if any(d < 0 for n in self.engine.shapes for d in self.get_tensor_shape(n)):
+            return False
+        if self.user_memory and self.memory is None:
             return False
         feeds = {name: self._view(name).copy() for name in self.engine.input_names}
         last_inputs.update(feeds)
@@ -423,19 +527,24 @@ class ExecutionContext:
 
 
 class Engine:
-    """A deserialised plan: I/O tensor names in graph order (inputs first), shapes, types."""
+    """A deserialised plan: I/O tensor names in graph order (inputs first), shapes (-1 for a
+    dynamic dim), types, and the optimization profile it was built with."""
 
-    def __init__(self, onnx_bytes: bytes) -> None:
+    def __init__(self, onnx_bytes: bytes, profiles: list[dict]) -> None:
         import onnxruntime
 
         self.session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self.profiles = profiles
         types_ = {"tensor(float)": DataType.FLOAT, "tensor(int64)": DataType.INT64}
         self.shapes: dict[str, tuple[int, ...]] = {}
+        self.symbols: dict[str, tuple[str | None, ...]] = {}
         self.dtypes: dict[str, DataType] = {}
         for value in [*self.session.get_inputs(), *self.session.get_outputs()]:
-            self.shapes[value.name] = tuple(value.shape)
+            dims = tuple(value.shape)
+            self.shapes[value.name] = tuple(d if isinstance(d, int) else -1 for d in dims)
+            self.symbols[value.name] = tuple(None if isinstance(d, int) else d for d in dims)
             self.dtypes[value.name] = types_[value.type]
 
     @property
@@ -443,17 +552,49 @@ class Engine:
         """Inputs plus outputs."""
         return len(self.shapes)
 
+    @property
+    def num_optimization_profiles(self) -> int:
+        """Profiles built into the engine (at least one, as TensorRT counts a static engine's)."""
+        return max(1, len(self.profiles))
+
+    @property
+    def device_memory_size_v2(self) -> int:
+        """Nominal activation bytes: every output at the profile's largest shapes."""
+        largest = {n: s[2] for p in self.profiles for n, s in p.items()}
+        context = ExecutionContext(self, None)
+        context.input_shapes = {n: tuple(largest.get(n, self.shapes[n])) for n in self.input_names}
+        return sum(
+            int(np.prod(context.get_tensor_shape(n))) * np.dtype(self.dtypes[n].value).itemsize
+            for n in self.output_names
+        )
+
     def get_tensor_name(self, index: int) -> str:
         """I/O tensor ``index``."""
         return [*self.input_names, *self.output_names][index]
+
+    def get_tensor_shape(self, name: str) -> tuple[int, ...]:
+        """Shape of I/O tensor ``name``: -1 for a dynamic dim."""
+        return self.shapes[name]
 
     def get_tensor_dtype(self, name: str) -> DataType:
         """Type of I/O tensor ``name``."""
         return self.dtypes[name]
 
-    def create_execution_context(self) -> ExecutionContext:
-        """A context with no addresses bound yet."""
-        return ExecutionContext(self)
+    def get_tensor_profile_shape(self, name: str, profile_index: int) -> list[tuple[int, ...]]:
+        """[min, opt, max] of input ``name`` in profile ``profile_index`` (a static input's own
+        shape three times)."""
+        if name not in self.input_names:
+            raise ValueError(f"'{name}' is not an input of the engine")
+        if self.profiles:
+            stored = self.profiles[profile_index].get(name)
+            if stored is not None:
+                return [tuple(s) for s in stored]
+        return [self.shapes[name]] * 3
+
+    def create_execution_context(self, strategy: int | None = None) -> ExecutionContext:
+        """A context with no addresses bound yet; ``USER_MANAGED``: no activation memory either
+        (the caller gives it with ``set_device_memory``)."""
+        return ExecutionContext(self, strategy)
 
 
 class Runtime:
@@ -464,12 +605,14 @@ class Runtime:
 
     def deserialize_cuda_engine(self, plan: bytes) -> Engine | None:
         """The engine of ``plan``, or None when the plan is not valid."""
-        header = len(PLAN_MAGIC) + 4
+        start = len(PLAN_MAGIC) + 4
         if not plan.startswith(PLAN_MAGIC):
             return None
         try:
-            return Engine(bytes(plan[header:]))
-        except Exception:  # onnxruntime rejects truncated or foreign bytes
+            (size,) = struct.unpack("<I", plan[start : start + 4])
+            profiles = json.loads(plan[start + 4 : start + 4 + size])
+            return Engine(bytes(plan[start + 4 + size :]), profiles)
+        except Exception:  # onnxruntime or json reject truncated or foreign bytes
             return None
 
 
@@ -482,7 +625,8 @@ def install(monkeypatch: Any, version: str = "10.3.0") -> types.ModuleType:
     module.__version__ = version  # type: ignore[attr-defined]
     module.__stand_in__ = True  # type: ignore[attr-defined]  # scripts/gpu_check.py labels by it
     for name in (
-        "Builder", "BuilderFlag", "DataType", "IProgressMonitor", "Logger", "MemoryPoolType",
+        "Builder", "BuilderFlag", "DataType", "ExecutionContextAllocationStrategy",
+        "IOptimizationProfile", "IProgressMonitor", "Logger", "MemoryPoolType",
         "NetworkDefinitionCreationFlag", "OnnxParser", "Runtime", "nptype",
     ):  # fmt: skip
         setattr(module, name, globals()[name])
