@@ -156,3 +156,32 @@ def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
     for name in CAMERAS:
         assert f"camera {name} (/{name}/image_raw): mask AP" in text
         assert f"### camera {name} (`/{name}/image_raw`)" in page
+
+
+def test_realtime_replay_of_cameras_through_the_cli(camera_set, random_bundle, tmp_path, capsys):
+    out = tmp_path / "out"
+    args = [
+        "replay", str(camera_set / "bag"), "--model", str(random_bundle), "--backend",
+        "onnxruntime", "--cameras", "/left/image_raw,/rear/image_raw", "--mode", "realtime",
+        "--gt-instances", str(camera_set / "instances.json"), "--out", str(out), "--output-bag",
+        "--warmup", "0", "--no-plots", "--quiet", "--domain", str(100 + os.getpid() % 50),
+    ]  # fmt: skip
+    assert main(args) == 0
+    report = json.loads((out / "report.json").read_text())
+    block = report["modes"]["realtime"]
+    assert report["bag"]["cameras"] == {
+        "left": {"topic": "/left/image_raw", "frames": 4},
+        "rear": {"topic": "/rear/image_raw", "frames": 4},
+    }
+    assert set(block["cameras"]) == {"left", "rear"} and block["nodes"] == 1
+    assert block["frames"]["sent"] == 8 and block["throughput"]["target_input_fps"] == 20.0
+    processed = [c["frames"]["processed"] for c in block["cameras"].values()]
+    assert block["frames"]["processed"] == sum(processed) >= 2
+    assert block["accuracy"]["frames_evaluated"] == sum(
+        c["accuracy"]["frames_evaluated"] for c in block["cameras"].values()
+    )
+    assert "camera rear (/rear/image_raw): " in capsys.readouterr().out
+    with ImageBag(out / "output_bag", "/compactinst/left/instance_mask") as outputs:
+        assert outputs.count == block["cameras"]["left"]["frames"]["processed"]
+        assert "/compactinst/rear/instance_mask" in outputs.image_topics
+        assert "/compactinst_replay/left/image" in outputs.image_topics
