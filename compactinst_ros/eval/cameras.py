@@ -18,7 +18,6 @@ a single-camera realtime replay reports it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -47,7 +46,6 @@ from .realtime import (
     SCORED_OUTPUTS,
     NodeProcess,
     Recorder,
-    _wait,
     bundle_facts,
     node_command,
     replay_namespace,
@@ -414,10 +412,7 @@ def run_cameras(
         bar.close()
         _alive(nodes, "during the replay")
         _drain(recorders, total, drain_s)
-        first = recorders[cameras[0].name]
-        with contextlib.suppress(BackendError):  # one more /diagnostics period, if it comes
-            seen = first.reports
-            _wait(lambda: first.reports > seen, 2.5, None, "/diagnostics")
+        recorders[cameras[0].name].await_report()
         blocks: dict[str, dict] = {}
         statistics: list[dict] = []
         facts: dict = {}

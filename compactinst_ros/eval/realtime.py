@@ -313,6 +313,13 @@ class Recorder:
                     else:
                         self.extra.append(values)
 
+    def await_report(self, timeout: float = 2.5) -> None:
+        """Wait up to ``timeout`` s for the node's next status report (one more /diagnostics
+        period: its counts then include the last frames)."""
+        seen = self.reports
+        with contextlib.suppress(BackendError):
+            _wait(lambda: self.reports > seen, timeout, None, "/diagnostics")
+
     def node_ready(self) -> bool:
         """The node subscribes to our input and publishes the latency record."""
         return (
@@ -512,9 +519,7 @@ def run_realtime(
             if done != last:
                 last, quiet_since = done, time.monotonic()
             time.sleep(0.05)
-        with contextlib.suppress(BackendError):  # one more /diagnostics period, if it comes
-            seen = recorder.reports
-            _wait(lambda: recorder.reports > seen, 2.5, None, "/diagnostics")
+        recorder.await_report()
         block, facts = summarise(recorder, frames, start, sent_at, warmup, rate)
         if gt is not None:
             block["accuracy"] = merge_statistics([scored_statistics(recorder, gt, frames, match)])
