@@ -429,8 +429,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=[1],
         metavar="B",
-        help="static-batch engines to build (a bundle with the batch axis; default 1), e.g. "
-        "1 2 3 for a node batching 3 cameras",
+        help="static-batch engines to build (sizes above 1 need a bundle with the batch axis; "
+        "default [1]), e.g. 1 2 3 for a node batching 3 cameras",
     )
     parser.add_argument("--force", action="store_true", help="rebuild even if cached")
 
