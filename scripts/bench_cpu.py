@@ -100,7 +100,7 @@ def decoder_outputs(new: Pipeline, image: np.ndarray, meta: FrameMeta) -> RawOut
     """The new path's decoder outputs for one rgb8 frame, before post-processing."""
     backend = new.backend
     tensor = letterbox(image, "rgb8", meta, new.bundle.pad_value)
-    return backend.run_decoder(backend.run_encoder(tensor))
+    return backend.run_decoder(backend.run_encoder(tensor))[0]
 
 
 def check_frame(new: Pipeline, old_raw: RawOutputs, image: np.ndarray) -> None:

@@ -23,7 +23,7 @@ from compactinst_ros.backends import BackendOptions
 from compactinst_ros.backends.ort import OrtBackend
 from compactinst_ros.bench.models import placeholder_labels, random_bundle
 from compactinst_ros.preprocess import letterbox
-from compactinst_ros.structures import FrameMeta, OutputSet, PostprocessOptions
+from compactinst_ros.structures import BatchItem, FrameMeta, OutputSet, PostprocessOptions
 
 STAGES = ("preprocess", "encoder", "decoder", "postprocess")
 CONFIGS = ("compactinst_r18", "fastinst_r18_d3")
@@ -34,7 +34,7 @@ def prepare(config: str, size: tuple[int, int], k: int, threads: int, root: Path
     bundle = random_bundle(config, size, placeholder_labels(k), root)
     backend = OrtBackend(bundle, BackendOptions(threads=threads))
     tensor = letterbox(_frame(size), "rgb8", FrameMeta.letterbox(*size, *size), bundle.pad_value)
-    raw = backend.run_decoder(backend.run_encoder(tensor))
+    raw = backend.run_decoder(backend.run_encoder(tensor))[0]
     expected = [t.shape[1:] for t in bundle.stage("decoder").outputs]
     got = [raw.class_logits.shape, raw.mask_logits.shape]
     finite = np.isfinite(raw.class_logits).all() and np.isfinite(raw.mask_logits).all()
@@ -57,7 +57,7 @@ def time_interleaved(
     times = {c: {s: [] for s in STAGES} for c in backends}
     for i in range(runs + 1):
         for config, backend in backends.items():
-            result = backend.infer(frame, "rgb8", meta, options, OutputSet())
+            result = backend.infer_batch([BatchItem(frame, "rgb8", meta, OutputSet())], options)[0]
             if i:  # run 0 warms up allocations
                 for s in STAGES:
                     times[config][s].append(result.timings_ms[s])

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 CONFIGS = ("fastinst_r18_d3", "compactinst_r18")
 
 
+@pytest.mark.full  # ~35 s: the whole GPU-machine script on the stand-ins; make test-full
 def test_tensorrt_sweep_runs_the_runtime_backend_on_the_stand_ins(
     emu_lib: object,
     paper_bundles: object,

@@ -89,6 +89,7 @@ def test_postprocessor_host_code_equals_twin_with_output_subsets(emu_lib, monkey
             np.testing.assert_array_equal(got.segments.ids, twin.segments.ids)
 
 
+@pytest.mark.full  # ~35 s: the whole GPU-machine script on the stand-ins; make test-full
 def test_gpu_check_runs_every_step_through_the_real_host_code(
     emu_lib, monkeypatch, capsys, tmp_path
 ) -> None:
