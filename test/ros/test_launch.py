@@ -252,6 +252,21 @@ def running(launch_install, tmp_path) -> Iterator[Any]:
         assert "escalating to" not in log, f"a node ignored SIGINT:\n{log}"
 
 
+
+def assert_each_camera_answers_its_frame(client: Client, mask_topic: str, first_sec: int) -> None:
+    """Cameras cam_a (on /drivers/a/image) and cam_b each get one frame of their own size and
+    stamp; each answers on ``mask_topic`` (formatted with the camera) with that frame only."""
+    frames = {
+        "cam_a": ("/drivers/a/image", 120, 160, first_sec),
+        "cam_b": ("/cam_b/image", 96, 128, first_sec + 1),
+    }
+    for camera, (topic, height, width, sec) in frames.items():
+        mask = mask_for_frame(client, topic, mask_topic.format(camera), height, width, sec)
+        assert raster_from_image(mask).shape == (height, width)
+    for camera, (_, _, _, sec) in frames.items():
+        stamps = {m.header.stamp.sec for m in client.received(mask_topic.format(camera))}
+        assert stamps == {sec}, f"{camera} answered frames of another camera: {stamps}"
+
 def test_single_launch_yaml_wins_unless_given_namespace_name_and_site_profile(
     launch_install, running, random_bundle, tmp_path
 ):
@@ -404,20 +419,7 @@ def test_multi_camera_launch_keeps_outputs_apart_and_shares_the_engine_cache(
                 "model": str(random_bundle),
                 "camera_info_topic": info_topic,
             }
-        frames = {
-            "cam_a": ("/drivers/a/image", 120, 160, 11),
-            "cam_b": ("/cam_b/image", 96, 128, 22),
-        }
-        for ns, (topic, height, width, sec) in frames.items():
-            mask = mask_for_frame(
-                client, topic, f"/{ns}/compactinst/instance_mask", height, width, sec
-            )
-            assert raster_from_image(mask).shape == (height, width)
-        for ns, (_, _, _, sec) in frames.items():
-            stamps = {
-                m.header.stamp.sec for m in client.received(f"/{ns}/compactinst/instance_mask")
-            }
-            assert stamps == {sec}, f"{ns} answered frames of another camera: {stamps}"
+        assert_each_camera_answers_its_frame(client, "/{}/compactinst/instance_mask", 11)
     finally:
         client.close()
 
@@ -457,20 +459,7 @@ def test_batched_multi_camera_launch_serves_every_camera_from_one_node(
             "image_topics": ["/drivers/a/image", "/cam_b/image"],
             "camera_names": ["cam_a", "cam_b"],
         }
-        frames = {
-            "cam_a": ("/drivers/a/image", 120, 160, 31),
-            "cam_b": ("/cam_b/image", 96, 128, 32),
-        }
-        for camera, (topic, height, width, sec) in frames.items():
-            mask = mask_for_frame(
-                client, topic, f"/compactinst/{camera}/instance_mask", height, width, sec
-            )
-            assert raster_from_image(mask).shape == (height, width)
-        for camera, (_, _, _, sec) in frames.items():
-            stamps = {
-                m.header.stamp.sec for m in client.received(f"/compactinst/{camera}/instance_mask")
-            }
-            assert stamps == {sec}, f"{camera} answered frames of another camera: {stamps}"
+        assert_each_camera_answers_its_frame(client, "/compactinst/{}/instance_mask", 31)
         started = [int(p) for p in re.findall(r"process started with pid \[(\d+)\]", launch.log())]
         assert started == [pid], f"one node process serves both cameras:\n{launch.log()}"
     finally:
