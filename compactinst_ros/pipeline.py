@@ -83,17 +83,16 @@ class Pipeline:
         return BatchItem(image, encoding, meta, outputs)
 
     def infer_batch(
-        self, items: Sequence[BatchItem], trackers: Sequence[InstanceTracker] | None = None
+        self, items: Sequence[BatchItem], trackers: Sequence[InstanceTracker]
     ) -> list[FrameResult]:
         """Segment prepared frames (one per camera) in one backend batch; ``trackers`` gives
-        each frame its camera's tracker (None: the Pipeline's own, for one camera).
+        each frame its camera's tracker (``make_tracker``; ``__call__`` passes its own).
 
         The tracker and the overlay count as post-processing, as on the device where a kernel
         draws the overlay. A tracker sees only frames whose instances were computed (an
         instance output or the overlay asked for); frames it does not see are like dropped ones.
         """
         start = time.perf_counter()
-        trackers = trackers if trackers is not None else [self.tracker] * len(items)
         if len(trackers) != len(items):
             raise ValueError(f"{len(items)} frames but {len(trackers)} trackers")
         asked = [
