@@ -253,6 +253,21 @@ def running(launch_install, tmp_path) -> Iterator[Any]:
 
 
 
+def write_two_cameras(tmp_path: Path, cam_b: dict) -> tuple[Path, Path]:
+    """The parameters file (ONNX Runtime, instance masks only) and a cameras file of cam_a on
+    /drivers/a/image and cam_b with ``cam_b``'s entries, for the multi-camera launches."""
+    params = write_params(
+        tmp_path / "mine.yaml", backend="onnxruntime", ort_threads=1, outputs=["instance_mask"]
+    )
+    cameras = tmp_path / "cameras.yaml"
+    entries = [
+        {"namespace": "cam_a", "image_topic": "/drivers/a/image"},
+        {"namespace": "cam_b", **cam_b},
+    ]
+    cameras.write_text(yaml.safe_dump({"cameras": entries}))
+    return params, cameras
+
+
 def assert_each_camera_answers_its_frame(client: Client, mask_topic: str, first_sec: int) -> None:
     """Cameras cam_a (on /drivers/a/image) and cam_b each get one frame of their own size and
     stamp; each answers on ``mask_topic`` (formatted with the camera) with that frame only."""
@@ -378,20 +393,7 @@ def test_multi_camera_launch_keeps_outputs_apart_and_shares_the_engine_cache(
 ):
     env, prefix = launch_install
     env = {k: v for k, v in env.items() if k not in dds_env.PROFILE_VARIABLES}
-    params = write_params(
-        tmp_path / "mine.yaml", backend="onnxruntime", ort_threads=1, outputs=["instance_mask"]
-    )
-    cameras = tmp_path / "cameras.yaml"
-    cameras.write_text(
-        yaml.safe_dump(
-            {
-                "cameras": [
-                    {"namespace": "cam_a", "image_topic": "/drivers/a/image"},
-                    {"namespace": "cam_b", "camera_info_topic": "/drivers/b/info"},
-                ]
-            }
-        )
-    )
+    params, cameras = write_two_cameras(tmp_path, {"camera_info_topic": "/drivers/b/info"})
     cache = tmp_path / "engines"
     domain = next_domain()
     launch = running(
@@ -428,20 +430,7 @@ def test_batched_multi_camera_launch_serves_every_camera_from_one_node(
     launch_install, running, random_bundle, tmp_path
 ):
     env, _ = launch_install
-    params = write_params(
-        tmp_path / "mine.yaml", backend="onnxruntime", ort_threads=1, outputs=["instance_mask"]
-    )
-    cameras = tmp_path / "cameras.yaml"
-    cameras.write_text(
-        yaml.safe_dump(
-            {
-                "cameras": [
-                    {"namespace": "cam_a", "image_topic": "/drivers/a/image"},
-                    {"namespace": "cam_b"},
-                ]
-            }
-        )
-    )
+    params, cameras = write_two_cameras(tmp_path, {})
     domain = next_domain()
     launch = running(
         "compactinst_multi.launch.py",
