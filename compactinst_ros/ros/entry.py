@@ -47,6 +47,12 @@ def spin(
     except CompactInstError as exc:
         rclpy.logging.get_logger("compactinst").error(str(exc))
         code = 1
+    except RuntimeError:
+        # SIGTERM shuts the context down on rclpy's own thread; landing between the executor's
+        # ok() check and its wait set, it surfaces as an RCLError (a RuntimeError), not as
+        # ExternalShutdownException. Only a context that is still up makes it a real fault.
+        if rclpy.ok():
+            raise
     finally:
         if node is not None:
             node.destroy_node()
