@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .backends import Backend, BackendOptions, create_backend
+from .backends import Backend, BackendOptions, StagedBackend, create_backend
 from .bundle import ModelBundle
 from .image_formats import validate_image
 from .overlay import overlay_bgr
@@ -33,9 +33,24 @@ from .structures import (
 from .tracking import InstanceTracker, TrackerOptions, remap_ids
 
 
+@dataclass
+class PendingBatch:
+    """A batch between ``encode_batch`` and ``decode_batch``: its frames as given and as the
+    backend runs them, the backend's half-done batch (None: not started), the options it was
+    started with (a swap between the halves applies from the next batch) and the first half's
+    time (ms)."""
+
+    items: list[BatchItem]
+    asked: list[BatchItem]
+    encoded: Any
+    options: PostprocessOptions
+    encode_ms: float
+
+
 class Pipeline:
     """One model, one backend; call it once per frame from a single thread (options may be
-    replaced between frames, never during one)."""
+    replaced between frames, never during one). Where ``splits_stages``, ``encode_batch`` may
+    run on one thread while ``decode_batch`` runs on another, each half in batch order."""
 
     def __init__(
         self,
@@ -92,22 +107,47 @@ class Pipeline:
         draws the overlay. A tracker sees only frames whose instances were computed (an
         instance output or the overlay asked for); frames it does not see are like dropped ones.
         """
+        return self.decode_batch(self.encode_batch(items), trackers)
+
+    @property
+    def splits_stages(self) -> bool:
+        """True where ``encode_batch`` of the next batch may run on one thread while
+        ``decode_batch`` of this one runs on another (the backend is a ``StagedBackend``)."""
+        return isinstance(self.backend, StagedBackend)
+
+    def encode_batch(self, items: Sequence[BatchItem]) -> PendingBatch:
+        """The first half of ``infer_batch``: preprocess and encoder where the backend splits
+        its stages, nothing yet where it does not (``decode_batch`` then runs it all)."""
         start = time.perf_counter()
-        if len(trackers) != len(items):
-            raise ValueError(f"{len(items)} frames but {len(trackers)} trackers")
         asked = [
             replace(item, outputs=replace(item.outputs, instance=True))
             if item.outputs.overlay
             else item
             for item in items
         ]
-        results = self.backend.infer_batch(asked, self.options)
+        encoded = self.backend.encode_batch(asked) if self.splits_stages else None
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        return PendingBatch(list(items), asked, encoded, self.options, elapsed_ms)
+
+    def decode_batch(
+        self, pending: PendingBatch, trackers: Sequence[InstanceTracker]
+    ) -> list[FrameResult]:
+        """The second half of ``infer_batch`` on ``encode_batch``'s result: decoder,
+        postprocess, then each frame's tracker and overlay (``trackers``: one per frame)."""
+        start = time.perf_counter()
+        items = pending.items
+        if len(trackers) != len(items):
+            raise ValueError(f"{len(items)} frames but {len(trackers)} trackers")
+        if pending.encoded is None:
+            results = self.backend.infer_batch(pending.asked, pending.options)
+        else:
+            results = self.backend.decode_batch(pending.encoded, pending.options)
         post = time.perf_counter()
         for index, (item, result, tracker) in enumerate(zip(items, results, trackers, strict=True)):
             if item.outputs.overlay or item.outputs.instance:
-                self._track(index, item, result, tracker)
+                self._track(index, item, result, tracker, pending.options.overlay_alpha)
         post_ms = (time.perf_counter() - post) * 1e3
-        total_ms = (time.perf_counter() - start) * 1e3
+        total_ms = pending.encode_ms + (time.perf_counter() - start) * 1e3
         for result in results:
             result.timings_ms["postprocess"] += post_ms
             result.timings_ms[INFERENCE] = total_ms
@@ -122,7 +162,12 @@ class Pipeline:
         return InstanceTracker(self.tracker.options, enabled=self.tracker.enabled)
 
     def _track(
-        self, index: int, item: BatchItem, result: FrameResult, tracker: InstanceTracker
+        self,
+        index: int,
+        item: BatchItem,
+        result: FrameResult,
+        tracker: InstanceTracker,
+        alpha: float,
     ) -> None:
         """Track ids into the table, the overlay in their colours, the raster remapped if asked.
 
@@ -137,7 +182,6 @@ class Pipeline:
         result.instances = replace(result.instances, ids=track_ids)
         if outputs.overlay:
             colours = id_colours(frame_ids, track_ids)
-            alpha = self.options.overlay_alpha
             result.overlay = self.backend.render_overlay(colours, alpha, index)
             result.overlay = overlay_bgr(
                 item.image, item.encoding, result, self.bundle.labels, alpha, colours

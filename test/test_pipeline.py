@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 import cv2
@@ -10,7 +12,7 @@ import pytest
 
 from compactinst_ros.errors import ConfigError, InputError
 from compactinst_ros.pipeline import Pipeline
-from compactinst_ros.structures import OutputSet, PostprocessOptions
+from compactinst_ros.structures import INFERENCE, OutputSet, PostprocessOptions
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +115,55 @@ def test_a_batch_equals_its_frames_run_one_by_one(pipeline: Pipeline) -> None:
         assert many.overlay.shape == one.overlay.shape
     stage_times = {k: batch[0].timings_ms[k] for k in ("encoder", "decoder")}
     assert all({k: r.timings_ms[k] for k in stage_times} == stage_times for r in batch)
+
+
+def test_the_two_halves_on_two_threads_equal_one_infer_batch(pipeline: Pipeline) -> None:
+    """encode_batch here, decode_batch on another thread: the same rasters and overlay as one
+    infer_batch, with the options the batch started with although they changed in between."""
+    frames = [_scene(), cv2.flip(_scene(240, 320), 0), cv2.flip(_scene(), 1)]
+    outputs = OutputSet(overlay=True)
+    items = [pipeline.prepare(image, "bgr8", outputs) for image in frames]
+    whole = pipeline.infer_batch(items, [pipeline.make_tracker() for _ in frames])
+    assert pipeline.splits_stages
+    started = pipeline.options
+    pending = pipeline.encode_batch(items)
+    pipeline.options = replace(started, score_threshold=0.99, overlay_alpha=0.9)
+    halves: dict[str, object] = {}
+
+    def finish() -> None:
+        trackers = [pipeline.make_tracker() for _ in frames]
+        halves["results"] = pipeline.decode_batch(pending, trackers)
+        halves["thread"] = threading.get_ident()
+
+    try:
+        thread = threading.Thread(target=finish)
+        thread.start()
+        thread.join(30)
+    finally:
+        pipeline.options = started
+    assert halves["thread"] != threading.get_ident()
+    split = halves["results"]
+    assert isinstance(split, list) and len(split) == 3
+    for one, two in zip(whole, split, strict=True):
+        assert len(two.instances.ids) == len(one.instances.ids) > 0
+        np.testing.assert_array_equal(two.instance_raster, one.instance_raster)
+        np.testing.assert_array_equal(two.panoptic_raster, one.panoptic_raster)
+        np.testing.assert_array_equal(two.overlay, one.overlay)
+        timings = two.timings_ms
+        assert timings[INFERENCE] >= timings["encoder"] + timings["decoder"] > 0
+
+
+def test_a_backend_without_halves_runs_the_whole_batch_in_decode_batch(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend that is not a StagedBackend (TensorRT) starts nothing in encode_batch."""
+    monkeypatch.setattr(type(pipeline), "splits_stages", property(lambda self: False))
+    items = [pipeline.prepare(_scene(), "bgr8")]
+    pending = pipeline.encode_batch(items)
+    assert pending.encoded is None
+    (result,) = pipeline.decode_batch(pending, [pipeline.make_tracker()])
+    (whole,) = pipeline.infer_batch(items, [pipeline.make_tracker()])
+    np.testing.assert_array_equal(result.instance_raster, whole.instance_raster)
 
 
 def test_padded_batch_sizes_and_fixed_batch_bundles(random_bundle: Path, tmp_path: Path) -> None:

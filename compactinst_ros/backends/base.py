@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import BackendError, ConfigError
 
@@ -126,6 +126,23 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release sessions, engines, buffers and contexts."""
+        ...
+
+
+@runtime_checkable
+class StagedBackend(Backend, Protocol):
+    """A backend whose batch splits in two halves that may run on two threads at once: while
+    one batch is in ``decode_batch``, the next one's ``encode_batch`` runs (on the CPU, where
+    one thread's serial work would otherwise leave a core idle)."""
+
+    def encode_batch(self, items: Sequence[BatchItem]) -> Any:
+        """The first half of ``infer_batch`` (preprocess and encoder); its result goes to
+        ``decode_batch`` once, on any thread."""
+        ...
+
+    def decode_batch(self, encoded: Any, options: PostprocessOptions) -> list[FrameResult]:
+        """The second half of ``infer_batch`` (decoder and postprocess) of ``encode_batch``'s
+        result."""
         ...
 
 

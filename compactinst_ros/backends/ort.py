@@ -1,13 +1,16 @@
 """ONNX Runtime backend (CPU): letterbox -> encoder.onnx -> decoder.onnx -> numpy post-processing.
 
 Sessions are created once per backend. The encoder's outputs are fed to the decoder by name, so
-the bundle's stage I/O names are the only contract between the two graphs.
+the bundle's stage I/O names are the only contract between the two graphs. A batch runs in two
+halves (``encode_batch``, ``decode_batch``: a ``StagedBackend``), so a caller with two threads
+can run the next batch's encoder while this one is decoded and post-processed.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +87,15 @@ def create_session(
 DEFAULT_INT8_GRAPH = "cpu"
 
 
+@dataclass
+class EncodedBatch:
+    """A batch between the two halves: its frames, the encoder's features, the halves' times."""
+
+    items: list[BatchItem]
+    features: list[np.ndarray]
+    timings_ms: dict[str, float]
+
+
 class OrtBackend:
     """The Backend protocol on ONNX Runtime; CPU by default, any ORT providers on request."""
 
@@ -126,9 +138,12 @@ class OrtBackend:
     def infer_batch(
         self, items: Sequence[BatchItem], options: PostprocessOptions
     ) -> list[FrameResult]:
-        """Letterbox every frame into one (n, 3, H, W) tensor, run each stage once on the batch
-        (padded to ``batch_slots``), then the tiled numpy post-processing per frame
-        (bit-identical to the reference, ``postprocess/fast.py``)."""
+        """Both halves on this thread: ``decode_batch(encode_batch(items))``."""
+        return self.decode_batch(self.encode_batch(items), options)
+
+    def encode_batch(self, items: Sequence[BatchItem]) -> EncodedBatch:
+        """Letterbox every frame into one (n, 3, H, W) tensor (padded to ``batch_slots``) and run
+        the encoder once on it."""
         t0 = time.perf_counter()
         slots = self.batch_slots(len(items))
         h, w = self.bundle.input_h, self.bundle.input_w
@@ -139,18 +154,24 @@ class OrtBackend:
         t1 = time.perf_counter()
         features = self.run_encoder(tensor)
         t2 = time.perf_counter()
-        raws = self.run_decoder(features)
-        t3 = time.perf_counter()
+        timings = {"preprocess": (t1 - t0) * 1e3, "encoder": (t2 - t1) * 1e3}
+        return EncodedBatch(list(items), features, timings)
+
+    def decode_batch(self, encoded: EncodedBatch, options: PostprocessOptions) -> list[FrameResult]:
+        """Run the decoder once on the batch's features, then the tiled numpy post-processing per
+        frame (bit-identical to the reference, ``postprocess/fast.py``)."""
+        t0 = time.perf_counter()
+        raws = self.run_decoder(encoded.features)
+        t1 = time.perf_counter()
         results = [
             fast_postprocess(raw, item.meta, self.bundle.labels, options, item.outputs)
-            for raw, item in zip(raws, items, strict=False)  # padding slots are left out
+            for raw, item in zip(raws, encoded.items, strict=False)  # padding slots are left out
         ]
-        t4 = time.perf_counter()
+        t2 = time.perf_counter()
         timings = {
-            "preprocess": (t1 - t0) * 1e3,
-            "encoder": (t2 - t1) * 1e3,
-            "decoder": (t3 - t2) * 1e3,
-            "postprocess": (t4 - t3) * 1e3,
+            **encoded.timings_ms,
+            "decoder": (t1 - t0) * 1e3,
+            "postprocess": (t2 - t1) * 1e3,
         }
         for result in results:
             result.timings_ms.update(timings)

@@ -1,9 +1,10 @@
 """One camera of the node: its input, its outputs, its counters and health, its tracker.
 
 The node holds one ``Camera`` per ``image_topics`` entry (one for ``image_topic``) and one worker
-that runs every camera's waiting frame as one batch (``process_round``). A camera is subscribed
-only while one of its own outputs has a subscriber (``IdleGate``), follows its own publishers'
-reliability, and counts its own drops and errors: a bad frame fails that camera's frame alone.
+that runs every camera's waiting frame as one batch (``start_round``, then ``finish_round``). A
+camera is subscribed only while one of its own outputs has a subscriber (``IdleGate``), follows
+its own publishers' reliability, and counts its own drops and errors: a bad frame fails that
+camera's frame alone.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from ..errors import InputError
 from ..labels import LabelSet
-from ..pipeline import Pipeline
+from ..pipeline import PendingBatch, Pipeline
 from ..structures import INFERENCE, BatchItem, FrameResult
 from ..tracking import InstanceTracker
 from . import convert
@@ -310,11 +311,19 @@ class Camera:
         )
 
 
-def process_round(
+@dataclass
+class StartedRound:
+    """A round after its first half: the valid frames' jobs and the Pipeline's pending batch."""
+
+    jobs: list[Job]
+    pending: PendingBatch
+
+
+def start_round(
     pipeline: Pipeline, cameras: Sequence[Camera], batch: Round, stats: BatchStats
-) -> None:
-    """Run one round: every camera's frame converted and validated alone, the valid ones as one
-    ``infer_batch`` (each with its camera's tracker), then each camera publishes its own."""
+) -> StartedRound | None:
+    """A round's first half: every camera's frame converted and validated alone, the valid ones
+    started as one batch (``Pipeline.encode_batch``); None when nothing is left to finish."""
     start = time.perf_counter()
     jobs = [
         job
@@ -322,13 +331,26 @@ def process_round(
         if (job := cameras[index].prepare(pipeline, frame, start)) is not None
     ]
     if not jobs:
-        return
+        return None
     try:
-        results = pipeline.infer_batch([j.item for j in jobs], [j.camera.tracker for j in jobs])
+        pending = pipeline.encode_batch([j.item for j in jobs])
+    except Exception as exc:
+        for job in jobs:
+            job.camera.fail(exc)
+        return None
+    stats.on_round(len(jobs), pipeline.batch_slots(len(jobs)), batch.wait_s)
+    return StartedRound(jobs, pending)
+
+
+def finish_round(pipeline: Pipeline, started: StartedRound) -> None:
+    """A round's second half: the batch finished (``Pipeline.decode_batch``, each frame with
+    its camera's tracker), then each camera publishes its own."""
+    jobs = started.jobs
+    try:
+        results = pipeline.decode_batch(started.pending, [j.camera.tracker for j in jobs])
     except Exception as exc:
         for job in jobs:
             job.camera.fail(exc)
         return
-    stats.on_round(len(jobs), pipeline.batch_slots(len(jobs)), batch.wait_s)
     for job, result in zip(jobs, results, strict=True):
         job.camera.publish(job, result)

@@ -21,7 +21,7 @@ from rclpy.node import Node
 from ..bundle import model_caveat
 from ..errors import CompactInstError
 from ..pipeline import Pipeline
-from .camera import Camera, process_round
+from .camera import Camera, StartedRound, finish_round, start_round
 from .diagnostics import BatchStats, batch_status, batch_status_name, diagnostic_array, status_name
 from .entry import spin
 from .fallback import cpu_fallback_warning
@@ -61,11 +61,17 @@ class CompactInstCore:
         self.config = cfg
         self.batch_stats = BatchStats()
         self.worker = Worker(
-            self._make_pipeline, self._process, len(cfg.cameras), cfg.batch_window_ms / 1e3
+            self._make_pipeline,
+            self._start_round,
+            finish_round,
+            len(cfg.cameras),
+            cfg.batch_window_ms / 1e3,
+            overlap=cfg.overlap_stages,
         )
         self.facts = {"status": "loading"}
         pipeline = self.worker.start()
         self.facts = {"backend": pipeline.backend_name, **pipeline.describe()}
+        self.facts["stage_threads"] = 2 if self.worker.staged else 1
         self.facts.setdefault("precision", cfg.backend_options.precision or "backend default")
         self.fallback = cpu_fallback_warning(cfg.backend, pipeline.backend_name)
         if self.fallback:
@@ -172,9 +178,9 @@ class CompactInstCore:
             cfg.model, cfg.backend, cfg.options, cfg.backend_options, tracking=cfg.tracking
         )
 
-    def _process(self, pipeline: Pipeline, batch: Round) -> None:
-        """The worker's round: every camera's frame in one batch (``camera.process_round``)."""
-        process_round(pipeline, self.cameras, batch, self.batch_stats)
+    def _start_round(self, pipeline: Pipeline, batch: Round) -> StartedRound | None:
+        """The worker's round: every camera's frame in one batch (``camera.start_round``)."""
+        return start_round(pipeline, self.cameras, batch, self.batch_stats)
 
     def _publish_diagnostics(self, failure: str | None = None) -> None:
         """One /diagnostics report: a status per camera, and with several cameras the batch's;

@@ -123,6 +123,10 @@ PARAMETERS: dict[str, ParamSpec] = {
     "batch_window_ms": ParamSpec(
         10.0, "ms a batch waits after its first frame for the other cameras'", None, (0.0, 1000.0)
     ),
+    "overlap_stages": ParamSpec(
+        True,
+        "onnxruntime: a second thread decodes and publishes a batch while the next one encodes",
+    ),
     "batch_sizes": ParamSpec(
         [],
         "batch sizes the backend runs, a round at the smallest >= its frames; empty = default",
@@ -294,6 +298,7 @@ class NodeConfig:
     health: HealthLimits
     tracking: bool = True
     batch_window_ms: float = 10.0
+    overlap_stages: bool = True
 
 
 def _model_path(value: str) -> Path:
@@ -429,6 +434,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         outputs=frozenset(values["outputs"]),
         cameras=cameras,
         batch_window_ms=float(values["batch_window_ms"]),
+        overlap_stages=bool(values["overlap_stages"]),
         input_transport=values["input_transport"],
         input_reliability=parse_reliability("input_reliability", values["input_reliability"]),
         output_reliability=parse_reliability(

@@ -15,6 +15,8 @@ it comes, opens or joins the next round.
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -154,27 +156,72 @@ class Batcher:
             return None
 
 
+class Finisher:
+    """The second thread of a staged worker: finishes started rounds in their order, with at
+    most one waiting, so the worker runs round k+1's first half while this one runs round k's
+    second half."""
+
+    def __init__(self, finish: Callable[[Any], None], name: str) -> None:
+        self._finish = finish
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (started := self._queue.get()) is not None:
+            self._finish(started)
+
+    def put(self, started: Any) -> None:
+        """Hand over a started round; waits while the previous one is still waiting."""
+        while self._thread.is_alive():
+            try:
+                self._queue.put(started, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise BackendError(
+            "the finishing thread stopped (its error is in the log); restart the node"
+        )
+
+    def close(self) -> None:
+        """Finish what was handed over, then end the thread."""
+        with contextlib.suppress(BackendError):
+            self.put(None)
+        self._thread.join()
+
+
 class Worker:
-    """Thread that builds the pipeline, runs ``handler`` on each round, then closes it.
+    """Thread that builds the pipeline, runs ``start`` then ``finish`` on each round, then closes
+    it.
 
     Building and closing happen on the worker thread itself, so a CUDA context created by the
-    backend stays current on the one thread that uses it.
+    backend stays current on the one thread that uses it. With ``overlap`` and a Pipeline that
+    ``splits_stages`` (ONNX Runtime), ``finish`` runs on a second thread (``Finisher``): the
+    next round's conversion and encoder overlap this round's decoder, post-processing and
+    publishing, the two halves a frame's work splits into on a CPU.
     """
 
     def __init__(
         self,
         factory: Callable[[], Pipeline],
-        handler: Callable[[Pipeline, Round], None],
+        start: Callable[[Pipeline, Round], Any],
+        finish: Callable[[Pipeline, Any], None] | None = None,
         cameras: int = 1,
         window_s: float = 0.0,
+        overlap: bool = False,
         name: str = "compactinst_worker",
     ) -> None:
+        """``start`` returns the round's started work (None: nothing to finish) and ``finish``
+        completes it."""
         self.batcher = Batcher(cameras, window_s)
         self._factory = factory
-        self._handler = handler
+        self._start = start
+        self._finish = finish
+        self._overlap = overlap
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self.pipeline: Pipeline | None = None
+        self.staged = False
         self._options: PostprocessOptions | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -199,14 +246,29 @@ class Worker:
             self._error = exc
             self._ready.set()
             return
+        finish = self._finish
+        self.staged = self._overlap and finish is not None and pipeline.splits_stages
+        finisher = (
+            Finisher(lambda started: finish(pipeline, started), f"{self._thread.name}_finish")
+            if self.staged and finish is not None
+            else None
+        )
         self._ready.set()
         try:
             while (batch := self.batcher.take()) is not None:
                 options = self._options  # one read per round: a swap never splits a batch
                 if options is not None:
                     pipeline.options = options
-                self._handler(pipeline, batch)
+                started = self._start(pipeline, batch)
+                if started is None or finish is None:
+                    continue
+                if finisher is not None:
+                    finisher.put(started)
+                else:
+                    finish(pipeline, started)
         finally:
+            if finisher is not None:
+                finisher.close()
             pipeline.close()
 
     def update_options(self, options: PostprocessOptions) -> None:

@@ -20,9 +20,9 @@ DELAY_FILE = Path(os.environ["COMPACTINST_TEST_DELAY_FILE"])
 class SlowPipeline(Pipeline):
     """The real Pipeline, late by the delay the test sets."""
 
-    def infer_batch(self, *args: Any, **kwargs: Any) -> list[FrameResult]:
+    def decode_batch(self, *args: Any, **kwargs: Any) -> list[FrameResult]:
         time.sleep(float(DELAY_FILE.read_text() or 0))
-        return super().infer_batch(*args, **kwargs)
+        return super().decode_batch(*args, **kwargs)
 
 
 if __name__ == "__main__":

@@ -197,13 +197,13 @@ def test_sigterm_with_frames_in_flight_exits_0_within_5_s() -> None:
         frames = [image_msg(scene(480, 640, i), "bgr8") for i in range(3)]
 
         def camera() -> None:
-            """30 Hz until the node is gone: the worker is always busy with a frame."""
+            """100 Hz until the node is gone: both worker threads are always busy with a frame."""
             i = 0
             while not streaming.is_set():
                 frames[i % 3].header.stamp.sec += 3
                 pub.publish(frames[i % 3])
                 i += 1
-                time.sleep(1 / 30)
+                time.sleep(1 / 100)
 
         thread = threading.Thread(target=camera, daemon=True)
         thread.start()

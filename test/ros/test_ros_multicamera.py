@@ -67,7 +67,8 @@ def ros(random_bundle):
     )
     single = NodeProcess(
         domain,
-        cpu_node_params(random_bundle, image_topic="/a/image", **OPTIONS),
+        # one thread: the multi node's two-thread rounds must match it exactly
+        cpu_node_params(random_bundle, image_topic="/a/image", overlap_stages=False, **OPTIONS),
         namespace="/single",
     )
     client = Client(domain)
@@ -254,6 +255,8 @@ def test_batch_and_camera_diagnostics_are_present_and_plausible(ros):
     camera_a = found[status_name(MULTI, "a")][-1]
     assert int(camera_a["frames_processed"]) >= 13 and camera_a["camera_info_matched"] == "3"
     assert camera_a["input_topic"] == "/a/image"
+    assert camera_a["stage_threads"] == "2"
+    assert found[status_name(SINGLE)][-1]["stage_threads"] == "1"
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
@@ -303,6 +306,7 @@ def test_three_cameras_on_the_tensorrt_stand_ins_run_padded_batches(tmp_path):
         assert report["batch_sizes"] == "[1, 4]", report
         camera = statuses(client)[status_name(MULTI, "a")][-1]
         assert camera["backend"] == "tensorrt", camera
+        assert camera["stage_threads"] == "1", camera  # its stream stays on the worker thread
     finally:
         client.close()
         assert node.stop() == 0, node.log()

@@ -75,6 +75,83 @@ def test_worker_builds_and_closes_the_pipeline_on_its_own_thread():
     assert threads["built"] == threads["closed"] == seen[0][0] != threading.get_ident()
 
 
+class Halved:
+    """The part of a Pipeline the worker uses: whether its halves may run on two threads, its
+    options, close (recorded)."""
+
+    def __init__(self, splits: bool) -> None:
+        self.splits_stages = splits
+        self.options = None
+        self.events: list[tuple[str, str, int]] = []
+
+    def close(self) -> None:
+        self.events.append(("close", "", threading.get_ident()))
+
+
+def run_rounds(worker: Worker, frames: list[str], timeout: float = 10.0) -> None:
+    """Put each frame once the worker has started the previous one, then stop the worker."""
+    worker.start(5)
+    events = worker.pipeline.events
+    for msg in frames:
+        worker.batcher.put(0, Frame(msg, False))
+        deadline = time.monotonic() + timeout
+        while not any(e[:2] == ("start", msg) for e in events) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    assert worker.stop(timeout)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_staged_worker_finishes_on_a_second_thread_while_the_next_round_starts(overlap):
+    """With overlap, round b starts while round a is still finishing (a's finish waits for b's
+    start); without it, each round ends before the next starts. Both keep the order, finish what
+    was handed over before stop returns, and close the pipeline on the worker thread."""
+    pipeline = Halved(splits=True)
+    b_started = threading.Event()
+
+    def start(p: Halved, r) -> str:
+        msg = r.frames[0][1].msg
+        p.events.append(("start", msg, threading.get_ident()))
+        if msg == "b":
+            b_started.set()
+        return msg
+
+    def finish(p: Halved, msg: str) -> None:
+        if msg == "a":
+            p.events.append(("overlapped", str(b_started.wait(1.0 if overlap else 0.2)), 0))
+        p.events.append(("finish", msg, threading.get_ident()))
+
+    worker = Worker(lambda: pipeline, start, finish, overlap=overlap)
+    run_rounds(worker, ["a", "b", "c"])
+    assert worker.staged is overlap
+    events = pipeline.events
+    assert [e[1] for e in events if e[0] == "finish"] == ["a", "b", "c"]
+    assert ("overlapped", str(overlap), 0) in events
+    assert events[-1][0] == "close"
+    starter = {e[2] for e in events if e[0] in ("start", "close")}
+    finisher = {e[2] for e in events if e[0] == "finish"}
+    assert len(starter) == len(finisher) == 1
+    assert (starter != finisher) is overlap
+
+
+def test_a_worker_runs_both_halves_on_its_thread_where_the_pipeline_does_not_split():
+    pipeline = Halved(splits=False)
+
+    def start(p: Halved, r) -> str:
+        p.events.append(("start", r.frames[0][1].msg, threading.get_ident()))
+        return r.frames[0][1].msg
+
+    worker = Worker(
+        lambda: pipeline,
+        start,
+        lambda p, msg: p.events.append(("finish", msg, threading.get_ident())),
+        overlap=True,
+    )
+    run_rounds(worker, ["a"])
+    assert worker.staged is False
+    assert [e[0] for e in pipeline.events] == ["start", "finish", "close"]
+    assert len({e[2] for e in pipeline.events}) == 1
+
+
 def test_worker_start_reraises_the_load_error():
     def fail() -> None:
         raise ConfigError("bad bundle")
