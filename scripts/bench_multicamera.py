@@ -31,7 +31,12 @@ from compactinst_ros.resources import default_model
 from compactinst_ros.sizes import parse_size
 from compactinst_ros.train.synthetic import BAG_T0_NS, camera_topic, render_scene
 
-CONFIGS = {"batched": True, "per-camera": False}
+#: configuration -> (one batched node?, its rounds in two halves on two threads?)
+CONFIGS = {
+    "batched": (True, True),
+    "batched-one-thread": (True, False),
+    "per-camera": (False, False),
+}
 #: the node's stages whose p50 the cost table shows (a batch's stage times are the round's)
 STAGES = ("queue", "preprocess", "encoder", "decoder", "postprocess", "inference", "publish")
 #: distinct scenes per camera, repeated over the run (the frames share their bytes)
@@ -152,15 +157,20 @@ def camera_streams(folder: Path, size: str, count: int, fps: float, seconds: flo
     return cameras
 
 
-def node_threads(args: argparse.Namespace, batched: bool) -> int:
-    """ONNX Runtime threads of one node: the machine's for the batched node, a share each for
-    the per-camera nodes, so that both configurations have the same cores."""
-    return args.threads if batched else max(1, args.threads // args.cameras)
+def node_threads(args: argparse.Namespace, config: str) -> int:
+    """ONNX Runtime threads of one session, so that every configuration has the machine's
+    cores: all of them for the one-thread batched node, half for each of the two-thread batched
+    node's halves (they run at once), a share for each per-camera node."""
+    batched, halves = CONFIGS[config]
+    if not batched:
+        return max(1, args.threads // args.cameras)
+    return max(1, args.threads // 2) if halves else args.threads
 
 
-def measure(cameras: list[Camera], args: argparse.Namespace, batched: bool) -> dict:
+def measure(cameras: list[Camera], args: argparse.Namespace, config: str) -> dict:
     """One run of one configuration: output rate, per-camera latency, drops, peak RSS."""
     sampler = RssSampler()
+    batched, halves = CONFIGS[config]
     try:
         block, _ = run_cameras(
             cameras,
@@ -170,7 +180,7 @@ def measure(cameras: list[Camera], args: argparse.Namespace, batched: bool) -> d
             batched=batched,
             warmup=args.warmup,
             progress=False,
-            node_params={"ort_threads": node_threads(args, batched)},
+            node_params={"ort_threads": node_threads(args, config), "overlap_stages": halves},
             outputs=("instance_mask",),
             on_ready=sampler.start,
         )
@@ -272,9 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(
         f"{args.cameras} cameras at {args.fps:g} Hz each, {args.seconds:g} s per run, "
-        f"{args.runs} runs, model {args.model}, ONNX Runtime threads: batched node "
-        f"{node_threads(args, True)}, per-camera nodes {node_threads(args, False)} each, "
-        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
+        f"{args.runs} runs, model {args.model}, ONNX Runtime threads per session: "
+        + ", ".join(f"{c} {node_threads(args, c)}" for c in args.configs)
+        + f", load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
         flush=True,
     )
     results: dict[tuple[str, str], list[dict]] = {}
@@ -287,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             for run in range(args.runs):
                 for size, cameras in streams.items():
                     for config in args.configs:
-                        row = measure(cameras, args, CONFIGS[config])
+                        row = measure(cameras, args, config)
                         results.setdefault((size, config), []).append(row)
                         print(f"run {run + 1} {size} {config}: {row}", file=sys.stderr, flush=True)
         finally:

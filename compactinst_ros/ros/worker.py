@@ -156,29 +156,55 @@ class Batcher:
             return None
 
 
+#: weight of the newest round in the halves' running mean durations
+DURATION_WEIGHT = 0.2
+
+
+def running_mean(mean: float | None, value: float) -> float:
+    """``mean`` moved ``DURATION_WEIGHT`` of the way to ``value`` (``value`` itself at first)."""
+    return value if mean is None else mean + DURATION_WEIGHT * (value - mean)
+
+
 class Finisher:
-    """The second thread of a staged worker: finishes started rounds in their order, with at
-    most one waiting, so the worker runs round k+1's first half while this one runs round k's
-    second half."""
+    """The second thread of a staged worker: finishes started rounds in their order.
+
+    A hand-over waits until the previous round is finished, so at most two rounds are in
+    flight (one finishing, one started). ``free_in`` says when the round being finished is due
+    to end, so the worker can take its next round just in time and keep frames fresh.
+    """
 
     def __init__(self, finish: Callable[[Any], None], name: str) -> None:
         self._finish = finish
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._free = threading.Semaphore(1)
+        self._began: float | None = None
+        self.mean_s: float | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while (started := self._queue.get()) is not None:
-            self._finish(started)
+            began = self._began = time.perf_counter()
+            try:
+                self._finish(started)
+            finally:
+                self.mean_s = running_mean(self.mean_s, time.perf_counter() - began)
+                self._began = None
+                self._free.release()
+
+    def free_in(self, now: float | None = None) -> float:
+        """Seconds until the round being finished is expected to end (0 when idle)."""
+        began, mean = self._began, self.mean_s
+        if began is None or mean is None:
+            return 0.0
+        return max(0.0, began + mean - (time.perf_counter() if now is None else now))
 
     def put(self, started: Any) -> None:
-        """Hand over a started round; waits while the previous one is still waiting."""
+        """Hand over a started round once the previous one is finished."""
         while self._thread.is_alive():
-            try:
-                self._queue.put(started, timeout=0.1)
+            if self._free.acquire(timeout=0.1):
+                self._queue.put(started)
                 return
-            except queue.Full:
-                continue
         raise BackendError(
             "the finishing thread stopped (its error is in the log); restart the node"
         )
@@ -198,7 +224,10 @@ class Worker:
     backend stays current on the one thread that uses it. With ``overlap`` and a Pipeline that
     ``splits_stages`` (ONNX Runtime), ``finish`` runs on a second thread (``Finisher``): the
     next round's conversion and encoder overlap this round's decoder, post-processing and
-    publishing, the two halves a frame's work splits into on a CPU.
+    publishing, the two halves a frame's work splits into on a CPU. The worker takes that next
+    round when its first half (running mean) will end as the second half of the previous one is
+    due to, so a frame waits in its mailbox, where a newer one replaces it, not for the
+    hand-over.
     """
 
     def __init__(
@@ -254,15 +283,24 @@ class Worker:
             else None
         )
         self._ready.set()
+        start_s: float | None = None
         try:
-            while (batch := self.batcher.take()) is not None:
+            while True:
+                if finisher is not None and start_s is not None:
+                    # take the round when its first half will end as the previous second half
+                    # does: started earlier, its frames would only age waiting for the hand-over
+                    time.sleep(min(max(0.0, finisher.free_in() - start_s), 1.0))
+                if (batch := self.batcher.take()) is None:
+                    break
                 options = self._options  # one read per round: a swap never splits a batch
                 if options is not None:
                     pipeline.options = options
+                began = time.perf_counter()
                 started = self._start(pipeline, batch)
                 if started is None or finish is None:
                     continue
                 if finisher is not None:
+                    start_s = running_mean(start_s, time.perf_counter() - began)
                     finisher.put(started)
                 else:
                     finish(pipeline, started)

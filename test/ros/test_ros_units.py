@@ -33,7 +33,7 @@ from compactinst_ros.ros.params import (
 from compactinst_ros.ros.publishers import output_set
 from compactinst_ros.ros.qos import matched_reliability
 from compactinst_ros.ros.tool import typed_value
-from compactinst_ros.ros.worker import Batcher, Frame, Worker
+from compactinst_ros.ros.worker import Batcher, Finisher, Frame, Worker, running_mean
 from compactinst_ros.structures import (
     RASTER_ENCODINGS,
     Instances,
@@ -150,6 +150,40 @@ def test_a_worker_runs_both_halves_on_its_thread_where_the_pipeline_does_not_spl
     assert worker.staged is False
     assert [e[0] for e in pipeline.events] == ["start", "finish", "close"]
     assert len({e[2] for e in pipeline.events}) == 1
+
+
+def test_the_finisher_takes_one_round_at_a_time_and_predicts_its_end():
+    """A hand-over waits while a round is being finished (two rounds in flight at most), and
+    free_in counts down from the running mean of the rounds' durations."""
+    gate = threading.Event()
+    done: list[str] = []
+
+    def finish(msg: str) -> None:
+        gate.wait(5)
+        done.append(msg)
+
+    finisher = Finisher(finish, "test_finisher")
+    assert finisher.free_in() == 0.0
+    finisher.put("a")
+    second = threading.Thread(target=finisher.put, args=("b",))
+    second.start()
+    time.sleep(0.2)
+    assert second.is_alive() and done == []  # b waits for a
+    gate.set()
+    second.join(5)
+    deadline = time.monotonic() + 5
+    while len(done) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert done == ["a", "b"] and finisher.mean_s is not None and finisher.mean_s > 0.02
+    gate.clear()
+    finisher.put("c")
+    time.sleep(0.05)
+    left = finisher.free_in()
+    assert 0.0 <= left < finisher.mean_s
+    gate.set()
+    finisher.close()
+    assert done == ["a", "b", "c"]
+    assert running_mean(None, 2.0) == 2.0 and running_mean(2.0, 1.0) == pytest.approx(1.8)
 
 
 def test_worker_start_reraises_the_load_error():

@@ -183,6 +183,9 @@ def test_bench_multicamera_arguments_memory_and_table() -> None:
     for bad in (["--sizes", "64"], ["--runs", "0"]):
         with pytest.raises(SystemExit):
             bench.parse_args(bad)
+    cores = bench.parse_args(["--threads", "4"])
+    threads = {config: bench.node_threads(cores, config) for config in bench.CONFIGS}
+    assert threads == {"batched": 2, "batched-one-thread": 4, "per-camera": 1}, threads
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         time.sleep(0.3)
