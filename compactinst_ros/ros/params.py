@@ -8,6 +8,7 @@ Post-processing and overlay parameters take their defaults and ranges from
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -95,7 +96,10 @@ PARAMETERS: dict[str, ParamSpec] = {
     ),
     "gpu_device": ParamSpec(0, "tensorrt: CUDA device index", None, (0, 15)),
     "ort_threads": ParamSpec(
-        0, "ONNX Runtime intra-op threads; 0 = runtime default", None, (0, 64)
+        0,
+        "ONNX Runtime intra-op threads; 0 = runtime default (half the cores with overlap_stages)",
+        None,
+        (0, 64),
     ),
     "score_threshold": _option("score_threshold", "minimum instance score"),
     "mask_threshold": _option("mask_threshold", "mask probability threshold"),
@@ -314,6 +318,22 @@ def _model_path(value: str) -> Path:
     return found
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity: a container's or taskset's limit)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def ort_threads(requested: int, overlap_stages: bool) -> int | None:
+    """ONNX Runtime threads per session: ``requested``, or for 0 the runtime's default, except
+    that with ``overlap_stages`` the two halves, which run at once, get half the cores each
+    (all of them each oversubscribed the cores: 25 against 27 frames/s, docs/benchmarks.md)."""
+    if requested:
+        return requested
+    return max(1, usable_cores() // 2) if overlap_stages else None
+
+
 def backend_options(values: dict[str, Any], cameras: int = 1) -> BackendOptions:
     """The backend parameters as ``BackendOptions`` (0 threads and an empty folder = defaults);
     ``cameras`` is the largest batch a round can make."""
@@ -330,7 +350,7 @@ def backend_options(values: dict[str, Any], cameras: int = 1) -> BackendOptions:
             f"batch_sizes:={ros_param_text([*sizes, cameras])}, or leave it empty for the default"
         )
     return BackendOptions(
-        threads=int(values["ort_threads"]) or None,
+        threads=ort_threads(int(values["ort_threads"]), bool(values.get("overlap_stages"))),
         device=int(values["gpu_device"]),
         engine_cache_dir=values["engine_cache_dir"] or None,
         allow_build=bool(values["allow_engine_build"]),

@@ -13,7 +13,13 @@ from ros_harness import next_domain
 
 from compactinst_ros.backends import BackendOptions
 from compactinst_ros.errors import ConfigError
-from compactinst_ros.ros.params import PARAMETERS, declare_parameters, read_config
+from compactinst_ros.ros.params import (
+    PARAMETERS,
+    declare_parameters,
+    ort_threads,
+    read_config,
+    usable_cores,
+)
 from compactinst_ros.ros.worker import Batcher, Frame, round_wait
 
 WINDOW = 0.010
@@ -163,7 +169,19 @@ def test_one_camera_keeps_todays_layout_from_image_topic_or_a_one_element_list()
         )
         assert camera.camera_info_topic == "/cam/info"
     config = read_config(VALUES)
-    assert config.cameras[0].image_topic == "image" and config.backend_options == BackendOptions()
+    assert config.cameras[0].image_topic == "image"
+    assert config.backend_options == BackendOptions(threads=max(1, usable_cores() // 2))
+
+
+def test_the_two_halves_share_the_cores_unless_ort_threads_is_set():
+    """ort_threads 0 with overlap_stages: half the usable cores per stage session (both halves
+    run at once); without overlap the runtime's default; a set value always wins."""
+    half = max(1, usable_cores() // 2)
+    assert (ort_threads(0, True), ort_threads(0, False), ort_threads(3, True)) == (half, None, 3)
+    serial = read_config(VALUES | {"overlap_stages": False})
+    assert serial.overlap_stages is False and serial.backend_options.threads is None
+    assert read_config(VALUES | {"ort_threads": 2}).backend_options.threads == 2
+    assert read_config(VALUES).overlap_stages is True
 
 
 def test_several_cameras_get_their_own_namespace_and_the_batch_options():
