@@ -188,6 +188,9 @@ class Client:
     def close(self) -> None:
         """Stop spinning and shut the context down."""
         self.executor.shutdown(timeout_sec=2.0)
+        # the spin thread leaves its wait set first: destroying the node while it still holds
+        # the node's handles froze the process once (a C++ call spinning with the GIL held)
+        self._thread.join(timeout=5.0)
         self.node.destroy_node()
         self.rclpy.try_shutdown(context=self.context)
-        self._thread.join(timeout=5.0)
+        self._thread.join(timeout=5.0)  # had it been in a callback: the context is down now
