@@ -349,6 +349,9 @@ def run_cameras(
         raise ConfigError(f"rate {rate} must be positive (1.0 = recorded rate)")
     if len(cameras) < 1 or not all(c.frames for c in cameras):
         raise DataError("every camera of a multi-camera replay needs at least one frame")
+    # one camera is one node either way, and a one-camera node keeps the single-camera layout
+    # (~/...); started as a per-camera node, its outputs are where every camera's are
+    batched = batched and len(cameras) > 1
     domain_id = dds_env.private_domain() if domain_id is None else domain_id
     msgtype = cameras[0].bag.msgtype
     env = ros_environment(domain_id)

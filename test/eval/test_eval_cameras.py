@@ -158,6 +158,33 @@ def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
         assert f"### camera {name} (`/{name}/image_raw`)" in page
 
 
+def test_one_camera_asked_batched_runs_as_its_single_camera_node(
+    camera_set, random_bundle, tmp_path
+):
+    """A one-camera node publishes under ~/ (no camera namespace), so a one-camera "batched"
+    replay runs the per-camera node, whose outputs are under the camera's name."""
+    (camera,) = open_cameras(camera_set / "bag", "/left/image_raw")
+    try:
+        block, _ = run_cameras(
+            [camera],
+            random_bundle,
+            "onnxruntime",
+            pacing="lockstep",
+            batched=True,
+            warmup=1,
+            progress=False,
+            domain_id=100 + os.getpid() % 50,
+            log_dir=tmp_path / "logs",
+            ready_timeout=60.0,
+            node_params={"ort_threads": 1},
+        )
+    finally:
+        camera.bag.close()
+    assert block["nodes"] == 1 and block["node_exit_codes"] == [0], block["node_logs"]
+    assert block["batched"] is False and "batch" not in block
+    assert block["cameras"]["left"]["frames"]["processed"] == 4
+
+
 def test_realtime_replay_of_cameras_through_the_cli(camera_set, random_bundle, tmp_path, capsys):
     out = tmp_path / "out"
     args = [
