@@ -97,7 +97,7 @@ PARAMETERS: dict[str, ParamSpec] = {
     "gpu_device": ParamSpec(0, "tensorrt: CUDA device index", None, (0, 15)),
     "ort_threads": ParamSpec(
         0,
-        "ONNX Runtime intra-op threads; 0 = runtime default (half the cores with overlap_stages)",
+        "ONNX Runtime intra-op threads; 0 = runtime default (half the cores with 2 stage_threads)",
         None,
         (0, 64),
     ),
@@ -127,9 +127,12 @@ PARAMETERS: dict[str, ParamSpec] = {
     "batch_window_ms": ParamSpec(
         10.0, "ms a batch waits after its first frame for the other cameras'", None, (0.0, 1000.0)
     ),
-    "overlap_stages": ParamSpec(
-        True,
-        "onnxruntime: a second thread decodes and publishes a batch while the next one encodes",
+    "stage_threads": ParamSpec(
+        0,
+        "onnxruntime: worker threads of a round's two halves (2: the next round encodes while "
+        "this one is decoded and published); 0 = 2 with several cameras, 1 with one",
+        None,
+        (0, 2),
     ),
     "batch_sizes": ParamSpec(
         [],
@@ -302,7 +305,7 @@ class NodeConfig:
     health: HealthLimits
     tracking: bool = True
     batch_window_ms: float = 10.0
-    overlap_stages: bool = True
+    overlap_stages: bool = False
 
 
 def _model_path(value: str) -> Path:
@@ -325,13 +328,21 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def ort_threads(requested: int, overlap_stages: bool) -> int | None:
+def ort_threads(requested: int, two_halves: bool) -> int | None:
     """ONNX Runtime threads per session: ``requested``, or for 0 the runtime's default, except
-    that with ``overlap_stages`` the two halves, which run at once, get half the cores each
-    (all of them each oversubscribed the cores: 25 against 27 frames/s, docs/benchmarks.md)."""
+    that with ``two_halves`` on two threads, which run at once, each gets half the cores (all of
+    them each oversubscribed the cores: 25 against 27 frames/s, docs/benchmarks.md)."""
     if requested:
         return requested
-    return max(1, usable_cores() // 2) if overlap_stages else None
+    return max(1, usable_cores() // 2) if two_halves else None
+
+
+def overlap_stages(values: dict[str, Any], cameras: int) -> bool:
+    """Whether a round's halves run on two threads: ``stage_threads`` 2, or 0 with several
+    cameras. One camera that keeps up answers sooner on one thread (p50 59 against 87 ms at a
+    15 Hz 720p camera here), several cameras need the rate (docs/benchmarks.md)."""
+    threads = int(values.get("stage_threads") or 0)
+    return threads == 2 or (threads == 0 and cameras > 1)
 
 
 def backend_options(values: dict[str, Any], cameras: int = 1) -> BackendOptions:
@@ -350,7 +361,7 @@ def backend_options(values: dict[str, Any], cameras: int = 1) -> BackendOptions:
             f"batch_sizes:={ros_param_text([*sizes, cameras])}, or leave it empty for the default"
         )
     return BackendOptions(
-        threads=ort_threads(int(values["ort_threads"]), bool(values.get("overlap_stages"))),
+        threads=ort_threads(int(values["ort_threads"]), overlap_stages(values, cameras)),
         device=int(values["gpu_device"]),
         engine_cache_dir=values["engine_cache_dir"] or None,
         allow_build=bool(values["allow_engine_build"]),
@@ -454,7 +465,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         outputs=frozenset(values["outputs"]),
         cameras=cameras,
         batch_window_ms=float(values["batch_window_ms"]),
-        overlap_stages=bool(values["overlap_stages"]),
+        overlap_stages=overlap_stages(values, len(cameras)),
         input_transport=values["input_transport"],
         input_reliability=parse_reliability("input_reliability", values["input_reliability"]),
         output_reliability=parse_reliability(

@@ -187,9 +187,11 @@ def test_corrupt_engine_keeps_the_running_node_and_is_refused_without_building(t
     assert "corrupt" in log and "building is disabled; run 'compactinst build-engine" in log
 
 
-def test_sigterm_with_frames_in_flight_exits_0_within_5_s() -> None:
+@pytest.mark.parametrize("stage_threads", [1, 2])
+def test_sigterm_with_frames_in_flight_exits_0_within_5_s(stage_threads: int) -> None:
+    """On one worker thread or two (a round handed over while the next one encodes)."""
     domain = next_domain()
-    node, client = start(domain, node_params())
+    node, client = start(domain, node_params(stage_threads=stage_threads))
     streaming = threading.Event()
     try:
         pub = client.publisher(Image, TOPIC)
@@ -197,7 +199,7 @@ def test_sigterm_with_frames_in_flight_exits_0_within_5_s() -> None:
         frames = [image_msg(scene(480, 640, i), "bgr8") for i in range(3)]
 
         def camera() -> None:
-            """100 Hz until the node is gone: both worker threads are always busy with a frame."""
+            """100 Hz until the node is gone: every worker thread is always busy with a frame."""
             i = 0
             while not streaming.is_set():
                 frames[i % 3].header.stamp.sec += 3

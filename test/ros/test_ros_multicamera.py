@@ -67,8 +67,8 @@ def ros(random_bundle):
     )
     single = NodeProcess(
         domain,
-        # one thread: the multi node's two-thread rounds must match it exactly
-        cpu_node_params(random_bundle, image_topic="/a/image", overlap_stages=False, **OPTIONS),
+        # one thread (a single camera's default): the multi node's two-thread rounds match it
+        cpu_node_params(random_bundle, image_topic="/a/image", **OPTIONS),
         namespace="/single",
     )
     client = Client(domain)

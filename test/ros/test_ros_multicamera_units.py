@@ -169,19 +169,25 @@ def test_one_camera_keeps_todays_layout_from_image_topic_or_a_one_element_list()
         )
         assert camera.camera_info_topic == "/cam/info"
     config = read_config(VALUES)
-    assert config.cameras[0].image_topic == "image"
-    assert config.backend_options == BackendOptions(threads=max(1, usable_cores() // 2))
+    assert config.cameras[0].image_topic == "image" and config.backend_options == BackendOptions()
 
 
-def test_the_two_halves_share_the_cores_unless_ort_threads_is_set():
-    """ort_threads 0 with overlap_stages: half the usable cores per stage session (both halves
-    run at once); without overlap the runtime's default; a set value always wins."""
+def test_stage_threads_default_to_two_with_several_cameras_and_share_the_cores():
+    """stage_threads 0: two threads with several cameras, one with one; 1 and 2 force it. Two
+    threads give each stage session half the usable cores (both halves run at once) unless
+    ort_threads is set; one thread keeps the runtime's default."""
     half = max(1, usable_cores() // 2)
     assert (ort_threads(0, True), ort_threads(0, False), ort_threads(3, True)) == (half, None, 3)
-    serial = read_config(VALUES | {"overlap_stages": False})
-    assert serial.overlap_stages is False and serial.backend_options.threads is None
-    assert read_config(VALUES | {"ort_threads": 2}).backend_options.threads == 2
-    assert read_config(VALUES).overlap_stages is True
+    for values, overlap in (
+        (VALUES, False),
+        (VALUES | THREE, True),
+        (VALUES | {"stage_threads": 2}, True),
+        (VALUES | THREE | {"stage_threads": 1}, False),
+    ):
+        config = read_config(values)
+        assert config.overlap_stages is overlap, values
+        assert config.backend_options.threads == (half if overlap else None), values
+    assert read_config(VALUES | THREE | {"ort_threads": 2}).backend_options.threads == 2
 
 
 def test_several_cameras_get_their_own_namespace_and_the_batch_options():

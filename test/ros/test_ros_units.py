@@ -321,7 +321,7 @@ def test_option_parameters_take_default_and_range_from_postprocess_options():
 
 def test_read_config_makes_the_typed_options():
     values = {name: spec.default for name, spec in PARAMETERS.items()} | {"model": "/m"}
-    config = read_config(values | {"overlap_stages": False})
+    config = read_config(values)
     assert config.options == PostprocessOptions()
     assert config.backend_options == BackendOptions()  # 0 threads, "" cache = defaults
     changed = values | {"ort_threads": 2, "gpu_device": 1, "engine_cache_dir": "/c"}
