@@ -180,7 +180,10 @@ def measure(cameras: list[Camera], args: argparse.Namespace, config: str) -> dic
             batched=batched,
             warmup=args.warmup,
             progress=False,
-            node_params={"ort_threads": node_threads(args, config), "stage_threads": 2 if halves else 1},
+            node_params={
+                "ort_threads": node_threads(args, config),
+                "stage_threads": 2 if halves else 1,
+            },
             outputs=("instance_mask",),
             on_ready=sampler.start,
         )
