@@ -92,6 +92,23 @@ def test_camera_names_and_bag_errors(camera_set, tmp_path):
         ReplayOptions(bag=camera_set, model=camera_set, topic="/left/image_raw", cameras="all")
 
 
+def lockstep_through_nodes(cameras, bundle, tmp_path, batched: bool, domain_base: int, **params):
+    """``run_cameras`` in lockstep on one-thread CPU nodes (``params`` added), warm-up 1, on a
+    domain of its own from ``domain_base``."""
+    return run_cameras(
+        cameras,
+        bundle,
+        "onnxruntime",
+        pacing="lockstep",
+        batched=batched,
+        warmup=1,
+        progress=False,
+        domain_id=domain_base + os.getpid() % 50,
+        log_dir=tmp_path / "logs",
+        node_params={"ort_threads": 1, **params},
+    )
+
+
 @pytest.mark.parametrize("batched", [True, False], ids=["batched", "per-camera"])
 def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
     camera_set, random_bundle, tmp_path, batched
@@ -100,17 +117,8 @@ def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
     cameras = open_cameras(camera_set / "bag", "all")
     attach_ground_truth(cameras, gt, "auto")
     try:
-        block, facts = run_cameras(
-            cameras,
-            random_bundle,
-            "onnxruntime",
-            pacing="lockstep",
-            batched=batched,
-            warmup=1,
-            progress=False,
-            domain_id=150 + os.getpid() % 50,
-            log_dir=tmp_path / "logs",
-            node_params={"ort_threads": 1, "diagnostics_period": 0.2},
+        block, facts = lockstep_through_nodes(
+            cameras, random_bundle, tmp_path, batched, 150, diagnostics_period=0.2
         )
         options = ReplayOptions(bag=camera_set / "bag", model=random_bundle, backend="onnxruntime")
         with lockstep_pipeline(options) as pipeline:
@@ -165,19 +173,7 @@ def test_one_camera_asked_batched_runs_as_its_single_camera_node(
     replay runs the per-camera node, whose outputs are under the camera's name."""
     (camera,) = open_cameras(camera_set / "bag", "/left/image_raw")
     try:
-        block, _ = run_cameras(
-            [camera],
-            random_bundle,
-            "onnxruntime",
-            pacing="lockstep",
-            batched=True,
-            warmup=1,
-            progress=False,
-            domain_id=100 + os.getpid() % 50,
-            log_dir=tmp_path / "logs",
-            ready_timeout=60.0,
-            node_params={"ort_threads": 1},
-        )
+        block, _ = lockstep_through_nodes([camera], random_bundle, tmp_path, True, 100)
     finally:
         camera.bag.close()
     assert block["nodes"] == 1 and block["node_exit_codes"] == [0], block["node_logs"]
