@@ -24,6 +24,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from compactinst_ros.backends import usable_cores
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.eval.bags import write_camera_bag
 from compactinst_ros.eval.cameras import Camera, open_cameras, run_cameras
@@ -56,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--threads",
         type=int,
-        default=os.cpu_count() or 1,
+        default=usable_cores(),
         help="ONNX Runtime threads of the machine: the batched node gets them all, each "
         "per-camera node its share (at least 1)",
     )

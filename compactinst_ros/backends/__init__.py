@@ -10,6 +10,7 @@ from .base import (
     create_backend,
     gpu_fallback_reason,
     resolve_backend_name,
+    usable_cores,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "create_backend",
     "gpu_fallback_reason",
     "resolve_backend_name",
+    "usable_cores",
 ]

@@ -8,6 +8,7 @@ frame on the device. It reports its own stage times (CUDA events on the GPU).
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -144,6 +145,14 @@ class StagedBackend(Backend, Protocol):
         """The second half of ``infer_batch`` (decoder and postprocess) of ``encode_batch``'s
         result."""
         ...
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity: a container's or taskset's limit), what
+    a CPU backend's threads are sized from."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 #: files that show an NVIDIA GPU: the L4T release file of a Jetson, the desktop driver's version

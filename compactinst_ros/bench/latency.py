@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..backends import usable_cores
 from ..errors import BackendError, ConfigError
 from ..sizes import parse_size
 from .models import build_bench_model, num_classes_of, placeholder_labels, random_bundle
@@ -168,7 +169,7 @@ def run_sweep(opts: BenchOptions, progress: Callable[[str], None] = print) -> di
             "machine": platform.machine(),
             "python": platform.python_version(),
             "torch": torch.__version__,
-            "cpu_count": _cpu_count(),
+            "cpu_count": usable_cores(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         },
@@ -240,13 +241,6 @@ def _describe(facts: dict) -> str:
     """One line of a backend's runtime facts, its note (e.g. the stand-in label) first."""
     note = f"{facts['note']}; " if "note" in facts else ""
     return note + ", ".join(f"{k} {v}" for k, v in facts.items() if k not in ("note", "backend"))
-
-
-def _cpu_count() -> int | None:
-    """CPUs this process may use (affinity-aware where the OS supports it)."""
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def _tables(record: dict) -> dict[tuple[str, str], list[dict]]:

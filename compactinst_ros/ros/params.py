@@ -8,7 +8,6 @@ Post-processing and overlay parameters take their defaults and ranges from
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from rclpy.parameter import Parameter
 from rclpy.qos import ReliabilityPolicy
 from rclpy.validate_full_topic_name import validate_full_topic_name
 
-from ..backends import BackendOptions
+from ..backends import BackendOptions, usable_cores
 from ..bundle import PRECISIONS, default_bundle_path
 from ..errors import ConfigError
 from ..structures import PostprocessOptions
@@ -319,13 +318,6 @@ def _model_path(value: str) -> Path:
             "model:=/path/to/bundle (export one with 'compactinst export CONFIG --out DIR')"
         )
     return found
-
-
-def usable_cores() -> int:
-    """The CPUs this process may run on (its affinity: a container's or taskset's limit)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def ort_threads(requested: int, two_halves: bool) -> int | None:

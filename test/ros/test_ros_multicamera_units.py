@@ -11,14 +11,13 @@ import pytest
 pytest.importorskip("rclpy")
 from ros_harness import next_domain
 
-from compactinst_ros.backends import BackendOptions
+from compactinst_ros.backends import BackendOptions, usable_cores
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.ros.params import (
     PARAMETERS,
     declare_parameters,
     ort_threads,
     read_config,
-    usable_cores,
 )
 from compactinst_ros.ros.worker import Batcher, Frame, round_wait
 
