@@ -378,10 +378,24 @@ def _topics(ros: Session, args: argparse.Namespace) -> None:
                 f"no node {path} on ROS_DOMAIN_ID {ros.domain_id} within {ros.timeout:g} s; "
                 "'compactinst ros topics' lists every topic"
             )
-        ros.spin_until(lambda: False, REPLY_MATCH_S)
-        found = [
-            *ros.node.get_publisher_names_and_types_by_node(name, namespace),
-            *ros.node.get_subscriber_names_and_types_by_node(name, namespace),
-        ]
+
+        def endpoints() -> list:
+            return [
+                *ros.node.get_publisher_names_and_types_by_node(name, namespace),
+                *ros.node.get_subscriber_names_and_types_by_node(name, namespace),
+            ]
+
+        # a node's endpoints are discovered one by one: list them once they stop changing
+        deadline = time.monotonic() + ros.timeout
+        found: list = []
+        while True:
+            ros.spin_until(lambda: False, REPLY_MATCH_S)
+            now = endpoints()
+            if (now and sorted(map(str, now)) == sorted(map(str, found))) or (
+                time.monotonic() > deadline
+            ):
+                found = now
+                break
+            found = now
     for topic, types in sorted(set((t, tuple(ty)) for t, ty in found)):
         print(f"{topic} [{', '.join(types)}]")
