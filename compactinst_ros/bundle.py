@@ -25,7 +25,8 @@ The bundle is the only thing the runtime needs from training/export. Schema (for
                  "stages": {"encoder": {"fp32_islands": [...], "sha256": "..."}, ...}},
         "int8": {"derive": "qdq", "tools": {...}, "calibration": {"method": "minmax", ...},
                  "stages": {"encoder": {"ranges": "int8_ranges.encoder.json",
-                                        "ranges_sha256": "...", "fp32_layers": [...],
+                                        "ranges_sha256": "...", "pre_process": true,
+                                        "fp32_layers": [...],
                                         "sha256": {"tensorrt": "...", "cpu": "..."}}, ...}}
       }
     }
@@ -418,7 +419,8 @@ def _derive(
     ranges = bundle.root / entry["ranges"]
     method = bundle.variants["int8"].get("calibration", {}).get("method", "minmax")
     exclude = entry.get("fp32_layers", ())
-    return variants.serialize(variants.int8_graph(model, ranges, target, exclude, method))
+    source = variants.int8_source(model, entry.get("pre_process", False))
+    return variants.serialize(variants.int8_graph(source, ranges, target, exclude, method))
 
 
 def _parse_variants(root: Path, variants: object, where: Path, verify: bool) -> dict:

@@ -114,6 +114,25 @@ def quantizable_nodes(model: onnx.ModelProto) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type in QUANTIZED_OPS]
 
 
+def pre_processed(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` through ONNX Runtime's ``quant_pre_process`` (shape inference and its basic
+    graph optimisations). It folds the frozen BatchNorm's Mul/Add into the convolutions, so each
+    one runs as a single quantized kernel instead of an INT8 conv with FP32 Mul/Add after it."""
+    _import_tools("int8")
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    with tempfile.TemporaryDirectory(prefix="compactinst_q.") as tmp:
+        out = Path(tmp) / "pre.onnx"
+        quant_pre_process(model, out)
+        return onnx.load(str(out))
+
+
+def int8_source(model: onnx.ModelProto, pre_process: bool) -> onnx.ModelProto:
+    """The graph a stage's INT8 graphs are calibrated and quantized from: its FP32 graph,
+    ``pre_processed`` where the recipe asks for it."""
+    return pre_processed(model) if pre_process else model
+
+
 def quantize(
     model: onnx.ModelProto,
     ranges_path: Path,

@@ -7,7 +7,8 @@ INT8 sensitivity pass, and golden cases for every precision.
   image folder or a bag) once; the ranges are stored, and the TensorRT graph (symmetric s8) and
   the CPU graph (u8 activations) are derived from them. The sensitivity pass quantizes one layer
   at a time, reports the error each adds at the decoder outputs, and leaves the worst layers in
-  FP32 until the whole graph's error is within ``--budget``.
+  FP32 until the whole graph's error is within ``--budget``. The encoder is quantized from its
+  pre-processed graph (``--pre-process``), where the frozen BatchNorm is folded into the convs.
 * Golden cases: the first calibration images with every precision's CPU decoder outputs (the
   engines' acceptance reference; int8 = the TensorRT graph).
 """
@@ -44,6 +45,9 @@ CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 #: default error budget of the INT8 graph: mean |int8 - fp32| of a decoder output over its range
 DEFAULT_BUDGET = 0.01
 GOLDEN_IMAGES = 3
+#: stages whose INT8 graphs start from the pre-processed graph (``variants.pre_processed``): it
+#: folds the encoder's frozen BatchNorm into its convs (faster); the decoder came out slower
+PRE_PROCESSED = ("encoder",)
 Log = Callable[[str], None]
 
 
@@ -94,10 +98,15 @@ class Int8Result:
 
 
 def calibrate(
-    bundle: ModelBundle, tensors: Sequence[np.ndarray], method: str, log: Log = _stderr
+    bundle: ModelBundle,
+    tensors: Sequence[np.ndarray],
+    method: str,
+    pre_process: Sequence[str] = (),
+    log: Log = _stderr,
 ) -> dict[str, Path]:
-    """ONNX Runtime calibration of every stage on ``tensors``; the ranges files it writes into
-    the bundle (ONNX Runtime's calibration cache format)."""
+    """ONNX Runtime calibration of every stage on ``tensors`` (of its ``int8_source``: the
+    stages in ``pre_process`` pre-processed); the ranges files it writes into the bundle (ONNX
+    Runtime's calibration cache format)."""
     if method not in CALIBRATION_METHODS:
         raise ConfigError(f"calibration '{method}': choose {', '.join(CALIBRATION_METHODS)}")
     fp32 = Chain(bundle, {s.name: s.path.read_bytes() for s in bundle.stages})
@@ -112,7 +121,7 @@ def calibrate(
         path.unlink(missing_ok=True)
         start = time.perf_counter()
         variants.quantize(  # the calibration run: it writes the ranges file
-            onnx.load(str(stage.path)),
+            variants.int8_source(onnx.load(str(stage.path)), stage.name in pre_process),
             path,
             variants.INT8_TARGETS["tensorrt"],
             (),
@@ -134,6 +143,7 @@ def sensitivity(
     max_layers: int = 8,
     layer_error: dict[str, dict[str, float]] | None = None,
     method: str = "minmax",
+    pre_process: Sequence[str] = (),
     log: Log = _stderr,
     on_layers: Callable[[dict], None] | None = None,
 ) -> Int8Result:
@@ -142,8 +152,11 @@ def sensitivity(
     in FP32 where that lowers the TensorRT graph's error, until it is <= ``budget`` or
     ``max_layers`` are left out (errors do not add up: a layer alone can cost more than it
     costs among the others)."""
-    models = {s.name: onnx.load(str(s.path)) for s in bundle.stages}
-    fp32_bytes = {n: variants.serialize(m) for n, m in models.items()}
+    fp32_bytes = {s.name: s.path.read_bytes() for s in bundle.stages}
+    models = {
+        s.name: variants.int8_source(onnx.load(str(s.path)), s.name in pre_process)
+        for s in bundle.stages
+    }
     reference = [Chain(bundle, fp32_bytes)(t) for t in tensors]
     candidates = {n: variants.quantizable_nodes(m) for n, m in models.items()}
 
@@ -220,8 +233,10 @@ def write_variants(
     int8: Int8Result | None,
     ranges: dict[str, Path],
     calibration: dict,
+    pre_process: Sequence[str] = (),
 ) -> ModelBundle:
-    """Record the variants in ``root/bundle.json`` (derived graph hashes included) and reload."""
+    """Record the variants in ``root/bundle.json`` (derived graph hashes included) and reload;
+    the INT8 graphs of the stages in ``pre_process`` start from their pre-processed graph."""
     base = ModelBundle.load(root)
     meta = json.loads((root / METADATA_FILE).read_text())
     found: dict[str, dict] = {}
@@ -237,17 +252,20 @@ def write_variants(
             }
         if int8 is not None:
             layers = int8.fp32_layers[stage.name]
+            source = variants.int8_source(model, stage.name in pre_process)
             found.setdefault("int8", {"derive": "qdq", "tools": tools, "stages": {},
                                       "calibration": calibration})  # fmt: skip
+            method = calibration["method"]
             derived = {
                 t: variants.serialize(
-                    variants.int8_graph(model, ranges[stage.name], t, layers, calibration["method"])
+                    variants.int8_graph(source, ranges[stage.name], t, layers, method)
                 )
                 for t in INT8_GRAPHS
             }
             found["int8"]["stages"][stage.name] = {
                 "ranges": ranges[stage.name].name,
                 "ranges_sha256": sha256_file(ranges[stage.name]),
+                "pre_process": stage.name in pre_process,
                 "fp32_layers": layers,
                 "sha256": {t: _sha(data) for t, data in derived.items()},
             }
@@ -289,6 +307,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-fp32-layers", type=int, default=8, help="most layers left out of INT8 (default 8)"
     )
     parser.add_argument(
+        "--pre-process", nargs="*", default=list(PRE_PROCESSED), metavar="STAGE",
+        help="stages quantized from ONNX Runtime's quant_pre_process graph (default: "
+        f"{' '.join(PRE_PROCESSED)}; none: leave the list empty)",
+    )  # fmt: skip
+    parser.add_argument(
         "--out", type=Path, help="write the per-layer INT8 errors as JSON (default: not written)"
     )
     parser.add_argument(
@@ -307,7 +330,13 @@ def run(args: argparse.Namespace) -> int:
     _stderr(f"{len(tensors)} calibration images from {args.data}")
     islands = fp16_islands(bundle, args.fp16_frames)
     _stderr(f"fp16 islands: {sum(map(len, islands.values()))} nodes kept in FP32")
-    ranges = calibrate(bundle, tensors, args.calibration)
+    unknown = sorted(set(args.pre_process) - {s.name for s in bundle.stages})
+    if unknown:
+        raise ConfigError(
+            f"--pre-process {' '.join(unknown)}: no such stage; the bundle's stages are "
+            + ", ".join(s.name for s in bundle.stages)
+        )
+    ranges = calibrate(bundle, tensors, args.calibration, args.pre_process)
     previous = None
     if args.layer_errors:
         previous = json.loads(args.layer_errors.read_text())["layer_error"]
@@ -325,10 +354,11 @@ def run(args: argparse.Namespace) -> int:
         args.max_fp32_layers,
         previous,
         args.calibration,
+        args.pre_process,
         on_layers=save,
     )
     calibration = {"method": args.calibration, "frames": len(tensors), "data": Path(args.data).name}
-    bundle = write_variants(bundle.root, islands, result, ranges, calibration)
+    bundle = write_variants(bundle.root, islands, result, ranges, calibration, args.pre_process)
     golden = write_golden(bundle.root, golden_cases(bundle, tensors[:GOLDEN_IMAGES]))
     print(f"{bundle.name}: variants {', '.join(bundle.precisions)}; golden cases {golden}")
     for name, layers in result.fp32_layers.items():

@@ -205,3 +205,16 @@ def test_calibration_images_from_a_bag(typed_bundle: Path, tiny_data: Path, tmp_
     from_folder = encoder_inputs(bundle, tiny_data, 3)
     assert len(from_bag) == 3
     assert all(np.array_equal(a, b) for a, b in zip(from_bag, from_folder, strict=True))
+
+
+def test_encoder_int8_graph_folds_the_frozen_batchnorm(typed_bundle: Path) -> None:
+    meta = json.loads((typed_bundle / "bundle.json").read_text())["variants"]["int8"]["stages"]
+    assert meta["encoder"]["pre_process"] and not meta["decoder"]["pre_process"]
+    bundle = ModelBundle.load(typed_bundle)
+    fp32 = onnx.load(str(typed_bundle / "encoder.onnx"))
+    assert {"/enc/bn/Mul", "/enc/bn/Add"} <= {n.name for n in fp32.graph.node}
+    for target in ("tensorrt", "cpu"):
+        typed = onnx.load_from_string(bundle.stage_graph("encoder", "int8", target).model_bytes)
+        conv = next(n for n in typed.graph.node if n.op_type == "Conv")
+        after = [n.op_type for n in typed.graph.node if conv.output[0] in n.input]
+        assert after in (["Relu"], ["QuantizeLinear"]), (target, after)  # no Mul/Add left

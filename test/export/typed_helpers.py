@@ -30,9 +30,9 @@ def _value(name: str, shape: list[int]) -> onnx.ValueInfoProto:
 
 
 def make_tiny_bundle(root: Path) -> ModelBundle:
-    """encoder: Conv (stride 4) + Relu; decoder: Conv, the sensitive Conv, a MatMul over the mask
-    pixels, a bool -> float Cast (the graph shape that broke the FP16 conversion), class logits
-    from a MatMul of the mask peaks."""
+    """encoder: Conv (stride 4), a frozen BatchNorm (Mul, Add), Relu; decoder: Conv, the
+    sensitive Conv, a MatMul over the mask pixels, a bool -> float Cast (the graph shape that
+    broke the FP16 conversion), class logits from a MatMul of the mask peaks."""
     rng = np.random.default_rng(0)
     root.mkdir(parents=True)
     f = SIZE // 4
@@ -47,12 +47,16 @@ def make_tiny_bundle(root: Path) -> ModelBundle:
             helper.make_node("Mul", ["image", "inv255"], ["x"], name="/enc/Mul"),
             helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="/enc/conv",
                              kernel_shape=[4, 4], strides=[4, 4]),
-            helper.make_node("Relu", ["c1"], ["e3"], name="/enc/relu"),
+            helper.make_node("Mul", ["c1", "bn_scale"], ["c2"], name="/enc/bn/Mul"),
+            helper.make_node("Add", ["c2", "bn_shift"], ["c3"], name="/enc/bn/Add"),
+            helper.make_node("Relu", ["c3"], ["e3"], name="/enc/relu"),
         ],
         [_value("image", [1, 3, SIZE, SIZE])],
         [_value("e3", [1, 8, f, f])],
         [numpy_helper.from_array(np.array(1 / 255, np.float32), "inv255"),
-         init("w1", 8, 3, 4, 4), init("b1", 8)],
+         init("w1", 8, 3, 4, 4), init("b1", 8),
+         numpy_helper.from_array(1 + 0.2 * rng.random((1, 8, 1, 1), np.float32), "bn_scale"),
+         init("bn_shift", 1, 8, 1, 1, scale=0.1)],
     )  # fmt: skip
     spike = np.zeros((1, 8, f, f), np.float32)
     spike[0, 7, 0, 0] = 4000.0
