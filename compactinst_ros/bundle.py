@@ -257,11 +257,15 @@ class ModelBundle:
         return hashlib.sha256(joined.encode()).hexdigest()[:16]
 
     @classmethod
-    def load(cls, root: str | Path, verify_hashes: bool = True) -> ModelBundle:
+    def load(
+        cls, root: str | Path, verify_hashes: bool = True, with_variants: bool = True
+    ) -> ModelBundle:
         """Read and validate ``root/bundle.json``; BundleError names what is wrong and the fix.
 
         ``verify_hashes`` checks each stage file against its recorded sha256 (20-40 ms for the
         20 MB default bundle); pass False only for files that are deliberately not the export's.
+        ``with_variants`` False loads the FP32 stages alone, for the command that replaces the
+        variants (a half-done run leaves ranges that no longer match their recorded sha256).
         """
         root = Path(root)
         meta_path = root / METADATA_FILE
@@ -275,7 +279,10 @@ class ModelBundle:
                 f"'{root}' is not a model bundle: {METADATA_FILE} is missing "
                 "(re-export it with 'compactinst export')"
             )
-        return cls.from_json(root, _read_metadata(root), verify_hashes=verify_hashes)
+        meta = _read_metadata(root)
+        if not with_variants:
+            meta.pop("variants", None)
+        return cls.from_json(root, meta, verify_hashes=verify_hashes)
 
     @classmethod
     def from_json(cls, root: Path, meta: dict, verify_hashes: bool = True) -> ModelBundle:

@@ -228,20 +228,21 @@ def golden_cases(
 
 
 def write_variants(
-    root: Path,
+    bundle: ModelBundle,
     islands: dict[str, list[str]] | None,
     int8: Int8Result | None,
     ranges: dict[str, Path],
     calibration: dict,
     pre_process: Sequence[str] = (),
 ) -> ModelBundle:
-    """Record the variants in ``root/bundle.json`` (derived graph hashes included) and reload;
-    the INT8 graphs of the stages in ``pre_process`` start from their pre-processed graph."""
-    base = ModelBundle.load(root)
+    """Record the variants in ``bundle.json`` (derived graph hashes included) and reload; the
+    INT8 graphs of the stages in ``pre_process`` start from their pre-processed graph.
+    ``bundle`` is as loaded before calibrating: its recorded ranges hashes are the old ones."""
+    root = bundle.root
     meta = json.loads((root / METADATA_FILE).read_text())
     found: dict[str, dict] = {}
     tools = variants.tool_versions()
-    for stage in base.stages:
+    for stage in bundle.stages:
         model = onnx.load(str(stage.path))
         if islands is not None:
             typed = variants.serialize(variants.fp16_graph(model, islands[stage.name]))
@@ -323,19 +324,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Make the fp16 and int8 variants and the golden cases of a bundle."""
-    bundle = ModelBundle.load(args.bundle)
+    bundle = ModelBundle.load(args.bundle, with_variants=False)  # they are being replaced
     if args.frames < 1 or args.sensitivity_frames < 1:
         raise ConfigError("--frames and --sensitivity-frames need at least 1 image")
-    tensors = encoder_inputs(bundle, args.data, args.frames)
-    _stderr(f"{len(tensors)} calibration images from {args.data}")
-    islands = fp16_islands(bundle, args.fp16_frames)
-    _stderr(f"fp16 islands: {sum(map(len, islands.values()))} nodes kept in FP32")
     unknown = sorted(set(args.pre_process) - {s.name for s in bundle.stages})
     if unknown:
         raise ConfigError(
             f"--pre-process {' '.join(unknown)}: no such stage; the bundle's stages are "
             + ", ".join(s.name for s in bundle.stages)
         )
+    tensors = encoder_inputs(bundle, args.data, args.frames)
+    _stderr(f"{len(tensors)} calibration images from {args.data}")
+    islands = fp16_islands(bundle, args.fp16_frames)
+    _stderr(f"fp16 islands: {sum(map(len, islands.values()))} nodes kept in FP32")
     ranges = calibrate(bundle, tensors, args.calibration, args.pre_process)
     previous = None
     if args.layer_errors:
@@ -358,7 +359,7 @@ def run(args: argparse.Namespace) -> int:
         on_layers=save,
     )
     calibration = {"method": args.calibration, "frames": len(tensors), "data": Path(args.data).name}
-    bundle = write_variants(bundle.root, islands, result, ranges, calibration, args.pre_process)
+    bundle = write_variants(bundle, islands, result, ranges, calibration, args.pre_process)
     golden = write_golden(bundle.root, golden_cases(bundle, tensors[:GOLDEN_IMAGES]))
     print(f"{bundle.name}: variants {', '.join(bundle.precisions)}; golden cases {golden}")
     for name, layers in result.fp32_layers.items():

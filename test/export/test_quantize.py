@@ -218,3 +218,23 @@ def test_encoder_int8_graph_folds_the_frozen_batchnorm(typed_bundle: Path) -> No
         conv = next(n for n in typed.graph.node if n.op_type == "Conv")
         after = [n.op_type for n in typed.graph.node if conv.output[0] in n.input]
         assert after in (["Relu"], ["QuantizeLinear"]), (target, after)  # no Mul/Add left
+
+
+def test_quantize_again_replaces_the_variants(
+    typed_copy: Path, tiny_data: Path, capsys: pytest.CaptureFixture
+) -> None:
+    old = json.loads((typed_copy / "bundle.json").read_text())["variants"]["int8"]
+    args = ["quantize", str(typed_copy), "--data", str(tiny_data), "--frames", "2",
+            "--sensitivity-frames", "1", "--fp16-frames", "1"]  # fmt: skip
+    assert main([*args, "--pre-process", "nowhere"]) == 1
+    assert "no such stage" in capsys.readouterr().err
+    ranges = typed_copy / "int8_ranges.encoder.json"
+    ranges.write_text(ranges.read_text().replace("0", "1", 1))  # as a run stopped midway leaves it
+    with pytest.raises(BundleError, match="calibration ranges of encoder"):
+        ModelBundle.load(typed_copy)
+    assert main([*args, "--pre-process"]) == 0  # an empty list: no stage pre-processed
+    new = json.loads((typed_copy / "bundle.json").read_text())["variants"]["int8"]
+    assert new["calibration"]["frames"] == 2 and not new["stages"]["encoder"]["pre_process"]
+    assert new["stages"]["encoder"]["ranges_sha256"] != old["stages"]["encoder"]["ranges_sha256"]
+    typed = ModelBundle.load(typed_copy).stage_graph("encoder", "int8", "cpu").model_bytes
+    assert "/enc/bn/Mul" in {n.name for n in onnx.load_from_string(typed).graph.node}
