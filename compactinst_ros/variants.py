@@ -22,8 +22,8 @@ from onnx import TensorProto
 
 from .errors import BundleError
 
-#: operators that get Q/DQ: TensorRT fuses Q/DQ into convolutions and matrix products; elsewhere
-#: (normalisation, softmax, elementwise) a Q/DQ pair only adds rounding
+#: operators that get Q/DQ in the TensorRT graph: TensorRT fuses Q/DQ into convolutions and matrix
+#: products; elsewhere (normalisation, softmax, elementwise) a Q/DQ pair only adds rounding
 QUANTIZED_OPS = ("Conv", "MatMul")
 
 
@@ -34,14 +34,21 @@ class Int8Target:
     name: str
     activations: str  # "s8" (zero point 0) or "u8"
     symmetric_activations: bool
+    ops: tuple[str, ...]  # the operators that get Q/DQ
     note: str
 
 
 #: the TensorRT graph (its rule: symmetric s8 everywhere) and the fastest x86 CPU graph (u8
-#: activations, s8 weights: the VNNI kernels take u8 x s8), both from one calibration
+#: activations, s8 weights: the VNNI kernels take u8 x s8), both from one calibration. The CPU
+#: graph quantizes convolutions only: ONNX Runtime's quantized MatMuls of the decoder's sizes
+#: ran no faster than FP32 ones, and the Q/DQ around them cost more than they saved.
 INT8_TARGETS = {
-    "tensorrt": Int8Target("tensorrt", "s8", True, "s8 activations and weights, zero point 0"),
-    "cpu": Int8Target("cpu", "u8", False, "u8 activations, s8 per-channel weights"),
+    "tensorrt": Int8Target(
+        "tensorrt", "s8", True, QUANTIZED_OPS, "s8 activations and weights, zero point 0"
+    ),
+    "cpu": Int8Target(
+        "cpu", "u8", False, ("Conv",), "u8 activations, s8 per-channel weights, Conv only"
+    ),
 }
 
 
@@ -110,7 +117,8 @@ def fp16_graph(model: onnx.ModelProto, islands: Iterable[str] = ()) -> onnx.Mode
 
 
 def quantizable_nodes(model: onnx.ModelProto) -> list[str]:
-    """Names of the nodes that get Q/DQ (QUANTIZED_OPS), in graph order."""
+    """Names of the nodes that get Q/DQ in the TensorRT graph (QUANTIZED_OPS), in graph order:
+    the CPU graph's are a subset."""
     return [n.name for n in model.graph.node if n.op_type in QUANTIZED_OPS]
 
 
@@ -163,7 +171,7 @@ def quantize(
                 out,
                 calibration_data_reader=reader,
                 quant_format=QuantFormat.QDQ,
-                op_types_to_quantize=list(QUANTIZED_OPS),
+                op_types_to_quantize=list(target.ops),
                 per_channel=True,
                 activation_type=activation,
                 weight_type=QuantType.QInt8,

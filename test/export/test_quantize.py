@@ -238,3 +238,16 @@ def test_quantize_again_replaces_the_variants(
     assert new["stages"]["encoder"]["ranges_sha256"] != old["stages"]["encoder"]["ranges_sha256"]
     typed = ModelBundle.load(typed_copy).stage_graph("encoder", "int8", "cpu").model_bytes
     assert "/enc/bn/Mul" in {n.name for n in onnx.load_from_string(typed).graph.node}
+
+
+def test_cpu_int8_graph_quantizes_convs_only(typed_bundle: Path) -> None:
+    bundle = ModelBundle.load(typed_bundle)
+
+    def quantized(target: str) -> set[str]:
+        model = onnx.load_from_string(bundle.stage_graph("decoder", "int8", target).model_bytes)
+        dequantized = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+        return {n.name for n in model.graph.node if dequantized & set(n.input)}
+
+    assert {"/dec/conv", "/dec/matmul", "/dec/classes"} <= quantized("tensorrt")
+    cpu = quantized("cpu")
+    assert "/dec/conv" in cpu and not cpu & {"/dec/matmul", "/dec/classes"}
