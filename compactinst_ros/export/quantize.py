@@ -128,6 +128,9 @@ def calibrate(
             reader=_Feeds(feeds[stage.name]),
             method=method,
         )
+        # ONNX Runtime writes the tensors in set order, which changes from run to run: sorted,
+        # the same calibration gives the same file (and sha256)
+        path.write_text(json.dumps(json.loads(path.read_text()), sort_keys=True))
         path.chmod(0o644)  # ONNX Runtime writes it through mkstemp (0600); it ships with the bundle
         log(f"calibrated {stage.name} ({method}, {len(tensors)} frames) in "
             f"{time.perf_counter() - start:.1f} s")  # fmt: skip

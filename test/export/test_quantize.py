@@ -251,3 +251,10 @@ def test_cpu_int8_graph_quantizes_convs_only(typed_bundle: Path) -> None:
     assert {"/dec/conv", "/dec/matmul", "/dec/classes"} <= quantized("tensorrt")
     cpu = quantized("cpu")
     assert "/dec/conv" in cpu and not cpu & {"/dec/matmul", "/dec/classes"}
+
+
+def test_ranges_files_are_written_in_sorted_order(typed_bundle: Path) -> None:
+    # ONNX Runtime writes them in set order, which changes from process to process
+    for stage in ("encoder", "decoder"):
+        text = (typed_bundle / f"int8_ranges.{stage}.json").read_text()
+        assert text == json.dumps(json.loads(text), sort_keys=True), stage
