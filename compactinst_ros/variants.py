@@ -160,6 +160,10 @@ def quantize(
         "percentile": CalibrationMethod.Percentile,
     }
     activation = QuantType.QInt8 if target.activations == "s8" else QuantType.QUInt8
+    # A calibration run turns the given model's weights into external-data references to a
+    # temporary file it then deletes: it gets a copy, so the caller's model stays usable
+    given = onnx.ModelProto()
+    given.CopyFrom(model)
     root = logging.getLogger()  # the quantizer logs a pre-processing hint on every call
     level = root.level
     root.setLevel(logging.ERROR)
@@ -167,7 +171,7 @@ def quantize(
         with tempfile.TemporaryDirectory(prefix="compactinst_q.") as tmp:
             out = Path(tmp) / "int8.onnx"
             quantize_static(
-                model,
+                given,
                 out,
                 calibration_data_reader=reader,
                 quant_format=QuantFormat.QDQ,

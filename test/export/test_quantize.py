@@ -258,3 +258,13 @@ def test_ranges_files_are_written_in_sorted_order(typed_bundle: Path) -> None:
     for stage in ("encoder", "decoder"):
         text = (typed_bundle / f"int8_ranges.{stage}.json").read_text()
         assert text == json.dumps(json.loads(text), sort_keys=True), stage
+
+
+def test_calibrating_leaves_the_given_model_intact(typed_copy: Path, tmp_path: Path) -> None:
+    from compactinst_ros.export.quantize import _Feeds
+
+    model = onnx.load(str(typed_copy / "encoder.onnx"))
+    before = variants.serialize(model)
+    feeds = _Feeds([{"image": np.full((1, 3, 64, 64), 100.0, np.float32)}])
+    variants.quantize(model, tmp_path / "ranges.json", variants.INT8_TARGETS["cpu"], (), feeds)
+    assert variants.serialize(model) == before
