@@ -19,6 +19,8 @@ def _default_texts(default: object) -> set[str]:
         texts.add(f"{default:g}")
     if isinstance(default, Path):
         texts.add(default.as_posix())
+    if isinstance(default, (list, tuple)):  # nargs: as typed on the command line
+        texts.add(" ".join(map(str, default)))
     return texts
 
 
