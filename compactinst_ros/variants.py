@@ -35,7 +35,6 @@ class Int8Target:
     activations: str  # "s8" (zero point 0) or "u8"
     symmetric_activations: bool
     ops: tuple[str, ...]  # the operators that get Q/DQ
-    note: str
 
 
 #: the TensorRT graph (its rule: symmetric s8 everywhere) and the fastest x86 CPU graph (u8
@@ -43,12 +42,8 @@ class Int8Target:
 #: graph quantizes convolutions only: ONNX Runtime's quantized MatMuls of the decoder's sizes
 #: ran no faster than FP32 ones, and the Q/DQ around them cost more than they saved.
 INT8_TARGETS = {
-    "tensorrt": Int8Target(
-        "tensorrt", "s8", True, QUANTIZED_OPS, "s8 activations and weights, zero point 0"
-    ),
-    "cpu": Int8Target(
-        "cpu", "u8", False, ("Conv",), "u8 activations, s8 per-channel weights, Conv only"
-    ),
+    "tensorrt": Int8Target("tensorrt", "s8", True, QUANTIZED_OPS),
+    "cpu": Int8Target("cpu", "u8", False, ("Conv",)),
 }
 
 
