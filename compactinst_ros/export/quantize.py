@@ -97,6 +97,15 @@ class Int8Result:
     budget: float
 
 
+def int8_sources(bundle: ModelBundle, pre_process: Sequence[str]) -> dict[str, onnx.ModelProto]:
+    """Per stage, the graph its INT8 graphs are calibrated and quantized from
+    (``variants.int8_source``: the stages in ``pre_process`` pre-processed)."""
+    return {
+        s.name: variants.int8_source(onnx.load(str(s.path)), s.name in pre_process)
+        for s in bundle.stages
+    }
+
+
 def calibrate(
     bundle: ModelBundle,
     tensors: Sequence[np.ndarray],
@@ -104,9 +113,8 @@ def calibrate(
     pre_process: Sequence[str] = (),
     log: Log = _stderr,
 ) -> dict[str, Path]:
-    """ONNX Runtime calibration of every stage on ``tensors`` (of its ``int8_source``: the
-    stages in ``pre_process`` pre-processed); the ranges files it writes into the bundle (ONNX
-    Runtime's calibration cache format)."""
+    """ONNX Runtime calibration of every stage on ``tensors`` (of its ``int8_sources`` graph);
+    the ranges files it writes into the bundle (ONNX Runtime's calibration cache format)."""
     if method not in CALIBRATION_METHODS:
         raise ConfigError(f"calibration '{method}': choose {', '.join(CALIBRATION_METHODS)}")
     fp32 = Chain(bundle, {s.name: s.path.read_bytes() for s in bundle.stages})
@@ -116,12 +124,13 @@ def calibrate(
         for f in feeds["encoder"]
     ]
     paths = {}
+    sources = int8_sources(bundle, pre_process)
     for stage in bundle.stages:
         path = bundle.root / f"int8_ranges.{stage.name}.json"
         path.unlink(missing_ok=True)
         start = time.perf_counter()
         variants.quantize(  # the calibration run: it writes the ranges file
-            variants.int8_source(onnx.load(str(stage.path)), stage.name in pre_process),
+            sources[stage.name],
             path,
             variants.INT8_TARGETS["tensorrt"],
             (),
@@ -156,10 +165,7 @@ def sensitivity(
     ``max_layers`` are left out (errors do not add up: a layer alone can cost more than it
     costs among the others)."""
     fp32_bytes = {s.name: s.path.read_bytes() for s in bundle.stages}
-    models = {
-        s.name: variants.int8_source(onnx.load(str(s.path)), s.name in pre_process)
-        for s in bundle.stages
-    }
+    models = int8_sources(bundle, pre_process)
     reference = [Chain(bundle, fp32_bytes)(t) for t in tensors]
     candidates = {n: variants.quantizable_nodes(m) for n, m in models.items()}
 
@@ -245,6 +251,7 @@ def write_variants(
     meta = json.loads((root / METADATA_FILE).read_text())
     found: dict[str, dict] = {}
     tools = variants.tool_versions()
+    sources = int8_sources(bundle, pre_process) if int8 is not None else {}
     for stage in bundle.stages:
         model = onnx.load(str(stage.path))
         if islands is not None:
@@ -256,13 +263,12 @@ def write_variants(
             }
         if int8 is not None:
             layers = int8.fp32_layers[stage.name]
-            source = variants.int8_source(model, stage.name in pre_process)
             found.setdefault("int8", {"derive": "qdq", "tools": tools, "stages": {},
                                       "calibration": calibration})  # fmt: skip
             method = calibration["method"]
             derived = {
                 t: variants.serialize(
-                    variants.int8_graph(source, ranges[stage.name], t, layers, method)
+                    variants.int8_graph(sources[stage.name], ranges[stage.name], t, layers, method)
                 )
                 for t in INT8_GRAPHS
             }

@@ -391,11 +391,9 @@ def _topics(ros: Session, args: argparse.Namespace) -> None:
         while True:
             ros.spin_until(lambda: False, REPLY_MATCH_S)
             now = endpoints()
-            if (now and sorted(map(str, now)) == sorted(map(str, found))) or (
-                time.monotonic() > deadline
-            ):
-                found = now
-                break
+            settled = bool(now) and sorted(map(str, now)) == sorted(map(str, found))
             found = now
+            if settled or time.monotonic() > deadline:
+                break
     for topic, types in sorted(set((t, tuple(ty)) for t, ty in found)):
         print(f"{topic} [{', '.join(types)}]")
