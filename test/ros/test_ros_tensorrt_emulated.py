@@ -57,6 +57,12 @@ def test_node_runs_the_tensorrt_backend_and_renders_the_overlay_on_the_device(tm
             "encoder",
         ]
         client.wait_for(lambda: raw.get_subscription_count() and client.matched(f"{NS}/overlay"))
+        # the node re-subscribes reliable once it sees this publisher; a frame sent before that
+        # can go to the reader it replaces, and one lost frame left the test waiting 60 s
+        client.wait_for(
+            lambda: client.latest_diagnostics().get("input_reliability") == "raw=reliable",
+            what="the input subscribed reliable",
+        )
         frame = scene(96, 128, 2)
         msg = image_msg(frame, "bgr8")
         sec = msg.header.stamp.sec
