@@ -118,8 +118,9 @@ class OrtBackend:
             else s.path
             for s in (encoder, decoder)
         ]
-        self._encoder = create_session(graphs[0], options.threads, options.providers)
-        self._decoder = create_session(graphs[1], options.threads, options.providers)
+        fused = self.precision != "int8" or _int8_cpu_kernels(self.int8_graph)
+        self._encoder = create_session(graphs[0], options.threads, options.providers, fused)
+        self._decoder = create_session(graphs[1], options.threads, options.providers, fused)
         image_inputs = _check_names(self._encoder, encoder.path, [t.name for t in encoder.inputs])
         if len(image_inputs) != 1:
             raise BackendError(f"{encoder.path} must have exactly one input (the image)")
@@ -231,6 +232,14 @@ class OrtBackend:
         """Drop the sessions (ONNX Runtime frees them when unreferenced)."""
         self._encoder = None  # type: ignore[assignment]
         self._decoder = None  # type: ignore[assignment]
+
+
+def _int8_cpu_kernels(int8_graph: str) -> bool:
+    """Whether ``int8_graph`` runs on ONNX Runtime's fused int8 kernels or as written (its
+    target's exact Q/DQ arithmetic, ``variants.INT8_TARGETS``)."""
+    from ..variants import INT8_TARGETS  # onnx: only where an INT8 graph is asked for
+
+    return INT8_TARGETS[int8_graph].cpu_kernels
 
 
 def _check_names(session: Any, path: Path, expected: list[str]) -> list[str]:

@@ -73,11 +73,12 @@ class _Feeds:
 
 
 class Chain:
-    """Encoder then decoder from graph bytes on the CPU: decoder outputs of encoder inputs."""
+    """Encoder then decoder from graph bytes on the CPU: decoder outputs of encoder inputs;
+    ``fused=False`` runs the graphs as written (the TensorRT INT8 graph's exact arithmetic)."""
 
-    def __init__(self, bundle: ModelBundle, graphs: dict[str, bytes]) -> None:
-        self.encoder = create_session(graphs["encoder"])
-        self.decoder = create_session(graphs["decoder"])
+    def __init__(self, bundle: ModelBundle, graphs: dict[str, bytes], fused: bool = True) -> None:
+        self.encoder = create_session(graphs["encoder"], optimize=fused)
+        self.decoder = create_session(graphs["decoder"], optimize=fused)
         self.image = bundle.stages[0].inputs[0].name
         self.features = [o.name for o in self.encoder.get_outputs()]
 
@@ -166,7 +167,8 @@ def sensitivity(
     costs among the others)."""
     fp32_bytes = {s.name: s.path.read_bytes() for s in bundle.stages}
     models = int8_sources(bundle, pre_process)
-    reference = [Chain(bundle, fp32_bytes)(t) for t in tensors]
+    fused = variants.INT8_TARGETS["tensorrt"].cpu_kernels
+    reference = [Chain(bundle, fp32_bytes, fused)(t) for t in tensors]
     candidates = {n: variants.quantizable_nodes(m) for n, m in models.items()}
 
     def error_with(exclude: dict[str, list[str]], stages: Sequence[str]) -> dict[str, float]:
@@ -176,7 +178,7 @@ def sensitivity(
                 models[name], ranges[name], "tensorrt", exclude[name], method
             )
             graphs[name] = variants.serialize(typed)
-        chain = Chain(bundle, graphs)
+        chain = Chain(bundle, graphs, fused)
         return output_error(reference, [chain(t) for t in tensors])
 
     total = sum(map(len, candidates.values()))
@@ -231,7 +233,8 @@ def golden_cases(
     cases = {}
     for precision in bundle.precisions:
         graphs = {s.name: bundle.stage_graph(s.name, precision).model_bytes for s in bundle.stages}
-        chain = Chain(bundle, graphs)
+        fused = precision != "int8" or variants.INT8_TARGETS["tensorrt"].cpu_kernels
+        chain = Chain(bundle, graphs, fused)
         cases[precision] = [GoldenCase(t, chain(t)) for t in tensors]
     return cases
 
