@@ -35,11 +35,15 @@ NETWORK_TESTS := test/launch/test_vehicle_install.py
 # `make test` leaves out the tests marked `full` (extra model configs of a cross-check) to stay
 # within 10 minutes on 2 cores; `make test-full` runs those too.
 TEST_MARKS ?= not network and not full
+# Two pytest-xdist workers: most tests wait on a node subprocess or DDS with a core idle, so two
+# side by side keep both cores busy; loadfile keeps each file (and its module fixtures) on one.
+TEST_WORKERS ?= 2
 
 test: $(STAMP) lint
 	. ./scripts/ros_env.sh && $(VENV)/bin/python -m pytest -q -m network $(NETWORK_TESTS)
 	. ./scripts/ros_env.sh && \
-		./scripts/private_net.sh $(VENV)/bin/python -m pytest -q --durations=15 -m '$(TEST_MARKS)' test
+		./scripts/private_net.sh $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
+			--durations=15 -m '$(TEST_MARKS)' test
 
 test-full:
 	$(MAKE) test TEST_MARKS='not network'

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 
 import cv2
 import numpy as np
 import pytest
+from ros_domains import next_domain
 
 from compactinst_ros.cli import main
 from compactinst_ros.errors import ConfigError, DataError
@@ -92,9 +92,9 @@ def test_camera_names_and_bag_errors(camera_set, tmp_path):
         ReplayOptions(bag=camera_set, model=camera_set, topic="/left/image_raw", cameras="all")
 
 
-def lockstep_through_nodes(cameras, bundle, tmp_path, batched: bool, domain_base: int, **params):
+def lockstep_through_nodes(cameras, bundle, tmp_path, batched: bool, **params):
     """``run_cameras`` in lockstep on one-thread CPU nodes (``params`` added), warm-up 1, on a
-    domain of its own from ``domain_base``."""
+    domain of its own."""
     return run_cameras(
         cameras,
         bundle,
@@ -103,7 +103,7 @@ def lockstep_through_nodes(cameras, bundle, tmp_path, batched: bool, domain_base
         batched=batched,
         warmup=1,
         progress=False,
-        domain_id=domain_base + os.getpid() % 50,
+        domain_id=next_domain(),
         log_dir=tmp_path / "logs",
         node_params={"ort_threads": 1, **params},
     )
@@ -118,7 +118,7 @@ def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
     attach_ground_truth(cameras, gt, "auto")
     try:
         block, facts = lockstep_through_nodes(
-            cameras, random_bundle, tmp_path, batched, 150, diagnostics_period=0.2
+            cameras, random_bundle, tmp_path, batched, diagnostics_period=0.2
         )
         options = ReplayOptions(bag=camera_set / "bag", model=random_bundle, backend="onnxruntime")
         with lockstep_pipeline(options) as pipeline:
@@ -173,7 +173,7 @@ def test_one_camera_asked_batched_runs_as_its_single_camera_node(
     replay runs the per-camera node, whose outputs are under the camera's name."""
     (camera,) = open_cameras(camera_set / "bag", "/left/image_raw")
     try:
-        block, _ = lockstep_through_nodes([camera], random_bundle, tmp_path, True, 100)
+        block, _ = lockstep_through_nodes([camera], random_bundle, tmp_path, True)
     finally:
         camera.bag.close()
     assert block["nodes"] == 1 and block["node_exit_codes"] == [0], block["node_logs"]
@@ -187,7 +187,7 @@ def test_realtime_replay_of_cameras_through_the_cli(camera_set, random_bundle, t
         "replay", str(camera_set / "bag"), "--model", str(random_bundle), "--backend",
         "onnxruntime", "--cameras", "/left/image_raw,/rear/image_raw", "--mode", "realtime",
         "--gt-instances", str(camera_set / "instances.json"), "--out", str(out), "--output-bag",
-        "--warmup", "0", "--no-plots", "--quiet", "--domain", str(100 + os.getpid() % 50),
+        "--warmup", "0", "--no-plots", "--quiet", "--domain", str(next_domain()),
     ]  # fmt: skip
     assert main(args) == 0
     report = json.loads((out / "report.json").read_text())

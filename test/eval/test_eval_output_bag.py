@@ -4,7 +4,6 @@ camera_info with each frame's stamp, in lockstep and in realtime (real node over
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import cv2
 import numpy as np
 import pytest
 from eval_helpers import make_scenes
+from ros_domains import next_domain
 
 from compactinst_ros.eval.bags import CAMERA_INFO, IMAGE, BagWriter, ImageBag, image_message
 from compactinst_ros.eval.bags import typestore as rosbags_types
@@ -121,7 +121,7 @@ def test_realtime_output_bag_and_pipeline_latency(random_bundle, tmp_path):
             output_bag=out,
             warmup=1,
             progress=False,
-            domain_id=150 + (os.getpid() + 7) % 50,
+            domain_id=next_domain(),
             log_path=tmp_path / "node.log",
             node_params={"ort_threads": "1"},
         )

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import pytest
 from eval_helpers import make_scenes, oracle_result, scene_bag
+from ros_domains import next_domain
 
 from compactinst_ros import dds_env
 from compactinst_ros.errors import BackendError
@@ -19,7 +19,7 @@ from compactinst_ros.eval.realtime import recorded_result, run_realtime
 def test_realtime_reports_drops_when_the_node_is_slower_than_the_bag(random_bundle, tmp_path):
     scenes = make_scenes(16, 96, 128, seed=5)  # recorded at 10 Hz
     bag = scene_bag(scenes, tmp_path / "bag", "mcap")
-    domain = 150 + os.getpid() % 50
+    domain = next_domain()
     out_bag = tmp_path / "outputs"
     with ImageBag(bag) as b:
         block, facts = run_realtime(
@@ -64,7 +64,7 @@ def test_realtime_node_that_cannot_start_is_a_clear_error(tmp_path):
             broken,
             "onnxruntime",
             progress=False,
-            domain_id=199,
+            domain_id=next_domain(),
             log_path=tmp_path / "node.log",
             ready_timeout=60,
         )

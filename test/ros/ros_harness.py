@@ -3,14 +3,14 @@
 Imported by name (``ros_harness``), not through ``conftest``, so that it cannot be confused with
 another directory's conftest module.
 
-DDS stays on loopback, each fixture gets its own ROS_DOMAIN_ID, and both sides use the
-shipped loopback-only Fast DDS profile (config/fastdds_loopback.xml: the vehicle profile's shared
-memory, UDP on 127.0.0.1 only), under the variable names the distribution reads (dds_env).
+DDS stays on loopback, each fixture gets its own ROS_DOMAIN_ID (``ros_domains.next_domain``),
+and both sides use the shipped loopback-only Fast DDS profile (config/fastdds_loopback.xml: the
+vehicle profile's shared memory, UDP on 127.0.0.1 only), under the variable names the
+distribution reads (dds_env).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import threading
@@ -31,12 +31,6 @@ FASTDDS_PROFILE = REPO / "config" / "fastdds_loopback.xml"
 os.environ.update(dds_env.loopback_environment(os.environ, FASTDDS_PROFILE))
 os.environ["RMW_IMPLEMENTATION"] = "rmw_fastrtps_cpp"
 
-_DOMAINS = itertools.count(30 + (os.getpid() % 40) * 4)
-
-
-def next_domain() -> int:
-    """A ROS_DOMAIN_ID no other fixture of this run uses."""
-    return next(_DOMAINS) % 200 + 1
 
 
 def ros_env(domain: int) -> dict[str, str]:

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 import yaml
 from interface_build import COMPOSITION_INTERFACES, ROS_LAUNCH_DIR, built_for_test
-from ros_harness import REPO, Client, next_domain
+from ros_domains import next_domain
+from ros_harness import REPO, Client
 from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 

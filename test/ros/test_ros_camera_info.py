@@ -7,7 +7,8 @@ import time
 import cv2
 import numpy as np
 import pytest
-from ros_harness import Client, NodeProcess, cpu_node_params, next_domain
+from ros_domains import next_domain
+from ros_harness import Client, NodeProcess, cpu_node_params
 from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ros_harness import REPO, next_domain, ros_env
+from ros_domains import next_domain
+from ros_harness import REPO, ros_env
 
 pytest.importorskip("colcon_core")
 pytest.importorskip("colcon_ros")

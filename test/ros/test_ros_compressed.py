@@ -9,7 +9,8 @@ import array
 import cv2
 import numpy as np
 import pytest
-from ros_harness import Client, NodeProcess, cpu_node_params, next_domain
+from ros_domains import next_domain
+from ros_harness import Client, NodeProcess, cpu_node_params
 
 pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus

@@ -9,7 +9,7 @@ import pytest
 import rclpy
 from rclpy.node import Node
 from rclpy.waitable import NumberOfEntities, Waitable
-from ros_harness import next_domain
+from ros_domains import next_domain
 
 from compactinst_ros.ros.entry import spin
 

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ros_harness import REPO, Client, NodeProcess, cpu_node_params, next_domain
+from ros_domains import next_domain
+from ros_harness import REPO, Client, NodeProcess, cpu_node_params
 from test_ros_node import image_msg, scene
 
 from compactinst_ros.bundle import default_bundle_path

@@ -8,7 +8,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from ros_harness import REPO, Client, NodeProcess, cpu_node_params, next_domain
+from ros_domains import next_domain
+from ros_harness import REPO, Client, NodeProcess, cpu_node_params
 from test_ros_node import image_msg, scene
 
 pytest.importorskip("rclpy")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from ros_harness import Client, NodeProcess, cpu_node_params, next_domain
+from ros_domains import next_domain
+from ros_harness import Client, NodeProcess, cpu_node_params
 from test_ros_node import image_msg, scene
 
 pytest.importorskip("rclpy")

@@ -8,7 +8,8 @@ import shutil
 import time
 
 import pytest
-from ros_harness import NodeProcess, next_domain
+from ros_domains import next_domain
+from ros_harness import NodeProcess
 from test_ros_node import NS, image_msg, scene
 
 pytest.importorskip("rclpy")

@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 import pytest
-from ros_harness import REPO, Client, NodeProcess, cpu_node_params, next_domain
+from ros_domains import next_domain
+from ros_harness import REPO, Client, NodeProcess, cpu_node_params
 from ros_messages import raster_from_image, table_from_msg
 from test_ros_node import image_msg, scene
 

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 pytest.importorskip("rclpy")
-from ros_harness import next_domain
+from ros_domains import next_domain
 
 from compactinst_ros.backends import BackendOptions, usable_cores
 from compactinst_ros.errors import ConfigError

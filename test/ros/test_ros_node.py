@@ -8,7 +8,8 @@ import time
 import cv2
 import numpy as np
 import pytest
-from ros_harness import Client, NodeProcess, next_domain
+from ros_domains import next_domain
+from ros_harness import Client, NodeProcess
 from ros_messages import raster_from_image, table_from_msg
 
 from compactinst_ros.ros.diagnostics import REASON_KEY

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ros_harness import NodeProcess, next_domain
+from ros_domains import next_domain
+from ros_harness import NodeProcess
 from ros_messages import raster_from_image, table_from_msg
 from test_ros_lifecycle import _call, _state, _transition
 from test_ros_node import NS, image_msg, scene

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from ros_harness import REPO, Client, next_domain, ros_env
+from ros_domains import next_domain
+from ros_harness import REPO, Client, ros_env
 from ros_messages import raster_from_image
 from test_ros_node import image_msg
 

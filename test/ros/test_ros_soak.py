@@ -13,7 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from ros_harness import REPO, next_domain, ros_env
+from ros_domains import next_domain
+from ros_harness import REPO, ros_env
 
 pytest.importorskip("rclpy")
 

@@ -9,7 +9,8 @@ import shutil
 
 import numpy as np
 import pytest
-from ros_harness import REPO, Client, NodeProcess, next_domain
+from ros_domains import next_domain
+from ros_harness import REPO, Client, NodeProcess
 from ros_messages import raster_from_image
 from test_ros_node import encode_as, image_msg, scene
 

@@ -16,7 +16,8 @@ from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pytest
-from ros_harness import Client, NodeProcess, cpu_node_params, next_domain
+from ros_domains import next_domain
+from ros_harness import Client, NodeProcess, cpu_node_params
 from ros_messages import table_from_msg
 from test_ros_node import image_msg, scene
 

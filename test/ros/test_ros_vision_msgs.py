@@ -12,7 +12,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 from interface_build import VISION_MSGS, built_for_test
-from ros_harness import REPO, Client, NodeProcess, next_domain
+from ros_domains import next_domain
+from ros_harness import REPO, Client, NodeProcess
 from ros_messages import raster_from_image, table_from_msg
 from test_ros_node import image_msg, scene
 

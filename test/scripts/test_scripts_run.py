@@ -52,7 +52,8 @@ def printed_dict(out: str, prefix: str) -> dict:
 def ros_script_env() -> dict[str, str]:
     """Environment of a ROS script: DDS on loopback, a ROS_DOMAIN_ID no other test uses."""
     pytest.importorskip("rclpy")
-    from ros_harness import next_domain, ros_env
+    from ros_domains import next_domain
+    from ros_harness import ros_env
 
     return ros_env(next_domain())
 
