@@ -130,6 +130,31 @@ def test_private_domain_skips_one_a_local_participant_uses_and_is_never_0() -> N
     assert dds_env.private_domain(dds_env.MAX_PORTABLE_DOMAIN - 1) != 0
 
 
+def test_test_domains_are_per_worker_blocks_above_the_replays_and_skip_held_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ros_domains
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    drawn = {}
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        drawn[worker] = {ros_domains.next_domain() for _ in range(60)}
+    assert not drawn["gw0"] & drawn["gw1"]
+    every = drawn["gw0"] | drawn["gw1"]
+    assert min(every) > dds_env.MAX_PORTABLE_DOMAIN and max(every) <= ros_domains.LAST
+    block = sorted(drawn["gw1"])
+    last = ros_domains.next_domain()
+    following = block[(block.index(last) + 1) % len(block)]  # the one gw1 would draw next
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:  # a participant's port
+        port = dds_env.PORT_BASE + dds_env.DOMAIN_GAIN * following + 11
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            pytest.skip(f"port {port} is taken: domain {following} is in use after all")
+        assert ros_domains.next_domain() in set(block) - {following}
+
+
 def transports(path: Path) -> dict[str, ET.Element]:
     """The transport descriptors of a profile by id."""
     root = ET.parse(path).getroot()
