@@ -54,6 +54,12 @@ INT8_TARGETS = {
 }
 
 
+def runs_fused(precision: str, int8_graph: str = "tensorrt") -> bool:
+    """Whether ONNX Runtime runs ``precision``'s graph (int8: ``int8_graph``'s) on its fused
+    kernels (with graph optimisation) or as written (``Int8Target.cpu_kernels``)."""
+    return precision != "int8" or INT8_TARGETS[int8_graph].cpu_kernels
+
+
 def _import_tools(what: str) -> None:
     """BundleError naming the package when a derivation tool is missing."""
     try:

@@ -118,7 +118,7 @@ class OrtBackend:
             else s.path
             for s in (encoder, decoder)
         ]
-        fused = self.precision != "int8" or _int8_cpu_kernels(self.int8_graph)
+        fused = self.precision != "int8" or _runs_fused(self.precision, self.int8_graph)
         self._encoder = create_session(graphs[0], options.threads, options.providers, fused)
         self._decoder = create_session(graphs[1], options.threads, options.providers, fused)
         image_inputs = _check_names(self._encoder, encoder.path, [t.name for t in encoder.inputs])
@@ -234,12 +234,11 @@ class OrtBackend:
         self._decoder = None  # type: ignore[assignment]
 
 
-def _int8_cpu_kernels(int8_graph: str) -> bool:
-    """Whether ``int8_graph`` runs on ONNX Runtime's fused int8 kernels or as written (its
-    target's exact Q/DQ arithmetic, ``variants.INT8_TARGETS``)."""
-    from ..variants import INT8_TARGETS  # onnx: only where an INT8 graph is asked for
+def _runs_fused(precision: str, int8_graph: str) -> bool:
+    """``variants.runs_fused``, imported only where an INT8 graph is asked for (it needs onnx)."""
+    from ..variants import runs_fused
 
-    return INT8_TARGETS[int8_graph].cpu_kernels
+    return runs_fused(precision, int8_graph)
 
 
 def _check_names(session: Any, path: Path, expected: list[str]) -> list[str]:

@@ -167,7 +167,7 @@ def sensitivity(
     costs among the others)."""
     fp32_bytes = {s.name: s.path.read_bytes() for s in bundle.stages}
     models = int8_sources(bundle, pre_process)
-    fused = variants.INT8_TARGETS["tensorrt"].cpu_kernels
+    fused = variants.runs_fused("int8")
     reference = [Chain(bundle, fp32_bytes, fused)(t) for t in tensors]
     candidates = {n: variants.quantizable_nodes(m) for n, m in models.items()}
 
@@ -233,8 +233,7 @@ def golden_cases(
     cases = {}
     for precision in bundle.precisions:
         graphs = {s.name: bundle.stage_graph(s.name, precision).model_bytes for s in bundle.stages}
-        fused = precision != "int8" or variants.INT8_TARGETS["tensorrt"].cpu_kernels
-        chain = Chain(bundle, graphs, fused)
+        chain = Chain(bundle, graphs, variants.runs_fused(precision))
         cases[precision] = [GoldenCase(t, chain(t)) for t in tensors]
     return cases
 

@@ -29,9 +29,7 @@ def chain(
     runtime runs them (``fused`` None) or on ONNX Runtime's fused kernels or not."""
     graphs = {s.name: bundle.stage_graph(s.name, precision, target).model_bytes
               for s in bundle.stages}  # fmt: skip
-    if fused is None:
-        fused = precision != "int8" or variants.INT8_TARGETS[target].cpu_kernels
-    run = Chain(bundle, graphs, fused)
+    run = Chain(bundle, graphs, variants.runs_fused(precision, target) if fused is None else fused)
     return [run(case.image) for case in read_golden(bundle.root, "fp32")]
 
 
