@@ -35,10 +35,9 @@ NETWORK_TESTS := test/launch/test_vehicle_install.py
 # `make test` leaves out the tests marked `full` (extra model configs of a cross-check) to stay
 # within 10 minutes on 2 cores; `make test-full` runs those too.
 TEST_MARKS ?= not network and not full
-# pytest-xdist workers. One by default: with two, the multi-camera node tests' rate checks failed
-# on a slow 2-core host, the other worker holding a core. TEST_WORKERS=2 runs two side by side
-# (8 min instead of 13 there); loadfile keeps each file (and its module fixtures) on one worker.
-TEST_WORKERS ?= 1
+# pytest-xdist workers: two side by side, 8 min instead of 13 serially on a slow 2-core host;
+# loadfile keeps each file (and its module fixtures) on one worker. TEST_WORKERS=1 runs serially.
+TEST_WORKERS ?= 2
 
 test: $(STAMP) lint
 	. ./scripts/ros_env.sh && $(VENV)/bin/python -m pytest -q -m network $(NETWORK_TESTS)

@@ -216,8 +216,9 @@ def test_a_bad_frame_on_one_camera_leaves_the_others_untouched(ros):
 
 
 def test_a_stalled_camera_does_not_slow_the_others(ros):
-    """Camera c's publisher stays but sends nothing: a and b keep their rate at 4 Hz, and no
-    round waits on c beyond the window."""
+    """Camera c's publisher stays but sends nothing: a and b keep their rate at 2 Hz, and no
+    round waits on c beyond the window. (2 Hz leaves a round room on a core shared with another
+    test process; the window checks below are what would catch a round waiting on c.)"""
     client, pubs, _ = ros
     for topic in topics(SINGLE):  # the single node goes idle: it does not compete for the CPU
         client.node.destroy_subscription(client.subs.pop(topic))
@@ -225,7 +226,7 @@ def test_a_stalled_camera_does_not_slow_the_others(ros):
     sent = list(range(300, 310))
     start = time.monotonic()
     for k, sec in enumerate(sent):
-        time.sleep(max(0.0, start + k * 0.25 - time.monotonic()))
+        time.sleep(max(0.0, start + k * 0.5 - time.monotonic()))
         send(pubs, sec, {"a": image_msg(FRAMES[1], "bgr8"), "b": image_msg(FRAMES[2], "bgr8")})
     time.sleep(1.0)
     for n in ("a", "b"):
@@ -254,7 +255,11 @@ def test_batch_and_camera_diagnostics_are_present_and_plausible(ros):
         assert 0.0 <= float(report["window_wait_mean_ms"]) <= float(report["window_wait_max_ms"])
         assert float(report["batch_window_ms"]) == WINDOW_MS
     camera_a = found[status_name(MULTI, "a")][-1]
-    assert int(camera_a["frames_processed"]) >= 13 and camera_a["camera_info_matched"] == "3"
+    # camera a was sent 14 frames so far: each arrived, and each was processed or counted dropped
+    assert camera_a["frames_received"] == "14", camera_a
+    processed, dropped = int(camera_a["frames_processed"]), int(camera_a["frames_dropped"])
+    assert processed + dropped == 14 and processed >= 12, camera_a
+    assert camera_a["camera_info_matched"] == "3"
     assert camera_a["input_topic"] == "/a/image"
     assert camera_a["stage_threads"] == "2"
     assert found[status_name(SINGLE)][-1]["stage_threads"] == "1"
