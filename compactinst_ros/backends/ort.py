@@ -51,16 +51,18 @@ def create_session(
 
     ``optimize=False`` runs the graph exactly as exported (no fusions), for parity checks.
     Full optimisation keeps the convolutions on ONNX Runtime's blocked-layout (NCHWc) kernels,
-    the fastest on both stages (docs/benchmarks.md, "CPU path"). Pool threads do not spin after
-    a run: the stages, post-processing and ROS callbacks run one after another, and spinning
-    workers would take the cores those need (the decoder and post-processing got 1.5-2x
-    slower with spinning on 2 loaded cores).
+    the fastest on both stages (docs/benchmarks.md, "CPU path"). Pool threads spin between the
+    operators of a run but stop when it returns (``session.force_spinning_stop``): the stages,
+    post-processing and ROS callbacks run one after another, and workers spinning on after a run
+    took the cores those need (the decoder and post-processing got 1.5-2x slower on 2 loaded
+    cores), while waking sleeping workers for every operator cost 5-10 % of a 1080p frame.
     """
     ort = _import_ort()
     options = ort.SessionOptions()
     level = ort.GraphOptimizationLevel
     options.graph_optimization_level = level.ORT_ENABLE_ALL if optimize else level.ORT_DISABLE_ALL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     # Errors only: the FP16 graphs make the optimiser warn per session that it cannot constant
     # fold a Pow on the CPU, a line per session in every command's output that asks nothing.
     options.log_severity_level = 3

@@ -142,3 +142,15 @@ def test_sessions_log_errors_only(capfd: pytest.CaptureFixture) -> None:
     capfd.readouterr()
     create_session(graph.model_bytes)
     assert "W:onnxruntime" not in capfd.readouterr().err
+
+
+def test_session_pools_spin_only_while_a_run_lasts(random_bundle: Path) -> None:
+    """Pool threads spin between a run's operators and stop when it returns: spinning on after
+    it took the cores the next stage, post-processing and ROS callbacks need."""
+    from compactinst_ros.backends.ort import create_session
+
+    session = create_session(ModelBundle.load(random_bundle).stage("encoder").path, 2)
+    options = session.get_session_options()
+    assert options.intra_op_num_threads == 2
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert options.get_session_config_entry("session.force_spinning_stop") == "1"
