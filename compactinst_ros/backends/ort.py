@@ -18,9 +18,17 @@ import numpy as np
 
 from ..bundle import DECODER_OUTPUTS, ModelBundle
 from ..errors import BackendError
+from ..postprocess import compiled
 from ..postprocess.fast import fast_postprocess
 from ..preprocess import letterbox
-from ..structures import BatchItem, FrameResult, PostprocessOptions, RawOutputs
+from ..structures import (
+    BatchItem,
+    FrameMeta,
+    FrameResult,
+    OutputSet,
+    PostprocessOptions,
+    RawOutputs,
+)
 from .base import BackendOptions
 
 if TYPE_CHECKING:
@@ -137,6 +145,23 @@ class OrtBackend:
                 f"{decoder.path} lacks outputs {missing}; re-export the bundle with "
                 "'compactinst export'"
             )
+        self._warm_up_postprocess()
+
+    def _warm_up_postprocess(self) -> None:
+        """Compile the post-processing loops (or load them from numba's cache) on the bundle's
+        first golden case, so that the first camera frame does not wait seconds for it."""
+        cases = self.bundle.golden_cases()
+        if not compiled.AVAILABLE or not cases:
+            return
+        logits, masks = (cases[0].outputs[name][0] for name in DECODER_OUTPUTS)
+        h, w = self.bundle.input_h, self.bundle.input_w
+        fast_postprocess(
+            RawOutputs(logits, masks, self.bundle.mask_stride),
+            FrameMeta.letterbox(h, w, h, w),
+            self.bundle.labels,
+            PostprocessOptions(),
+            OutputSet(),
+        )
 
     def infer_batch(
         self, items: Sequence[BatchItem], options: PostprocessOptions

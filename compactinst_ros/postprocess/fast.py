@@ -26,6 +26,7 @@ from ..structures import (
     RawOutputs,
     Segments,
 )
+from . import compiled
 from .frame import RuleInputs
 from .instance import InstanceSelection, drop_empty, instances_table, select_instances
 from .panoptic import PanopticSelection, finalize_panoptic, panoptic_selection
@@ -250,9 +251,15 @@ def panoptic_slots_tiled(
     wins = np.bincount(winner[decided], counts[decided], minlength=n).astype(np.int64)
     seg = tile_sums(codes, counts, n)
     orig = (counts * above).sum(axis=(1, 2))  # plus per-pixel counts in straddled tiles
+    needed = (candidate | straddle) & undecided
+    if compiled.AVAILABLE:
+        tiled = compiled.panoptic_pixels_compiled(
+            grids, needed, candidate, straddle, scores, tiles, threshold, codes, (wins, orig, seg)
+        )
+        return tiled, wins, orig, seg
     weights = scores.astype(np.float32)[:, None, None]
     tiled = TiledRaster(tiles, codes)
-    for block in sample_needed(grids, tiles, (candidate | straddle) & undecided):
+    for block in sample_needed(grids, tiles, needed):
         pairs = block.maps, block.tile_rows[block.pair_tile], block.tile_cols[block.pair_tile]
         on = block.values > threshold
         weighted = weights[block.maps] * sigmoid(block.values)
@@ -279,9 +286,12 @@ def semantic_codes_tiled(maps: np.ndarray, tiles: TileGrid) -> TiledRaster:
     one = candidate.sum(axis=0) == 1
     solid = one & (candidate & (bounds.lower >= SEMANTIC_VOID_FLOOR)).any(axis=0)
     void = bounds.upper.max(axis=0, initial=-np.inf) < SEMANTIC_VOID_FLOOR
-    undecided = ~(solid | void)
-    tiled = TiledRaster(tiles, np.where(solid, best + 1, 0))
-    for block in sample_needed(maps, tiles, candidate & undecided):
+    needed = candidate & ~(solid | void)
+    codes = np.where(solid, best + 1, 0)
+    if compiled.AVAILABLE:
+        return compiled.semantic_pixels_compiled(maps, needed, SEMANTIC_VOID_FLOOR, tiles, codes)
+    tiled = TiledRaster(tiles, codes)
+    for block in sample_needed(maps, tiles, needed):
         local, top = block.first_max(block.values, len(maps))
         local += 1
         local *= top >= SEMANTIC_VOID_FLOOR  # -inf at padding: code 0
@@ -294,7 +304,8 @@ def fast_instances(
 ) -> tuple[Instances, np.ndarray]:
     """Rule 3 (``instance_inference``) with tiled painting; ``bounds`` of the selected grids."""
     meta = frame.meta
-    tiled, area, box = paint_instances_tiled(
+    paint = compiled.paint_instances_compiled if compiled.AVAILABLE else paint_instances_tiled
+    tiled, area, box = paint(
         frame.mask_logits[selection.query], bounds, tiles, meta.src_w, meta.src_h, frame.threshold
     )
     lut, keep = drop_empty(area)

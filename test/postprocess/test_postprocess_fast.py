@@ -1,5 +1,8 @@
 """The tiled fast path equals the reference bit for bit: rasters, tables, dtypes.
 
+Every test runs twice: with the compiled per-pixel loops (numba, the ``fast`` extra) and with
+the numpy ones they replace where numba is not installed.
+
 Frames: the default model's outputs on demo scenes at three camera sizes, random letterboxed
 frames, constructed scenes with saturated logits (+-1000) and frames built for exact ties
 (integer logits, equal scores, samples exactly at T). Tile sizes and sample blocks vary; none
@@ -34,7 +37,7 @@ from ort_stages import raw_outputs
 from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.errors import BundleError
 from compactinst_ros.labels import SYNTHETIC_LABELS, LabelSet
-from compactinst_ros.postprocess import fast, postprocess
+from compactinst_ros.postprocess import compiled, fast, postprocess
 from compactinst_ros.postprocess.fast import fast_postprocess
 from compactinst_ros.postprocess.resample import Resampler
 from compactinst_ros.postprocess.tiles import TileBounds, TileGrid
@@ -48,6 +51,15 @@ from compactinst_ros.structures import (
 
 #: Camera sizes (h, w) of the CPU benchmark: the model's own, 720p and 1080p.
 CAMERA_SIZES = [(256, 384), (720, 1280), (1080, 1920)]
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which per-pixel loops the fast path runs; the compiled ones need numba."""
+    if request.param == "compiled" and compiled.numba is None:
+        pytest.skip("numba is not installed (pip install '.[fast]')")
+    monkeypatch.setattr(compiled, "AVAILABLE", request.param == "compiled")
+    return request.param
 
 
 def assert_identical(fast_result: FrameResult, reference: FrameResult) -> None:

@@ -1,0 +1,356 @@
+"""Compiled per-pixel loops of the tiled fast path (``fast.py``), when numba is installed.
+
+The tile decisions stay in numpy (``tiles.py``); these loops replace what numpy does per pixel:
+sampling the masks a tile needs, the per-pixel rule, and writing the camera raster. Each
+camera pixel is visited once per output, with no padded blocks and no temporary full-frame
+arrays, which is where the numpy fast path spends most of a 1080p frame.
+
+Bit-identity with ``reference.postprocess`` holds because every float operation is the
+reference's own, in its order, on float32 (numba compiles without fast-math, so nothing is
+fused or reordered), and the one transcendental, the panoptic sigmoid, is left to numpy:
+the samples it needs are gathered into one buffer, numpy takes the sigmoid, the rule then reads
+it. Install with the ``fast`` extra; without numba the numpy loops run, with the same results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .resample import sigmoid
+from .tiles import AxisTiles, TileBounds, TileGrid
+
+try:
+    import numba
+except ImportError:  # the optional ``fast`` extra
+    numba = None
+
+#: True where numba is installed and the compiled loops run.
+AVAILABLE = numba is not None
+
+#: Tile code of a tile whose pixels carry their own codes (in the pixel-code buffer).
+PER_PIXEL = -1
+
+
+def _jit(function):
+    """numba.njit with an on-disk cache (compiled once per machine), or None without numba."""
+    return None if numba is None else numba.njit(cache=True, nogil=True)(function)
+
+
+def _axis(axis: AxisTiles) -> tuple[np.ndarray, ...]:
+    """(start, size, texel0, texel1, weight) of one axis, as the loops read them."""
+    return axis.start, axis.size, axis.texel0, axis.texel1, axis.weight
+
+
+def _geometry(tiles: TileGrid) -> tuple[np.ndarray, ...]:
+    """Both axes' arrays, rows first."""
+    return (*_axis(tiles.rows), *_axis(tiles.cols))
+
+
+def _compose(tile_code, pixel_code, lut, out, rs, rn, r0, r1, rw, cs, cn, c0, c1, cw):
+    """``out`` = lut[code] at every pixel: the tile's code, or the tile's next pixel code where
+    the tile is PER_PIXEL (pixel codes in tile order, rows then columns inside a tile).
+
+    Per row of tiles, the decided tiles' values are laid out once as a camera row, copied to
+    each of its pixel rows, and the PER_PIXEL tiles are written over them: the stores stream.
+    """
+    rows, cols = tile_code.shape
+    line = np.empty(out.shape[1], out.dtype)
+    pos = 0
+    for r in range(rows):
+        for c in range(cols):
+            value = lut[max(tile_code[r, c], 0)]
+            for x in range(cs[c], cs[c] + cn[c]):
+                line[x] = value
+        for dy in range(rn[r]):
+            target = out[rs[r] + dy]
+            for x in range(line.shape[0]):  # explicit: numba's row assignment is ~3x slower
+                target[x] = line[x]
+        for c in range(cols):
+            if tile_code[r, c] >= 0:
+                continue
+            x0, width = cs[c], cn[c]
+            for dy in range(rn[r]):
+                target = out[rs[r] + dy, x0 : x0 + width]
+                for dx in range(width):
+                    target[dx] = lut[pixel_code[pos + dx]]
+                pos += width
+
+
+def _paint_instances(
+    grids, lower, upper, threshold, tile_code, pixel_code, area, box,
+    rs, rn, r0, r1, rw, cs, cn, c0, c1, cw,
+):  # fmt: skip
+    """Rule 3's slots by tiles: a tile is decided when the first grid that may exceed T surely
+    does (or none may); otherwise each pixel takes the first of those grids whose sample > T.
+
+    Fills ``tile_code`` (slot code or PER_PIXEL), ``pixel_code``, ``area`` and the inclusive
+    ``box`` (x0, y0, x1, y1) per slot, which the caller initialises.
+    """
+    n = grids.shape[0]
+    maps = np.empty(n, np.intp)
+    left = np.empty(n, np.float32)
+    spread = np.empty(n, np.float32)
+    pos = 0
+    for r in range(lower.shape[1]):
+        i0, i1 = r0[r], r1[r]
+        for c in range(lower.shape[2]):
+            j0, j1 = c0[c], c1[c]
+            m = 0
+            surely = -1
+            for k in range(n):
+                if upper[k, r, c] > threshold:
+                    maps[m] = k
+                    m += 1
+                    if lower[k, r, c] > threshold:
+                        surely = k
+                        break
+            if m == 0 or maps[0] == surely:
+                code = 0 if m == 0 else surely + 1
+                tile_code[r, c] = code
+                if code:
+                    area[surely] += rn[r] * cn[c]
+                    box[surely, 0] = min(box[surely, 0], cs[c])
+                    box[surely, 1] = min(box[surely, 1], rs[r])
+                    box[surely, 2] = max(box[surely, 2], cs[c] + cn[c] - 1)
+                    box[surely, 3] = max(box[surely, 3], rs[r] + rn[r] - 1)
+                continue
+            tile_code[r, c] = PER_PIXEL
+            for y in range(rs[r], rs[r] + rn[r]):
+                wy = rw[y]
+                for t in range(m):
+                    g = grids[maps[t]]
+                    top = g[i0, j0]
+                    vert0 = top + (g[i1, j0] - top) * wy
+                    top = g[i0, j1]
+                    vert1 = top + (g[i1, j1] - top) * wy
+                    left[t] = vert0
+                    spread[t] = vert1 - vert0
+                for x in range(cs[c], cs[c] + cn[c]):
+                    wx = cw[x]
+                    code = 0
+                    for t in range(m):
+                        if left[t] + spread[t] * wx > threshold:
+                            code = maps[t] + 1
+                            break
+                    pixel_code[pos] = code
+                    pos += 1
+                    if code:
+                        k = code - 1
+                        area[k] += 1
+                        box[k, 0] = min(box[k, 0], x)
+                        box[k, 1] = min(box[k, 1], y)
+                        box[k, 2] = max(box[k, 2], x)
+                        box[k, 3] = max(box[k, 3], y)
+
+
+def _sample_needed(grids, needed, samples, rs, rn, r0, r1, rw, cs, cn, c0, c1, cw):
+    """Samples of the ``needed`` ((N, R, C) bool) maps at every pixel of their tiles, in tile
+    order, then rows, columns, and ascending maps at a pixel."""
+    n = grids.shape[0]
+    maps = np.empty(n, np.intp)
+    pos = 0
+    for r in range(needed.shape[1]):
+        i0, i1 = r0[r], r1[r]
+        for c in range(needed.shape[2]):
+            m = 0
+            for k in range(n):
+                if needed[k, r, c]:
+                    maps[m] = k
+                    m += 1
+            if m == 0:
+                continue
+            j0, j1 = c0[c], c1[c]
+            for y in range(rs[r], rs[r] + rn[r]):
+                wy = rw[y]
+                for x in range(cs[c], cs[c] + cn[c]):
+                    wx = cw[x]
+                    for t in range(m):
+                        g = grids[maps[t]]
+                        top = g[i0, j0]
+                        vert0 = top + (g[i1, j0] - top) * wy
+                        top = g[i0, j1]
+                        vert1 = top + (g[i1, j1] - top) * wy
+                        samples[pos] = vert0 + (vert1 - vert0) * wx
+                        pos += 1
+
+
+def _panoptic_pixels(
+    needed, candidate, straddle, samples, probs, weights, threshold, tile_code, pixel_code,
+    wins, orig, seg, rn, cn,
+):  # fmt: skip
+    """Rule 4 at the pixels of the tiles that need it, from ``_sample_needed``'s samples and
+    their sigmoids: the winner ``argmax score * sigmoid`` among the candidates (first on ties),
+    its slot where its own logit > T, and the per-query counts of those pixels."""
+    n = needed.shape[0]
+    maps = np.empty(n, np.intp)
+    pos = 0
+    out = 0
+    for r in range(needed.shape[1]):
+        for c in range(needed.shape[2]):
+            m = 0
+            for k in range(n):
+                if needed[k, r, c]:
+                    maps[m] = k
+                    m += 1
+            if m == 0:
+                continue
+            tile_code[r, c] = PER_PIXEL
+            for _ in range(rn[r] * cn[c]):
+                best = -np.inf
+                winner = n
+                won = False
+                for t in range(m):
+                    k = maps[t]
+                    on = samples[pos] > threshold
+                    if straddle[k, r, c] and on:
+                        orig[k] += 1
+                    if candidate[k, r, c]:
+                        value = weights[k] * probs[pos]
+                        if value > best:
+                            best = value
+                            winner = k
+                            won = on
+                    pos += 1
+                code = winner + 1 if won else 0
+                pixel_code[out] = code
+                out += 1
+                if winner < n:
+                    wins[winner] += 1
+                if code:
+                    seg[winner] += 1
+
+
+def _semantic_pixels(maps, needed, floor, tile_code, pixel_code, rs, rn, r0, r1, rw, cs, cn, c0,
+                     c1, cw):  # fmt: skip
+    """Rule 5 at the pixels of the tiles that need it: code ``c + 1`` of the first class map at
+    the maximum of the needed maps' samples, 0 where that maximum is below ``floor``."""
+    n = maps.shape[0]
+    index = np.empty(n, np.intp)
+    out = 0
+    for r in range(needed.shape[1]):
+        i0, i1 = r0[r], r1[r]
+        for c in range(needed.shape[2]):
+            m = 0
+            for k in range(n):
+                if needed[k, r, c]:
+                    index[m] = k
+                    m += 1
+            if m == 0:
+                continue
+            tile_code[r, c] = PER_PIXEL
+            j0, j1 = c0[c], c1[c]
+            for y in range(rs[r], rs[r] + rn[r]):
+                wy = rw[y]
+                for x in range(cs[c], cs[c] + cn[c]):
+                    wx = cw[x]
+                    best = np.float32(-np.inf)
+                    winner = 0
+                    for t in range(m):
+                        g = maps[index[t]]
+                        top = g[i0, j0]
+                        vert0 = top + (g[i1, j0] - top) * wy
+                        top = g[i0, j1]
+                        vert1 = top + (g[i1, j1] - top) * wy
+                        value = vert0 + (vert1 - vert0) * wx
+                        if value > best:
+                            best = value
+                            winner = index[t] + 1
+                    pixel_code[out] = winner if best >= floor else 0
+                    out += 1
+
+
+_compose_jit = _jit(_compose)
+_paint_instances_jit = _jit(_paint_instances)
+_sample_needed_jit = _jit(_sample_needed)
+_panoptic_pixels_jit = _jit(_panoptic_pixels)
+_semantic_pixels_jit = _jit(_semantic_pixels)
+
+
+@dataclass(frozen=True)
+class CompiledRaster:
+    """A camera raster of codes, as ``fast.TiledRaster``: one code per tile, or PER_PIXEL and
+    then one code per pixel (in tile order, rows then columns inside a tile)."""
+
+    tiles: TileGrid
+    tile_code: np.ndarray  # (R, C) intp
+    pixel_code: np.ndarray  # (H * W,) codes, the first of them written
+
+    def compose(self, lut: np.ndarray) -> np.ndarray:
+        """(H, W) raster of ``lut[code]``."""
+        out = np.empty((self.tiles.rows.length, self.tiles.cols.length), lut.dtype)
+        _compose_jit(self.tile_code, self.pixel_code, lut, out, *_geometry(self.tiles))
+        return out
+
+
+def paint_instances_compiled(
+    grids: np.ndarray,
+    bounds: TileBounds,
+    tiles: TileGrid,
+    width: int,
+    height: int,
+    threshold: np.float32,
+) -> tuple[CompiledRaster, np.ndarray, np.ndarray]:
+    """``fast.paint_instances_tiled`` compiled: slot codes, (N,) areas, (N, 4) inclusive boxes."""
+    n = len(grids)
+    tile_code = np.empty(tiles.shape, np.intp)
+    pixel_code = np.empty(tiles.raster_size, np.min_scalar_type(n + 1))
+    area = np.zeros(n, np.int64)
+    box = np.empty((n, 4), np.int64)
+    box[:] = (width, height, -1, -1)
+    _paint_instances_jit(
+        grids,
+        bounds.lower,
+        bounds.upper,
+        threshold,
+        tile_code,
+        pixel_code,
+        area,
+        box,
+        *_geometry(tiles),
+    )
+    return CompiledRaster(tiles, tile_code, pixel_code), area, box
+
+
+def panoptic_pixels_compiled(
+    grids: np.ndarray,
+    needed: np.ndarray,
+    candidate: np.ndarray,
+    straddle: np.ndarray,
+    scores: np.ndarray,
+    tiles: TileGrid,
+    threshold: np.float32,
+    tile_code: np.ndarray,
+    counts: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> CompiledRaster:
+    """Rule 4 at the pixels of the ``needed`` tiles: marks them PER_PIXEL in ``tile_code`` (the
+    decided tiles' codes) and adds their pixels to ``counts`` (wins, orig, seg)."""
+    samples = np.empty(int((needed.sum(axis=0) * tiles.pixel_counts).sum()), np.float32)
+    _sample_needed_jit(grids, needed, samples, *_geometry(tiles))
+    pixel_code = np.empty(tiles.raster_size, np.min_scalar_type(len(grids) + 1))
+    _panoptic_pixels_jit(
+        needed,
+        candidate,
+        straddle,
+        samples,
+        sigmoid(samples),
+        scores.astype(np.float32),
+        threshold,
+        tile_code,
+        pixel_code,
+        *counts,
+        tiles.rows.size,
+        tiles.cols.size,
+    )
+    return CompiledRaster(tiles, tile_code, pixel_code)
+
+
+def semantic_pixels_compiled(
+    maps: np.ndarray, needed: np.ndarray, floor: np.float32, tiles: TileGrid, tile_code: np.ndarray
+) -> CompiledRaster:
+    """Rule 5 at the pixels of the ``needed`` tiles: marks them PER_PIXEL in ``tile_code`` (the
+    decided tiles' codes)."""
+    pixel_code = np.empty(tiles.raster_size, np.min_scalar_type(len(maps) + 1))
+    _semantic_pixels_jit(maps, needed, floor, tile_code, pixel_code, *_geometry(tiles))
+    return CompiledRaster(tiles, tile_code, pixel_code)
