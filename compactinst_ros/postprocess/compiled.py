@@ -48,6 +48,32 @@ def _geometry(tiles: TileGrid) -> tuple[np.ndarray, ...]:
     return (*_axis(tiles.rows), *_axis(tiles.cols))
 
 
+def _column_blends(grid, i0, i1, j0, j1, wy):
+    """Rule 1's vertical blends ``top + (bottom - top) * wy`` at a tile's two texel columns; a
+    pixel's sample is then ``vert0 + (vert1 - vert0) * wx``, the reference's order."""
+    top = grid[i0, j0]
+    vert0 = top + (grid[i1, j0] - top) * wy
+    top = grid[i0, j1]
+    return vert0, top + (grid[i1, j1] - top) * wy
+
+
+_column_blends_jit = _jit(_column_blends)
+
+
+def _needed_maps(needed, r, c, out):
+    """How many maps tile (r, c) needs (``needed``: (N, R, C) bool); writes them, ascending,
+    to the front of ``out``."""
+    m = 0
+    for k in range(needed.shape[0]):
+        if needed[k, r, c]:
+            out[m] = k
+            m += 1
+    return m
+
+
+_needed_maps_jit = _jit(_needed_maps)
+
+
 def _compose(tile_code, pixel_code, lut, out, rs, rn, r0, r1, rw, cs, cn, c0, c1, cw):
     """``out`` = lut[code] at every pixel: the tile's code, or the tile's next pixel code where
     the tile is PER_PIXEL (pixel codes in tile order, rows then columns inside a tile).
@@ -120,11 +146,7 @@ def _paint_instances(
             for y in range(rs[r], rs[r] + rn[r]):
                 wy = rw[y]
                 for t in range(m):
-                    g = grids[maps[t]]
-                    top = g[i0, j0]
-                    vert0 = top + (g[i1, j0] - top) * wy
-                    top = g[i0, j1]
-                    vert1 = top + (g[i1, j1] - top) * wy
+                    vert0, vert1 = _column_blends_jit(grids[maps[t]], i0, i1, j0, j1, wy)
                     left[t] = vert0
                     spread[t] = vert1 - vert0
                 for x in range(cs[c], cs[c] + cn[c]):
@@ -154,11 +176,7 @@ def _sample_needed(grids, needed, samples, rs, rn, r0, r1, rw, cs, cn, c0, c1, c
     for r in range(needed.shape[1]):
         i0, i1 = r0[r], r1[r]
         for c in range(needed.shape[2]):
-            m = 0
-            for k in range(n):
-                if needed[k, r, c]:
-                    maps[m] = k
-                    m += 1
+            m = _needed_maps_jit(needed, r, c, maps)
             if m == 0:
                 continue
             j0, j1 = c0[c], c1[c]
@@ -167,11 +185,7 @@ def _sample_needed(grids, needed, samples, rs, rn, r0, r1, rw, cs, cn, c0, c1, c
                 for x in range(cs[c], cs[c] + cn[c]):
                     wx = cw[x]
                     for t in range(m):
-                        g = grids[maps[t]]
-                        top = g[i0, j0]
-                        vert0 = top + (g[i1, j0] - top) * wy
-                        top = g[i0, j1]
-                        vert1 = top + (g[i1, j1] - top) * wy
+                        vert0, vert1 = _column_blends_jit(grids[maps[t]], i0, i1, j0, j1, wy)
                         samples[pos] = vert0 + (vert1 - vert0) * wx
                         pos += 1
 
@@ -189,11 +203,7 @@ def _panoptic_pixels(
     out = 0
     for r in range(needed.shape[1]):
         for c in range(needed.shape[2]):
-            m = 0
-            for k in range(n):
-                if needed[k, r, c]:
-                    maps[m] = k
-                    m += 1
+            m = _needed_maps_jit(needed, r, c, maps)
             if m == 0:
                 continue
             tile_code[r, c] = PER_PIXEL
@@ -232,11 +242,7 @@ def _semantic_pixels(maps, needed, floor, tile_code, pixel_code, rs, rn, r0, r1,
     for r in range(needed.shape[1]):
         i0, i1 = r0[r], r1[r]
         for c in range(needed.shape[2]):
-            m = 0
-            for k in range(n):
-                if needed[k, r, c]:
-                    index[m] = k
-                    m += 1
+            m = _needed_maps_jit(needed, r, c, index)
             if m == 0:
                 continue
             tile_code[r, c] = PER_PIXEL
@@ -248,11 +254,7 @@ def _semantic_pixels(maps, needed, floor, tile_code, pixel_code, rs, rn, r0, r1,
                     best = np.float32(-np.inf)
                     winner = 0
                     for t in range(m):
-                        g = maps[index[t]]
-                        top = g[i0, j0]
-                        vert0 = top + (g[i1, j0] - top) * wy
-                        top = g[i0, j1]
-                        vert1 = top + (g[i1, j1] - top) * wy
+                        vert0, vert1 = _column_blends_jit(maps[index[t]], i0, i1, j0, j1, wy)
                         value = vert0 + (vert1 - vert0) * wx
                         if value > best:
                             best = value
