@@ -229,7 +229,7 @@ def panoptic_slots_tiled(
     tiles: TileGrid,
     width: int,
     threshold: np.float32,
-) -> tuple[TiledRaster, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[TiledRaster | compiled.CompiledRaster, np.ndarray, np.ndarray, np.ndarray]:
     """``panoptic_slots`` by tiles: slot codes and the (P,) int64 ``wins``, ``orig``, ``seg``.
 
     A tile is decided when one query can win it and every kept query is above or below T on
@@ -275,7 +275,9 @@ def panoptic_slots_tiled(
     return tiled, wins, orig, seg
 
 
-def semantic_codes_tiled(maps: np.ndarray, tiles: TileGrid) -> TiledRaster:
+def semantic_codes_tiled(
+    maps: np.ndarray, tiles: TileGrid
+) -> TiledRaster | compiled.CompiledRaster:
     """Codes ``c* + 1`` of ``argmax_c S_up[c]`` (first on ties), 0 where ``S_up[c*] < 0.05``.
 
     A tile is decided when one class can win it and clears the floor everywhere or nowhere.
