@@ -74,7 +74,7 @@ def _needed_maps(needed, r, c, out):
 _needed_maps_jit = _jit(_needed_maps)
 
 
-def _compose(tile_code, pixel_code, lut, out, rs, rn, r0, r1, rw, cs, cn, c0, c1, cw):
+def _compose(tile_code, pixel_code, lut, out, rs, rn, cs, cn):
     """``out`` = lut[code] at every pixel: the tile's code, or the tile's next pixel code where
     the tile is PER_PIXEL (pixel codes in tile order, rows then columns inside a tile).
 
@@ -282,7 +282,10 @@ class CompiledRaster:
     def compose(self, lut: np.ndarray) -> np.ndarray:
         """(H, W) raster of ``lut[code]``."""
         out = np.empty((self.tiles.rows.length, self.tiles.cols.length), lut.dtype)
-        _compose_jit(self.tile_code, self.pixel_code, lut, out, *_geometry(self.tiles))
+        rows, cols = self.tiles.rows, self.tiles.cols
+        _compose_jit(
+            self.tile_code, self.pixel_code, lut, out, rows.start, rows.size, cols.start, cols.size
+        )
         return out
 
 
