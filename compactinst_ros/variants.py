@@ -42,16 +42,24 @@ class Int8Target:
 
 #: the TensorRT graph (its rule: symmetric s8 everywhere) and the fastest x86 CPU graph (u8
 #: activations, s8 weights: the VNNI kernels take u8 x s8), both from one calibration. The CPU
-#: graph quantizes convolutions only: ONNX Runtime's quantized MatMuls of the decoder's sizes
-#: ran no faster than FP32 ones, and the Q/DQ around them cost more than they saved. The
+#: graph quantizes convolutions and the ReLUs after them: with asymmetric u8 activations the
+#: quantizer removes such a ReLU and gives the conv's output the ReLU's range, so no
+#: dequantize -> FP32 ReLU -> quantize is left between two quantized convs. ONNX Runtime's
+#: quantized MatMuls of the decoder's sizes ran no faster than FP32 ones, and the Q/DQ around
+#: them cost more than they saved. The
 #: TensorRT graph's CPU outputs (its sensitivity pass, golden cases and accuracy) come from its
 #: Q/DQ arithmetic as written, which TensorRT's int32 accumulation reproduces: ONNX Runtime's
 #: fused x86 kernels saturate 16-bit sums on CPUs without VNNI, so their outputs, and with them
 #: the layers the sensitivity pass kept in FP32, depended on the machine that calibrated.
 INT8_TARGETS = {
     "tensorrt": Int8Target("tensorrt", "s8", True, QUANTIZED_OPS, cpu_kernels=False),
-    "cpu": Int8Target("cpu", "u8", False, ("Conv",), cpu_kernels=True),
+    "cpu": Int8Target("cpu", "u8", False, ("Conv", "Relu"), cpu_kernels=True),
 }
+#: what one calibration run takes the ranges of: the tensors of every target's operators
+CALIBRATION = Int8Target(
+    "calibration", "s8", True,
+    tuple(sorted({op for t in INT8_TARGETS.values() for op in t.ops})), cpu_kernels=False,
+)  # fmt: skip
 
 
 def runs_fused(precision: str, int8_graph: str = "tensorrt") -> bool:
@@ -213,7 +221,15 @@ def int8_graph(
     path = Path(ranges_path)
     if not path.is_file():
         raise BundleError(f"calibration ranges {path} are missing; re-run 'compactinst quantize'")
-    return quantize(model, path, INT8_TARGETS[target], exclude, method=method)
+    try:
+        return quantize(model, path, INT8_TARGETS[target], exclude, method=method)
+    except ValueError as exc:  # the quantizer's words for a tensor the ranges do not cover
+        if "quantization params" not in str(exc).lower():
+            raise
+        raise BundleError(
+            f"calibration ranges {path} do not cover every tensor the {target} INT8 graph "
+            f"quantizes ({exc}); they predate its recipe: re-run 'compactinst quantize'"
+        ) from None
 
 
 def serialize(model: onnx.ModelProto) -> bytes:

@@ -3,12 +3,13 @@ INT8 sensitivity pass, and golden cases for every precision.
 
 * FP16: the FP32 islands are the nodes the range analysis (``precision.check_bundle``) pins;
   the graph is derived at load (``variants.fp16_graph``).
-* INT8: ONNX Runtime calibrates the Conv/MatMul tensors on the user's images (a COCO folder, an
-  image folder or a bag) once; the ranges are stored, and the TensorRT graph (symmetric s8) and
-  the CPU graph (u8 activations) are derived from them. The sensitivity pass quantizes one layer
-  at a time, reports the error each adds at the decoder outputs, and leaves the worst layers in
-  FP32 until the whole graph's error is within ``--budget``. The encoder is quantized from its
-  pre-processed graph (``--pre-process``), where the frozen BatchNorm is folded into the convs.
+* INT8: ONNX Runtime calibrates the Conv/MatMul/ReLU tensors on the user's images (a COCO
+  folder, an image folder or a bag) once; the ranges are stored, and the TensorRT graph
+  (symmetric s8) and the CPU graph (u8 activations) are derived from them. The sensitivity pass
+  quantizes one layer at a time, reports the error each adds at the decoder outputs, and leaves
+  the worst layers in FP32 until the whole graph's error is within ``--budget``. The encoder is
+  quantized from its pre-processed graph (``--pre-process``), where the frozen BatchNorm is
+  folded into the convs.
 * Golden cases: the first calibration images with every precision's CPU decoder outputs (the
   engines' acceptance reference; int8 = the TensorRT graph).
 """
@@ -133,7 +134,7 @@ def calibrate(
         variants.quantize(  # the calibration run: it writes the ranges file
             sources[stage.name],
             path,
-            variants.INT8_TARGETS["tensorrt"],
+            variants.CALIBRATION,
             (),
             reader=_Feeds(feeds[stage.name]),
             method=method,

@@ -285,3 +285,58 @@ def test_calibrating_leaves_the_given_model_intact(typed_copy: Path, tmp_path: P
     feeds = _Feeds([{"image": np.full((1, 3, 64, 64), 100.0, np.float32)}])
     variants.quantize(model, tmp_path / "ranges.json", variants.INT8_TARGETS["cpu"], (), feeds)
     assert variants.serialize(model) == before
+
+
+def _conv_relu_pool_conv(tmp_path: Path) -> tuple[onnx.ModelProto, list[dict]]:
+    """Conv -> Relu -> MaxPool -> Conv (the backbone stem's shape: the ReLU's output reaches no
+    conv directly) and calibration feeds for it."""
+    from onnx import helper
+
+    rng = np.random.default_rng(3)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal((4, 8, 1, 1)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="/conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="/relu"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="/pool", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2"], ["y"], name="/conv2"),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "stem",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], weights,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    return model, feeds
+
+
+def test_cpu_int8_graph_folds_the_relu_into_the_conv(tmp_path: Path) -> None:
+    from compactinst_ros.export.quantize import _Feeds
+
+    model, feeds = _conv_relu_pool_conv(tmp_path)
+    ranges = tmp_path / "ranges.json"
+    variants.quantize(model, ranges, variants.CALIBRATION, (), _Feeds(feeds))
+    assert "r1" in json.loads(ranges.read_text())["data"]  # the ReLU's output range is taken
+    fp32 = create_session(model.SerializeToString(), 1).run(None, feeds[0])[0]
+    for target, relus in (("cpu", 0), ("tensorrt", 1)):
+        typed = variants.int8_graph(model, ranges, target)
+        assert [n.op_type for n in typed.graph.node].count("Relu") == relus, target
+        out = create_session(variants.serialize(typed), 1).run(None, feeds[0])[0]
+        # without the ReLU's clamp, which the CPU graph's u8 zero point now carries, the
+        # negative half of conv1 would reach conv2 and the error would be of the output's size
+        assert np.abs(out - fp32).mean() < 0.02 * np.ptp(fp32), target
+
+
+def test_cpu_int8_graph_refuses_ranges_from_before_it_quantized_relus(tmp_path: Path) -> None:
+    from compactinst_ros.export.quantize import _Feeds
+
+    model, feeds = _conv_relu_pool_conv(tmp_path)
+    ranges = tmp_path / "ranges.json"
+    variants.quantize(model, ranges, variants.INT8_TARGETS["tensorrt"], (), _Feeds(feeds))
+    assert variants.int8_graph(model, ranges, "tensorrt").graph.node  # its own tensors are there
+    with pytest.raises(BundleError, match="predate its recipe: re-run 'compactinst quantize'"):
+        variants.int8_graph(model, ranges, "cpu")
