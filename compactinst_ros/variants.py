@@ -38,22 +38,27 @@ class Int8Target:
     #: ONNX Runtime runs the graph on its fused int8 kernels (what the CPU runs), or as written:
     #: Q/DQ around FP32 ops, the exact arithmetic of its target on any CPU
     cpu_kernels: bool
+    #: operators with constant weights that ONNX Runtime's quantize_dynamic then makes integer
+    #: products, their input's range taken per run (no calibration)
+    dynamic_ops: tuple[str, ...] = ()
 
 
 #: the TensorRT graph (its rule: symmetric s8 everywhere) and the fastest x86 CPU graph (u8
 #: activations, s8 weights: the VNNI kernels take u8 x s8), both from one calibration. The CPU
 #: graph quantizes convolutions and the ReLUs after them: with asymmetric u8 activations the
 #: quantizer removes such a ReLU and gives the conv's output the ReLU's range, so no
-#: dequantize -> FP32 ReLU -> quantize is left between two quantized convs. ONNX Runtime's
-#: quantized MatMuls of the decoder's sizes ran no faster than FP32 ones, and the Q/DQ around
-#: them cost more than they saved. The
+#: dequantize -> FP32 ReLU -> quantize is left between two quantized convs. Its MatMuls with
+#: weights are quantized dynamically (DynamicQuantizeMatMul: u8 x s8 on VNNI or AMX, bias fused):
+#: with static Q/DQ around them they ran slower than FP32, the dequantize of every output costing
+#: more than the integer product saved (docs/gpu.md, "Typed graphs"). The
 #: TensorRT graph's CPU outputs (its sensitivity pass, golden cases and accuracy) come from its
 #: Q/DQ arithmetic as written, which TensorRT's int32 accumulation reproduces: ONNX Runtime's
 #: fused x86 kernels saturate 16-bit sums on CPUs without VNNI, so their outputs, and with them
 #: the layers the sensitivity pass kept in FP32, depended on the machine that calibrated.
 INT8_TARGETS = {
     "tensorrt": Int8Target("tensorrt", "s8", True, QUANTIZED_OPS, cpu_kernels=False),
-    "cpu": Int8Target("cpu", "u8", False, ("Conv", "Relu"), cpu_kernels=True),
+    "cpu": Int8Target("cpu", "u8", False, ("Conv", "Relu"), cpu_kernels=True,
+                      dynamic_ops=("MatMul",)),
 }
 #: what one calibration run takes the ranges of: the tensors of every target's operators
 CALIBRATION = Int8Target(
@@ -166,9 +171,16 @@ def quantize(
     method: str = "minmax",
 ) -> onnx.ModelProto:
     """ONNX Runtime's quantize_static in QDQ format with the ranges cached at ``ranges_path``
-    (calibrated now from ``reader`` when the file does not exist yet)."""
+    (calibrated now from ``reader`` when the file does not exist yet), then its quantize_dynamic
+    on the target's ``dynamic_ops``; nodes in ``exclude`` stay FP32 in both passes."""
     _import_tools("int8")
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
 
     methods = {
         "minmax": CalibrationMethod.MinMax,
@@ -203,6 +215,17 @@ def quantize(
                 },
                 calibration_cache_path=ranges_path,
             )
+            if target.dynamic_ops:
+                dynamic = Path(tmp) / "dynamic.onnx"
+                quantize_dynamic(
+                    onnx.load(str(out)),
+                    dynamic,
+                    op_types_to_quantize=list(target.dynamic_ops),
+                    per_channel=True,
+                    weight_type=QuantType.QInt8,
+                    nodes_to_exclude=list(exclude),
+                )
+                out = dynamic
             return onnx.load(str(out))
     finally:
         root.setLevel(level)

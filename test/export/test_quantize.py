@@ -257,17 +257,38 @@ def test_quantize_again_replaces_the_variants(
     assert "/enc/bn/Mul" in {n.name for n in onnx.load_from_string(typed).graph.node}
 
 
-def test_cpu_int8_graph_quantizes_convs_only(typed_bundle: Path) -> None:
+def test_cpu_int8_graph_quantizes_convs_statically_and_weight_matmuls_dynamically(
+    typed_bundle: Path,
+) -> None:
     bundle = ModelBundle.load(typed_bundle)
 
-    def quantized(target: str) -> set[str]:
-        model = onnx.load_from_string(bundle.stage_graph("decoder", "int8", target).model_bytes)
+    def graph(target: str) -> onnx.ModelProto:
+        return onnx.load_from_string(bundle.stage_graph("decoder", target=target, precision="int8")
+                                     .model_bytes)  # fmt: skip
+
+    def dequantized_inputs(model: onnx.ModelProto) -> set[str]:
         dequantized = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
         return {n.name for n in model.graph.node if dequantized & set(n.input)}
 
-    assert {"/dec/conv", "/dec/matmul", "/dec/classes"} <= quantized("tensorrt")
-    cpu = quantized("cpu")
-    assert "/dec/conv" in cpu and not cpu & {"/dec/matmul", "/dec/classes"}
+    tensorrt, cpu = graph("tensorrt"), graph("cpu")
+    assert {"/dec/conv", "/dec/matmul", "/dec/classes"} <= dequantized_inputs(tensorrt)
+    assert not {"DynamicQuantizeLinear", "MatMulInteger"} & {n.op_type for n in tensorrt.graph.node}
+    assert "/dec/conv" in dequantized_inputs(cpu)
+    integer = [n for n in cpu.graph.node if n.op_type == "MatMulInteger"]
+    assert len(integer) == 2 and not any(n.op_type == "MatMul" for n in cpu.graph.node)
+    ranged = {n.output[0] for n in cpu.graph.node if n.op_type == "DynamicQuantizeLinear"}
+    assert all(n.input[0] in ranged for n in integer)  # each input's range taken per run
+
+
+def test_cpu_int8_graph_leaves_excluded_matmuls_in_fp32(typed_bundle: Path) -> None:
+    meta = json.loads((typed_bundle / "bundle.json").read_text())["variants"]["int8"]["stages"]
+    model = onnx.load(str(typed_bundle / "decoder.onnx"))
+    ranges = typed_bundle / meta["decoder"]["ranges"]
+    typed = variants.int8_graph(model, ranges, "cpu", [*meta["decoder"]["fp32_layers"],
+                                                       "/dec/classes"])  # fmt: skip
+    matmuls = {n.name: n.op_type for n in typed.graph.node if "MatMul" in n.op_type}
+    assert matmuls.get("/dec/classes") == "MatMul", matmuls
+    assert list(matmuls.values()).count("MatMulInteger") == 1, matmuls
 
 
 def test_ranges_files_are_written_in_sorted_order(typed_bundle: Path) -> None:
