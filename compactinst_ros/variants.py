@@ -5,7 +5,8 @@ bundle stores (``bundle.json`` "variants"): the FP16 graph from the FP32 islands
 graphs from ONNX Runtime calibration ranges and the layers left unquantized. The bundle stays
 small (the graphs are not stored) and a load checks the derived graph's sha256, so what runs is
 what was evaluated. The tools are maintained ones (docs/gpu.md, "Typed graphs"):
-onnxconverter-common's ``convert_float_to_float16`` and ONNX Runtime's ``quantize_static``.
+onnxconverter-common's ``convert_float_to_float16`` and ONNX Runtime's ``quantize_static``
+(and, for the CPU graph's MatMuls, ``quantize_dynamic``).
 """
 
 from __future__ import annotations

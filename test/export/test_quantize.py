@@ -263,8 +263,7 @@ def test_cpu_int8_graph_quantizes_convs_statically_and_weight_matmuls_dynamicall
     bundle = ModelBundle.load(typed_bundle)
 
     def graph(target: str) -> onnx.ModelProto:
-        return onnx.load_from_string(bundle.stage_graph("decoder", target=target, precision="int8")
-                                     .model_bytes)  # fmt: skip
+        return onnx.load_from_string(bundle.stage_graph("decoder", "int8", target).model_bytes)
 
     def dequantized_inputs(model: onnx.ModelProto) -> set[str]:
         dequantized = {n.output[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
@@ -308,7 +307,7 @@ def test_calibrating_leaves_the_given_model_intact(typed_copy: Path, tmp_path: P
     assert variants.serialize(model) == before
 
 
-def _conv_relu_pool_conv(tmp_path: Path) -> tuple[onnx.ModelProto, list[dict]]:
+def _conv_relu_pool_conv() -> tuple[onnx.ModelProto, list[dict]]:
     """Conv -> Relu -> MaxPool -> Conv (the backbone stem's shape: the ReLU's output reaches no
     conv directly) and calibration feeds for it."""
     from onnx import helper
@@ -338,7 +337,7 @@ def _conv_relu_pool_conv(tmp_path: Path) -> tuple[onnx.ModelProto, list[dict]]:
 def test_cpu_int8_graph_folds_the_relu_into_the_conv(tmp_path: Path) -> None:
     from compactinst_ros.export.quantize import _Feeds
 
-    model, feeds = _conv_relu_pool_conv(tmp_path)
+    model, feeds = _conv_relu_pool_conv()
     ranges = tmp_path / "ranges.json"
     variants.quantize(model, ranges, variants.CALIBRATION, (), _Feeds(feeds))
     assert "r1" in json.loads(ranges.read_text())["data"]  # the ReLU's output range is taken
@@ -355,7 +354,7 @@ def test_cpu_int8_graph_folds_the_relu_into_the_conv(tmp_path: Path) -> None:
 def test_cpu_int8_graph_refuses_ranges_from_before_it_quantized_relus(tmp_path: Path) -> None:
     from compactinst_ros.export.quantize import _Feeds
 
-    model, feeds = _conv_relu_pool_conv(tmp_path)
+    model, feeds = _conv_relu_pool_conv()
     ranges = tmp_path / "ranges.json"
     variants.quantize(model, ranges, variants.INT8_TARGETS["tensorrt"], (), _Feeds(feeds))
     assert variants.int8_graph(model, ranges, "tensorrt").graph.node  # its own tensors are there
