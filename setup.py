@@ -21,6 +21,8 @@ FP16_DERIVATION = ["onnx>=1.17", "onnxconverter-common==1.16.0"]
 #: numba compiles the CPU post-processing's per-pixel loops (postprocess/compiled.py), 1.6x
 #: faster at 1080p with the same bits; without it the numpy loops run
 FAST = ["numba>=0.56"]
+#: the openvino backend: OpenVINO's CPU plugin (AMX / VNNI INT8 kernels on x86)
+OPENVINO = ["openvino>=2024.0"]
 VEHICLE = [
     "numpy>=1.21,<2",
     "opencv-python-headless>=4.5,<4.12",
@@ -99,7 +101,8 @@ setup(
         "fleet": EVAL + FLEET,
         "ros": ROS_WHEELS,
         "fast": FAST,
-        "dev": DEV + FAST + TRAIN + EVAL + PRECISION + FLEET + ROS_WHEELS,
+        "openvino": OPENVINO,
+        "dev": DEV + FAST + OPENVINO + TRAIN + EVAL + PRECISION + FLEET + ROS_WHEELS,
     },
     zip_safe=True,
     maintainer="compactinst_ros maintainers",

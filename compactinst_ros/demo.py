@@ -99,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default="out/demo", help="report folder (default out/demo)")
     parser.add_argument("--data", default="out/demo_data", help="bag + GT cache folder")
     parser.add_argument("--model", help="bundle (default: models/default, else a random one)")
-    parser.add_argument("--backend", default="auto", help="auto | onnxruntime | tensorrt")
+    parser.add_argument(
+        "--backend", default="auto", help="auto | onnxruntime | tensorrt | openvino"
+    )
     parser.add_argument("--frames", type=int, default=40, help="frames in the demo bag")
     parser.add_argument("--fps", type=float, default=10.0, help="recorded camera rate")
     parser.add_argument("--rate", type=float, default=1.0, help="realtime playback factor")

@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (png, jpg, ...)")
     parser.add_argument("--model", required=True, help="model bundle directory")
     parser.add_argument(
-        "--backend", default="auto", help="auto, onnxruntime or tensorrt (default auto)"
+        "--backend", default="auto", help="auto, onnxruntime, tensorrt or openvino (default auto)"
     )
     parser.add_argument("--out", default="out/infer", help="output directory (default out/infer)")
     parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")

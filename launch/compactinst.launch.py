@@ -81,7 +81,11 @@ def declared_arguments(share: str) -> list:
                 "model bundle folder (default: the parameters file's, else models/default)",
             ),
             ("image_topic", "", "input sensor_msgs/Image topic (default: the parameters file's)"),
-            ("backend", "", "auto | tensorrt | onnxruntime (default: the parameters file's)"),
+            (
+                "backend",
+                "",
+                "auto | tensorrt | onnxruntime | openvino (default: the parameters file's)",
+            ),
             (
                 "precision",
                 "",

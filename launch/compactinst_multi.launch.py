@@ -50,7 +50,7 @@ CAMERA_KEYS = ("namespace", "image_topic", "camera_info_topic")
 #: arguments passed unchanged to every camera's compactinst.launch.py ("" = not given)
 SHARED_ARGUMENTS = (
     ("model", "", "model bundle folder (default: the parameters file's, else models/default)"),
-    ("backend", "", "auto | tensorrt | onnxruntime (default: the parameters file's)"),
+    ("backend", "", "auto | tensorrt | onnxruntime | openvino (default: the parameters file's)"),
     (
         "precision",
         "",

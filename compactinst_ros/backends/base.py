@@ -29,6 +29,7 @@ GPU_RUNTIME_MODULES = ("tensorrt", "pycuda.driver")
 BACKENDS: dict[str, str] = {
     "onnxruntime": "compactinst_ros.backends.ort:OrtBackend",
     "tensorrt": "compactinst_ros.backends.trt:TensorRTBackend",
+    "openvino": "compactinst_ros.backends.openvino:OpenVinoBackend",
 }
 
 
@@ -36,7 +37,7 @@ BACKENDS: dict[str, str] = {
 class BackendOptions:
     """How to run a backend, fixed for its lifetime; each backend reads the fields it uses."""
 
-    #: onnxruntime: intra-op threads; None = the runtime's default (all cores)
+    #: onnxruntime, openvino: intra-op threads; None = the runtime's default (all cores)
     threads: int | None = None
     #: onnxruntime: execution providers; None = CPU
     providers: tuple[str, ...] | None = None
@@ -51,7 +52,8 @@ class BackendOptions:
     #: stage graph precision (bundle.PRECISIONS); None = the backend's default
     #: (onnxruntime: fp32; tensorrt: fp16 where the bundle carries its graphs, else fp32)
     precision: str | None = None
-    #: onnxruntime, precision int8: which INT8 graph (bundle.INT8_GRAPHS); None = "cpu"
+    #: onnxruntime, openvino, precision int8: which INT8 graph (bundle.INT8_GRAPHS); None = the
+    #: backend's ("cpu" on onnxruntime, "tensorrt" on openvino)
     int8_graph: str | None = None
     #: the batch sizes the stages run at; a batch of n frames runs at the smallest size >= n,
     #: its spare slots padded and discarded. None = the backend's default (onnxruntime: any

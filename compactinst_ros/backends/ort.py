@@ -110,6 +110,8 @@ class OrtBackend:
     """The Backend protocol on ONNX Runtime; CPU by default, any ORT providers on request."""
 
     name = "onnxruntime"
+    #: the INT8 graph ``precision="int8"`` runs unless ``BackendOptions.int8_graph`` names one
+    default_int8_graph = DEFAULT_INT8_GRAPH
 
     def __init__(self, bundle: ModelBundle, options: BackendOptions | None = None) -> None:
         """Open both stage sessions (``options.threads``, ``providers`` and ``precision``'s
@@ -118,9 +120,9 @@ class OrtBackend:
         options = options or BackendOptions()
         self.threads = options.threads
         self.precision = options.precision or "fp32"
-        self.int8_graph = options.int8_graph or DEFAULT_INT8_GRAPH
+        self.int8_graph = options.int8_graph or self.default_int8_graph
         self.batch_sizes = tuple(sorted(options.batch_sizes)) if options.batch_sizes else None
-        self._ort = _import_ort()
+        self._runtime = self._import_runtime()
         encoder, decoder = bundle.stage("encoder"), bundle.stage("decoder")
         graphs = [
             bundle.stage_graph(s.name, self.precision, self.int8_graph).model_bytes
@@ -129,8 +131,8 @@ class OrtBackend:
             for s in (encoder, decoder)
         ]
         fused = self.precision != "int8" or _runs_fused(self.precision, self.int8_graph)
-        self._encoder = create_session(graphs[0], options.threads, options.providers, fused)
-        self._decoder = create_session(graphs[1], options.threads, options.providers, fused)
+        self._encoder = self._open_stage(graphs[0], options, fused)
+        self._decoder = self._open_stage(graphs[1], options, fused)
         image_inputs = _check_names(self._encoder, encoder.path, [t.name for t in encoder.inputs])
         if len(image_inputs) != 1:
             raise BackendError(f"{encoder.path} must have exactly one input (the image)")
@@ -146,6 +148,15 @@ class OrtBackend:
                 "'compactinst export'"
             )
         self._warm_up_postprocess()
+
+    def _import_runtime(self) -> Any:
+        """The runtime module (its version goes into ``describe``)."""
+        return _import_ort()
+
+    def _open_stage(self, graph: Path | bytes, options: BackendOptions, fused: bool) -> Any:
+        """One stage's session: ``run(names, feed)``, ``get_inputs()``, ``get_outputs()``,
+        ``get_providers()``."""
+        return create_session(graph, options.threads, options.providers, fused)
 
     def _warm_up_postprocess(self) -> None:
         """Compile the post-processing loops (or load them from numba's cache) on the bundle's
@@ -230,13 +241,13 @@ class OrtBackend:
     def run_encoder(self, tensor: np.ndarray) -> list[np.ndarray]:
         """Encoder stage: an (n, 3, H, W) float32 input -> the features, in output-name order."""
         if self._encoder is None:
-            raise BackendError("the ONNX Runtime backend was closed; create a new Pipeline")
+            raise BackendError(f"the {self.name} backend was closed; create a new Pipeline")
         return self._encoder.run(self._feature_names, {self._image_input: tensor})
 
     def run_decoder(self, features: list[np.ndarray]) -> list[RawOutputs]:
         """Decoder stage: the encoder's features -> class and mask logits, one per frame."""
         if self._decoder is None:
-            raise BackendError("the ONNX Runtime backend was closed; create a new Pipeline")
+            raise BackendError(f"the {self.name} backend was closed; create a new Pipeline")
         feed = dict(zip(self._feature_names, features, strict=True))
         logits, masks = self._decoder.run(list(DECODER_OUTPUTS), feed)
         stride = self.bundle.mask_stride
@@ -247,7 +258,7 @@ class OrtBackend:
         providers = self._providers  # kept from construction: valid after close() too
         return {
             "backend": self.name,
-            "onnxruntime_version": self._ort.__version__,
+            "onnxruntime_version": self._runtime.__version__,
             "providers": providers,
             "threads": self.threads,
             "device": "cuda" if "CUDAExecutionProvider" in providers else "cpu",

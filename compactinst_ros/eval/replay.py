@@ -291,7 +291,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", type=Path, help="model bundle folder (default: the embedded models/default)"
     )
-    parser.add_argument("--backend", default="auto", help="auto | onnxruntime | tensorrt")
+    parser.add_argument(
+        "--backend", default="auto", help="auto | onnxruntime | tensorrt | openvino"
+    )
     parser.add_argument(
         "--precision", choices=PRECISIONS, help="graph precision (default: the backend's)"
     )

@@ -52,7 +52,7 @@ OUTPUTS = (
     "panoptic_color",
     "semantic_color",
 )
-BACKEND_CHOICES = ("auto", "tensorrt", "onnxruntime")
+BACKEND_CHOICES = ("auto", "tensorrt", "onnxruntime", "openvino")
 #: ``precision`` values; auto = the backend's default (onnxruntime fp32, tensorrt fp16)
 PRECISION_CHOICES = ("auto", *PRECISIONS)
 TRANSPORT_CHOICES = ("raw", "compressed", "both")
@@ -96,7 +96,7 @@ PARAMETERS: dict[str, ParamSpec] = {
     "gpu_device": ParamSpec(0, "tensorrt: CUDA device index", None, (0, 15)),
     "ort_threads": ParamSpec(
         0,
-        "ONNX Runtime intra-op threads; 0 = runtime default (half the cores with 2 stage_threads)",
+        "onnxruntime, openvino: threads; 0 = runtime default (half the cores with 2 stage_threads)",
         None,
         (0, 64),
     ),

@@ -1,0 +1,170 @@
+"""OpenVINO backend (CPU): the ONNX Runtime backend's pipeline with the stage graphs compiled by
+OpenVINO, whose x86 INT8 kernels use AMX and VNNI.
+
+It runs the FP32 stages and, for ``precision="int8"``, the symmetric s8 Q/DQ graph that
+TensorRT builds from (``int8_graph="tensorrt"``): OpenVINO fuses each Q/DQ pair into its INT8
+convolutions and products, so on the CPU it runs the graph the vehicle runs, on real integer
+kernels. FP32 stays FP32: OpenVINO's default on AMX CPUs is bfloat16, a precision nothing here
+evaluates, so the inference precision is pinned to f32. Before serving, the compiled stages must
+pass the acceptance check on the bundle's golden inputs (``acceptance.py``), as a TensorRT
+engine must. Install with the ``openvino`` extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..bundle import DECODER_OUTPUTS, ModelBundle
+from ..errors import BackendError
+from . import acceptance
+from .base import BackendOptions
+from .ort import OrtBackend
+
+#: precisions the backend runs; FP16 has no CPU arithmetic here (tensorrt runs it)
+PRECISIONS = ("fp32", "int8")
+#: how the CPU plugin compiles every stage: one stream, latency first, FP32 kept FP32
+COMPILE_CONFIG = {
+    "PERFORMANCE_HINT": "LATENCY",
+    "NUM_STREAMS": 1,
+    "INFERENCE_PRECISION_HINT": "f32",
+}
+#: what a failed acceptance check advises
+REMEDY = (
+    "Run another precision (precision:=fp32), another OpenVINO release, or the onnxruntime "
+    "backend (backend:=onnxruntime)"
+)
+
+
+def _import_openvino() -> Any:
+    try:
+        import openvino
+    except ImportError as exc:
+        raise BackendError(
+            f"openvino is not installed ({exc}); pip install 'compactinst_ros[openvino]', or use "
+            "the onnxruntime backend"
+        ) from None
+    return openvino
+
+
+class _Port(NamedTuple):
+    """A stage input or output, by name (what the backend reads of ONNX Runtime's NodeArg)."""
+
+    name: str
+
+
+class OpenVinoStage:
+    """One stage graph compiled by OpenVINO's CPU plugin, with the calls ``OrtBackend`` makes of
+    an ONNX Runtime session. A model is compiled per batch size, with static shapes: with the
+    batch axis left dynamic the INT8 stages ran 15-20 % slower."""
+
+    def __init__(self, openvino: Any, graph: Path | bytes, threads: int | None) -> None:
+        """Read ``graph`` (a file or an ONNX graph's bytes) and compile it for batch 1."""
+        self._core = openvino.Core()
+        try:
+            if isinstance(graph, bytes):
+                self._model = self._core.read_model(graph, b"")
+            else:
+                self._model = self._core.read_model(str(graph))
+        except RuntimeError as exc:
+            where = "a derived graph" if isinstance(graph, bytes) else str(graph)
+            raise BackendError(
+                f"OpenVINO cannot read {where}: {exc}; re-export the bundle with "
+                "'compactinst export'"
+            ) from None
+        self._config = dict(COMPILE_CONFIG)
+        if threads is not None:
+            if threads < 1:
+                raise BackendError(f"threads={threads} must be >= 1 (or None for all cores)")
+            self._config["INFERENCE_NUM_THREADS"] = threads
+        self._inputs = [_Port(p.any_name) for p in self._model.inputs]
+        self._outputs = [_Port(p.any_name) for p in self._model.outputs]
+        self._requests: dict[int, Any] = {}
+        self._request(1)
+
+    def _request(self, batch: int) -> Any:
+        """The infer request of the model compiled for ``batch`` frames (compiled on first use)."""
+        if batch not in self._requests:
+            model = self._model.clone()
+            model.reshape({  # the stage inputs are static but for the batch axis
+                p.any_name: [batch, *(d.get_length() for d in list(p.get_partial_shape())[1:])]
+                for p in model.inputs
+            })  # fmt: skip
+            compiled = self._core.compile_model(model, "CPU", self._config)
+            self._requests[batch] = compiled.create_infer_request()
+        return self._requests[batch]
+
+    def run(self, names: Sequence[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """The outputs ``names`` (copies) for ``feed``, all of one batch size."""
+        batch = next(iter(feed.values())).shape[0]
+        result = self._request(batch).infer(feed)
+        return [np.asarray(result[name]) for name in names]
+
+    def get_inputs(self) -> list[_Port]:
+        """The graph's inputs, in order."""
+        return self._inputs
+
+    def get_outputs(self) -> list[_Port]:
+        """The graph's outputs, in order."""
+        return self._outputs
+
+    def get_providers(self) -> list[str]:
+        """The device it runs on, in ONNX Runtime's terms."""
+        return ["CPU"]
+
+
+class OpenVinoBackend(OrtBackend):
+    """The Backend protocol on OpenVINO's CPU plugin (fp32, or int8 on the TensorRT graph)."""
+
+    name = "openvino"
+    default_int8_graph = "tensorrt"
+
+    def __init__(self, bundle: ModelBundle, options: BackendOptions | None = None) -> None:
+        """Compile both stages, then hold them to the golden cases of their precision."""
+        options = options or BackendOptions()
+        if (options.precision or "fp32") not in PRECISIONS:
+            raise BackendError(
+                f"the openvino backend runs {' or '.join(PRECISIONS)}, not {options.precision}; "
+                "fp16 runs on the tensorrt backend (or as a typed graph on onnxruntime)"
+            )
+        if options.providers:
+            raise BackendError("providers are ONNX Runtime's; the openvino backend runs the CPU")
+        super().__init__(bundle, options)
+        self._accept()
+
+    def _import_runtime(self) -> Any:
+        """openvino (BackendError naming the extra when it is missing)."""
+        return _import_openvino()
+
+    def _open_stage(self, graph: Path | bytes, options: BackendOptions, fused: bool) -> Any:
+        """One stage compiled by OpenVINO (always fused: it has no as-written mode)."""
+        return OpenVinoStage(self._runtime, graph, options.threads)
+
+    def _accept(self) -> None:
+        """BackendError unless the decoder outputs on the golden inputs agree with the typed
+        graph's CPU outputs within the precision's tolerances (none recorded: nothing to do)."""
+        cases = self.bundle.golden_cases(self.precision)
+        outputs = [
+            {
+                DECODER_OUTPUTS[0]: raw.class_logits[None],
+                DECODER_OUTPUTS[1]: raw.mask_logits[None],
+            }
+            for case in cases
+            for raw in self.run_decoder(self.run_encoder(case.image))
+        ]
+        acceptance.check("decoder", self.precision, cases, outputs, engine="OpenVINO model",
+                         remedy=REMEDY)  # fmt: skip
+
+    def describe(self) -> dict:
+        """Backend name, openvino version, threads, device and precision."""
+        return {
+            "backend": self.name,
+            "openvino_version": self._runtime.get_version(),
+            "threads": self.threads,
+            "device": "cpu",
+            "precision": self.precision,
+            **({"int8_graph": self.int8_graph} if self.precision == "int8" else {}),
+        }
