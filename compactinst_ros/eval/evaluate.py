@@ -132,10 +132,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, type=Path, help="COCO folder (synth layout)")
     parser.add_argument("--precision", choices=PRECISIONS, help="graph precision (default fp32)")
     parser.add_argument(
-        "--int8-graph", choices=("cpu", "tensorrt"), help="int8: which graph (default cpu)"
-    )
+        "--int8-graph", choices=("cpu", "tensorrt"),
+        help="int8: which graph (default: the backend's, onnxruntime cpu, openvino tensorrt)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--backend", default="onnxruntime", choices=("onnxruntime", "openvino", "tensorrt"),
+        help="what runs the graphs (default onnxruntime)",
+    )  # fmt: skip
     parser.add_argument("--limit", type=int, help="evaluate only the first N images (default: all)")
-    parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")
+    parser.add_argument("--threads", type=int, help="runtime threads (default: all cores)")
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
 
@@ -145,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         args.bundle,
         args.data,
         args.limit,
+        args.backend,
         precision=args.precision,
         int8_graph=args.int8_graph,
         threads=args.threads,

@@ -16,6 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ..backends.acceptance import matched
 from ..bundle import DECODER_OUTPUTS, ModelBundle
 from ..errors import ConfigError
 from .evaluate import data_images, encoder_inputs, evaluate_bundle
@@ -26,14 +27,18 @@ CAMERA_1080P = (1080, 1920)
 
 @dataclass(frozen=True)
 class Variant:
-    """One row of the report: a precision and, for int8, which graph."""
+    """One row of the report: a precision, for int8 which graph, and the backend that runs it."""
 
     precision: str
     int8_graph: str | None = None
+    backend: str = "onnxruntime"
 
     @property
     def label(self) -> str:
-        """``fp32``, ``fp16``, ``int8 cpu`` or ``int8 tensorrt``."""
+        """``fp32``, ``fp16``, ``int8 cpu`` or ``int8 tensorrt`` on ONNX Runtime; ``openvino
+        fp32`` or ``openvino int8`` (the TensorRT graph) on OpenVINO."""
+        if self.backend != "onnxruntime":
+            return f"{self.backend} {self.precision}"
         return f"{self.precision} {self.int8_graph}" if self.int8_graph else self.precision
 
     @property
@@ -42,14 +47,27 @@ class Variant:
         return {"precision": self.precision, "int8_graph": self.int8_graph}
 
 
-def bundle_variants(bundle: ModelBundle) -> list[Variant]:
-    """Every row the bundle can run: its precisions, int8 as both of its graphs."""
+#: backends the report can put side by side
+REPORT_BACKENDS = ("onnxruntime", "openvino")
+
+
+def bundle_variants(
+    bundle: ModelBundle, backends: Sequence[str] = ("onnxruntime",)
+) -> list[Variant]:
+    """Every row the bundle can run on ``backends``: on ONNX Runtime its precisions, int8 as both
+    of its graphs; on OpenVINO fp32 and int8 (the TensorRT graph, on its INT8 kernels)."""
     rows = []
-    for precision in bundle.precisions:
-        if precision == "int8":
-            rows += [Variant("int8", "cpu"), Variant("int8", "tensorrt")]
-        else:
-            rows.append(Variant(precision))
+    for backend in backends:
+        if backend not in REPORT_BACKENDS:
+            raise ConfigError(f"backend '{backend}': choose {', '.join(REPORT_BACKENDS)}")
+        for precision in bundle.precisions:
+            if backend == "openvino":
+                if precision != "fp16":
+                    rows.append(Variant(precision, backend=backend))
+            elif precision == "int8":
+                rows += [Variant("int8", "cpu"), Variant("int8", "tensorrt")]
+            else:
+                rows.append(Variant(precision))
     return rows
 
 
@@ -63,17 +81,11 @@ def output_error(reference: Sequence[dict], result: Sequence[dict]) -> dict[str,
     no mask (and no AP) but would dominate an elementwise difference."""
     errors = dict.fromkeys(DECODER_OUTPUTS, 0.0)
     for ref, out in zip(reference, result, strict=True):
-        ref_masks = ref["pred_masks"][0].reshape(ref["pred_masks"].shape[1], -1)
-        out_masks = out["pred_masks"][0].reshape(out["pred_masks"].shape[1], -1)
-        cost = np.stack([np.abs(out_masks - m).mean(axis=1) for m in ref_masks])
-        nearest = cost.argmin(axis=1)
-        matched = {
-            "pred_masks": cost[np.arange(len(nearest)), nearest],
-            "pred_logits": np.abs(out["pred_logits"][0][nearest] - ref["pred_logits"][0]),
-        }
+        nearest = matched(ref, out)
         for name in DECODER_OUTPUTS:
             span = float(ref[name].max() - ref[name].min()) or 1.0
-            errors[name] = max(errors[name], float(matched[name].mean()) / span)
+            error = float(np.abs(nearest[name] - ref[name]).mean()) / span
+            errors[name] = max(errors[name], error)
     return errors
 
 
@@ -99,7 +111,7 @@ def measure(
     (median and 10-90 % range, ms) over ``rounds`` frames, the rows alternating frame by frame."""
     from ..pipeline import Pipeline
 
-    pipes = {r.label: Pipeline(bundle, "onnxruntime", threads=threads, **r.overrides) for r in rows}
+    pipes = {r.label: Pipeline(bundle, r.backend, threads=threads, **r.overrides) for r in rows}
     try:
         outputs = {}
         for label, pipe in pipes.items():
@@ -210,9 +222,12 @@ def format_table(report: dict) -> str:
         f"{'err logits':>10s} {'err masks':>9s} {'max |d| masks':>13s}"
     ]
     rows = report["rows"]
-    base = next(iter(rows.values()))["time_ms"]
+    bases: dict[str, dict] = {}  # each backend's first row (fp32): its speed-ups' reference
+    for row in rows.values():
+        bases.setdefault(row["describe"]["backend"], row["time_ms"])
     for label, row in rows.items():
         t = row["time_ms"]
+        base = bases[row["describe"]["backend"]]
         acc = row.get("accuracy")
         ap = f"{acc['mask_ap']['AP']:7.2f}" if acc else f"{'-':>7s}"
         pq = f"{acc['panoptic']['all']['PQ']:6.2f}" if acc else f"{'-':>6s}"
@@ -225,8 +240,9 @@ def format_table(report: dict) -> str:
             f"{row['error']['pred_logits']:10.4f} {row['error']['pred_masks']:9.4f} "
             f"{row['largest_error']['pred_masks']:13.3f}"
         )
-    lines.append(f"times: medians of {base['encoder']['count']} alternating frames; "
-                 f"err: {OUTPUT_ERROR_DOC}")  # fmt: skip
+    count = next(iter(bases.values()))["encoder"]["count"]
+    lines.append(f"times: medians of {count} alternating frames, speed-ups against the same "
+                 f"backend's fp32; err: {OUTPUT_ERROR_DOC}")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -270,11 +286,12 @@ def precision_report(
     rounds: int = 20,
     threads: int | None = None,
     progress: bool = True,
+    backends: Sequence[str] = ("onnxruntime",),
 ) -> dict:
-    """Measure every precision of the bundle, write ``precision_report.json``, ``.txt`` and
-    ``.png`` into ``out``; returns the report."""
+    """Measure every precision of the bundle on ``backends``, write ``precision_report.json``,
+    ``.txt`` and ``.png`` into ``out``; returns the report."""
     bundle = ModelBundle.load(bundle_path)
-    rows = bundle_variants(bundle)
+    rows = bundle_variants(bundle, backends)
     if len(rows) == 1:
         raise ConfigError(
             f"bundle {bundle.root} has only fp32 graphs; add the others with "
@@ -286,7 +303,8 @@ def precision_report(
     measured = measure(bundle, rows, tensors, camera, rounds, threads)
     for row in rows:
         measured[row.label]["accuracy"] = evaluate_bundle(
-            bundle.root, data, limit, progress=progress, threads=threads, **row.overrides
+            bundle.root, data, limit, row.backend, progress=progress, threads=threads,
+            **row.overrides,
         )
     report = {
         "model": bundle.name,
@@ -313,7 +331,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=int, help="evaluate only the first N images (default: all)")
     parser.add_argument("--rounds", type=int, default=20, help="timed frames per precision")
-    parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")
+    parser.add_argument("--threads", type=int, help="runtime threads (default: all cores)")
+    parser.add_argument(
+        "--backends", nargs="+", choices=REPORT_BACKENDS, default=["onnxruntime"],
+        help="backends side by side (default onnxruntime; openvino: fp32 and int8)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -321,7 +343,8 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise ConfigError(f"--rounds {args.rounds}: need at least 1 timed frame")
     report = precision_report(
-        args.bundle, args.data, args.out, args.limit, args.rounds, args.threads
+        args.bundle, args.data, args.out, args.limit, args.rounds, args.threads,
+        backends=args.backends,
     )
     print(format_table(report))
     if "fp16_on_cpu" in report:
