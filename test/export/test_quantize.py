@@ -360,3 +360,21 @@ def test_cpu_int8_graph_refuses_ranges_from_before_it_quantized_relus(tmp_path: 
     assert variants.int8_graph(model, ranges, "tensorrt").graph.node  # its own tensors are there
     with pytest.raises(BundleError, match="predate its recipe: re-run 'compactinst quantize'"):
         variants.int8_graph(model, ranges, "cpu")
+
+
+def test_precision_report_puts_openvino_beside_onnxruntime(
+    typed_bundle: Path, tiny_data: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "report"
+    assert main(["precision-report", str(typed_bundle), "--data", str(tiny_data), "--out",
+                 str(out), "--rounds", "2", "--limit", "2", "--backends", "onnxruntime",
+                 "openvino"]) == 0  # fmt: skip
+    report = json.loads((out / "precision_report.json").read_text())
+    rows = report["rows"]
+    assert list(rows) == ["fp32", "fp16", "int8 cpu", "int8 tensorrt", "openvino fp32",
+                          "openvino int8"]  # fmt: skip
+    assert rows["openvino int8"]["describe"]["int8_graph"] == "tensorrt"
+    assert rows["openvino fp32"]["describe"]["backend"] == "openvino"
+    table = (out / "precision_report.txt").read_text().splitlines()
+    own = next(line for line in table if line.startswith("openvino fp32"))
+    assert " 1.00x " in own  # its speed-up is against its own backend's fp32
