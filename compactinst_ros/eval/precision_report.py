@@ -253,7 +253,8 @@ def write_plot(report: dict, path: Path) -> Path:
     plt = _pyplot()
     rows = report["rows"]
     labels = list(rows)
-    fig, (acc_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 3.6))
+    ticks = [label.replace(" ", "\n") for label in labels]  # two words stacked: six rows fit
+    fig, (acc_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 3.8))
     x = np.arange(len(labels))
     for k, (name, get) in enumerate((
         ("mask AP", lambda a: a["mask_ap"]["AP"]),
@@ -262,7 +263,7 @@ def write_plot(report: dict, path: Path) -> Path:
         values = [get(rows[label]["accuracy"]) if rows[label].get("accuracy") else 0.0
                   for label in labels]  # fmt: skip
         acc_ax.bar(x + (k - 0.5) * 0.38, values, 0.38, label=name)
-    acc_ax.set_xticks(x, labels)
+    acc_ax.set_xticks(x, ticks)
     acc_ax.set_ylabel("percent")
     acc_ax.set_title("Accuracy")
     acc_ax.legend(loc="lower right")
@@ -271,7 +272,7 @@ def write_plot(report: dict, path: Path) -> Path:
         values = np.array([rows[label]["time_ms"][stage]["median"] for label in labels])
         time_ax.bar(x, values, 0.6, bottom=bottom, label=stage)
         bottom += values
-    time_ax.set_xticks(x, labels)
+    time_ax.set_xticks(x, ticks)
     time_ax.set_ylabel("ms (median, CPU)")
     time_ax.set_title("Stage time, one alternating run")
     time_ax.legend()
