@@ -1,0 +1,61 @@
+"""The node on the openvino backend with the real rclpy: backend:=openvino precision:=int8 opens
+(the acceptance check passes on the default bundle), segments a frame and says on /diagnostics
+what ran."""
+
+from __future__ import annotations
+
+import array
+
+import numpy as np
+import pytest
+from ros_domains import next_domain
+from ros_harness import Client, NodeProcess
+
+from compactinst_ros.bundle import default_bundle_path
+from compactinst_ros.train.synthetic import render_scene
+
+pytest.importorskip("rclpy")
+
+from diagnostic_msgs.msg import DiagnosticArray
+from sensor_msgs.msg import Image
+
+TOPIC = "/cam/image"
+MASK = "/compactinst/instance_mask"
+
+
+def test_int8_on_openvino_segments_and_reports_it() -> None:
+    domain = next_domain()
+    node = NodeProcess(
+        domain,
+        {
+            "model": str(default_bundle_path()),
+            "backend": "openvino",
+            "precision": "int8",
+            "ort_threads": 1,
+            "image_topic": TOPIC,
+            "diagnostics_period": 0.25,
+        },
+    )
+    client = Client(domain)
+    try:
+        client.subscribe(DiagnosticArray, "/diagnostics")
+        client.subscribe(Image, MASK)
+        publisher = client.publisher(Image, TOPIC)
+        facts = client.wait_for(
+            lambda: (d := client.latest_diagnostics()).get("backend") and d, 60, "node up"
+        )
+        assert (facts["backend"], facts["precision"]) == ("openvino", "int8"), facts
+        client.wait_for(lambda: publisher.get_subscription_count() and client.matched(MASK))
+        scene = render_scene(7, 0, 256, 384)
+        pixels = np.ascontiguousarray(scene.image[..., ::-1])  # the scene is RGB; send bgr8
+        msg = Image(height=256, width=384, encoding="bgr8", step=384 * 3)
+        msg.header.stamp.sec = 4242
+        msg.data = array.array("B", pixels.tobytes())
+        publisher.publish(msg)
+        mask = client.wait_for(lambda: client.stamped(MASK, 4242), 30, "the instance mask")
+        ids = np.frombuffer(bytes(mask.data), np.uint16).reshape(256, 384)
+        assert ids.max() >= 1, "the demo model finds the scene's objects"
+    finally:
+        client.close()
+        code = node.stop()
+        assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
