@@ -2,10 +2,11 @@
 the typed graph's CPU outputs (``ModelBundle.golden_cases``) within the precision's tolerances.
 
 The decoder is judged as the post-processing reads it (docs/postprocess.md), each golden query
-against the engine's query of nearest mask: mask IoU with the masks binarised at logit 0 and class
-probabilities (softmax over K+1, as instance selection and the semantic rule take them), both
-over the queries the default post-processing could show, and the semantic class at mask
-resolution over all queries (``class_maps`` with its void floor). Any other output (the
+against its engine query (``nearest_queries``: near-tied proposals may swap places): mask IoU
+with the masks binarised at logit 0 and class probabilities (softmax over K+1, as instance
+selection and the semantic rule take them), both over the queries the default post-processing
+could show, and the semantic class at mask resolution over all queries (``class_maps`` with its
+void floor). Any other output (the
 encoder's features, where the golden file holds them) is compared by its largest error relative
 to the reference's range. Pure numpy: the TensorRT side (running the engine) lives in
 trt_build.py.
