@@ -17,7 +17,7 @@ from compactinst_ros.backends.ort import create_session
 from compactinst_ros.bundle import ModelBundle, read_golden
 from compactinst_ros.cli import main
 from compactinst_ros.errors import BundleError
-from compactinst_ros.eval.precision_report import output_error
+from compactinst_ros.eval.precision_report import largest_error, output_error
 from compactinst_ros.export.quantize import Chain
 from compactinst_ros.pipeline import Pipeline
 
@@ -154,6 +154,19 @@ def test_evaluate_prints_ap_and_pq(
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["images"] == 2 and metrics["describe"]["precision"] == "int8"
     assert 0 <= metrics["panoptic"]["all"]["PQ"] <= 100
+
+
+def test_errors_pair_reordered_queries_but_count_changed_masks() -> None:
+    rng = np.random.default_rng(0)
+    ref = {"pred_logits": rng.normal(size=(1, 6, 3)).astype(np.float32),
+           "pred_masks": rng.normal(scale=20.0, size=(1, 6, 8, 8)).astype(np.float32)}  # fmt: skip
+    swapped = {name: value[:, [0, 2, 1, 3, 4, 5]] for name, value in ref.items()}
+    assert max(output_error([ref], [swapped]).values()) == 0.0
+    assert max(largest_error([ref], [swapped]).values()) == 0.0
+    changed = {**swapped, "pred_masks": swapped["pred_masks"].copy()}
+    changed["pred_masks"][0, 4, 2, 3] += 5.0
+    assert largest_error([ref], [changed])["pred_masks"] == pytest.approx(5.0)
+    assert output_error([ref], [changed])["pred_masks"] > 0.0
 
 
 def test_precision_report_writes_table_and_plot(
