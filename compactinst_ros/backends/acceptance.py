@@ -6,10 +6,9 @@ against its engine query (``nearest_queries``: near-tied proposals may swap plac
 with the masks binarised at logit 0 and class probabilities (softmax over K+1, as instance
 selection and the semantic rule take them), both over the queries the default post-processing
 could show, and the semantic class at mask resolution over all queries (``class_maps`` with its
-void floor). Any other output (the
-encoder's features, where the golden file holds them) is compared by its largest error relative
-to the reference's range. Pure numpy: the TensorRT side (running the engine) lives in
-trt_build.py.
+void floor). Any other output (the encoder's features, where the golden file holds them) is
+compared by its largest error relative to the reference's range. Pure numpy: the TensorRT side
+(running the engine) lives in trt_build.py.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from ..bundle import DECODER_OUTPUTS, GoldenCase
 from ..errors import BackendError
 from ..postprocess.resample import sigmoid, softmax
 from ..postprocess.semantic import SEMANTIC_VOID_FLOOR, class_maps
-from ..structures import PostprocessOptions
+from ..structures import PostprocessOptions, RawOutputs
 
 #: a golden query is compared with another engine query only where that one is this much nearer
 #: than the query in its own place (``nearest_queries``): swapped near-ties are orders nearer
@@ -104,6 +103,12 @@ def nearest_queries(
     queries = np.arange(len(costs))
     closer = costs[queries, nearest] <= REMATCH_COST * costs[queries, queries]
     return np.where(closer, nearest, queries)
+
+
+def graph_outputs(raw: RawOutputs) -> dict[str, np.ndarray]:
+    """One frame's decoder outputs as the decoder graph names and shapes them (batch of 1), the
+    form golden outputs are stored and compared in."""
+    return {DECODER_OUTPUTS[0]: raw.class_logits[None], DECODER_OUTPUTS[1]: raw.mask_logits[None]}
 
 
 def matched(

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..bundle import DECODER_OUTPUTS, ModelBundle
+from ..bundle import ModelBundle
 from ..errors import BackendError
 from . import acceptance
 from .base import BackendOptions
@@ -148,10 +148,7 @@ class OpenVinoBackend(OrtBackend):
         graph's CPU outputs within the precision's tolerances (none recorded: nothing to do)."""
         cases = self.bundle.golden_cases(self.precision)
         outputs = [
-            {
-                DECODER_OUTPUTS[0]: raw.class_logits[None],
-                DECODER_OUTPUTS[1]: raw.mask_logits[None],
-            }
+            acceptance.graph_outputs(raw)
             for case in cases
             for raw in self.run_decoder(self.run_encoder(case.image))
         ]

@@ -16,7 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from ..backends.acceptance import matched
+from ..backends.acceptance import graph_outputs, matched
 from ..bundle import DECODER_OUTPUTS, ModelBundle
 from ..errors import ConfigError
 from .evaluate import data_images, encoder_inputs, evaluate_bundle
@@ -115,15 +115,11 @@ def measure(
 
     pipes = {r.label: Pipeline(bundle, r.backend, threads=threads, **r.overrides) for r in rows}
     try:
-        outputs = {}
-        for label, pipe in pipes.items():
-            outs = []
-            for t in tensors:
-                raw = pipe.backend.run_decoder(pipe.backend.run_encoder(t))[0]
-                outs.append(
-                    {"pred_logits": raw.class_logits[None], "pred_masks": raw.mask_logits[None]}
-                )
-            outputs[label] = outs
+        outputs = {
+            label: [graph_outputs(pipe.backend.run_decoder(pipe.backend.run_encoder(t))[0])
+                    for t in tensors]
+            for label, pipe in pipes.items()
+        }  # fmt: skip
         times: dict[str, dict[str, list[float]]] = {label: {} for label in pipes}
         for i in range(rounds + 1):  # the first round warms up
             for label, pipe in pipes.items():
