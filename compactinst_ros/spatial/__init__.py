@@ -1,0 +1,27 @@
+"""Instances in 3-D: each instance mask lifted with a registered depth image or a LiDAR cloud.
+
+Pure numpy (and OpenCV for the mask erosion); no ROS. ``lift`` holds the per-instance robust
+depth, centroid and extent; ``cloud`` turns PointCloud2 fields into points and projects them.
+"""
+
+from .lift import (
+    Instances3D,
+    Intrinsics,
+    LiftOptions,
+    erode_labels,
+    labels_on_grid,
+    lift_cloud,
+    lift_depth,
+    lift_points,
+)
+
+__all__ = [
+    "Instances3D",
+    "Intrinsics",
+    "LiftOptions",
+    "erode_labels",
+    "labels_on_grid",
+    "lift_cloud",
+    "lift_depth",
+    "lift_points",
+]

@@ -1,0 +1,373 @@
+"""Per-instance 3-D from the instance raster and a registered depth image or projected points.
+
+Every instance of a frame is lifted in one vectorised pass over the pixels (or points) that
+carry an instance id: no per-pixel Python and no per-instance mask at camera resolution. The
+steps, each there for a reason:
+
+1. The instance raster is sampled on the depth grid (:func:`labels_on_grid`): a depth image
+   registered to the colour camera shares its optical centre, so a depth pixel maps to a colour
+   pixel through the two camera_infos' K alone, whatever the two resolutions.
+2. Each mask is eroded by ``erode_px`` (:func:`erode_labels`): the edge pixels of a mask straddle
+   the depth discontinuity between the object and what lies behind it (mixed and flying pixels).
+   An instance too small to survive the erosion falls back to its whole mask.
+3. Invalid depth (NaN, inf, zero, outside ``[min_range_m, max_range_m]``) is dropped.
+4. The robust depth is the ``percentile`` of the remaining depths of the instance (nearest rank).
+5. The inliers are the points within ``max(band_m, band_rel * depth)`` of it: background seen
+   through gaps of the mask and foreground occluders are left out of the centroid.
+6. The centroid is the mean of the inliers in the camera's optical frame (x right, y down,
+   z forward, metres), the extent the size of their axis-aligned box, the distance the centroid's
+   norm, and ``support`` the number of inliers. Fewer than ``min_points``: no 3-D (NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import cv2
+import numpy as np
+
+from ..errors import ConfigError, InputError
+
+#: instance ids are uint16 raster values, so a lookup table over all of them is 65536 entries
+_ID_RANGE = 1 << 16
+
+
+@dataclass(frozen=True)
+class Intrinsics:
+    """A pinhole camera: camera_info's K (fx, fy, cx, cy in pixels) for a width x height image.
+
+    ROS convention: pixel (u, v) has its centre at integer coordinates, and a point (x, y, z) of
+    the optical frame projects to ``u = fx x / z + cx``, ``v = fy y / z + cy``.
+    """
+
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    width: int
+    height: int
+
+    def __post_init__(self) -> None:
+        values = (self.fx, self.fy, self.cx, self.cy)
+        if not (np.all(np.isfinite(values)) and self.fx > 0 and self.fy > 0):
+            raise InputError(
+                f"camera_info K has fx={self.fx:g}, fy={self.fy:g}, cx={self.cx:g}, "
+                f"cy={self.cy:g}: the camera is not calibrated; publish a calibrated "
+                "camera_info (fx and fy positive) for 3-D"
+            )
+        if self.width < 1 or self.height < 1:
+            raise InputError(
+                f"camera_info is {self.width}x{self.height} pixels; publish one with the "
+                "image's width and height for 3-D"
+            )
+
+    @classmethod
+    def from_k(cls, k: Sequence[float], width: int, height: int) -> Intrinsics:
+        """From camera_info's row-major 3x3 ``k`` and its image size."""
+        if len(k) != 9:
+            raise InputError(f"camera_info K has {len(k)} values, not 9; publish a 3x3 K")
+        return cls(float(k[0]), float(k[4]), float(k[2]), float(k[5]), int(width), int(height))
+
+    def scaled_to(self, width: int, height: int) -> Intrinsics:
+        """The same camera at another resolution (an image resized as a whole)."""
+        sx, sy = width / self.width, height / self.height
+        return Intrinsics(
+            self.fx * sx,
+            self.fy * sy,
+            (self.cx + 0.5) * sx - 0.5,
+            (self.cy + 0.5) * sy - 0.5,
+            width,
+            height,
+        )
+
+
+@dataclass(frozen=True)
+class LiftOptions:
+    """How instances are lifted (the steps in the module docstring)."""
+
+    erode_px: int = 2  # mask erosion in pixels of the depth grid (camera pixels for clouds)
+    percentile: float = 50.0  # robust depth: this percentile of the instance's depths
+    band_m: float = 0.3  # inliers lie within max(band_m, band_rel * depth) of the robust depth
+    band_rel: float = 0.1
+    min_range_m: float = 0.1  # depths outside [min_range_m, max_range_m] are invalid
+    max_range_m: float = 200.0
+    min_points: int = 10  # fewer inliers: the instance gets no 3-D
+
+    def __post_init__(self) -> None:
+        checks = {
+            "erode_px": 0 <= self.erode_px <= 64,
+            "percentile": 0.0 <= self.percentile <= 100.0,
+            "band_m": self.band_m > 0,
+            "band_rel": self.band_rel >= 0,
+            "min_range_m": 0 <= self.min_range_m < self.max_range_m,
+            "min_points": self.min_points >= 1,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ConfigError(
+                    f"{name}={getattr(self, name)} is out of range: erode_px 0..64, percentile "
+                    "0..100, band_m > 0, band_rel >= 0, 0 <= min_range_m < max_range_m, "
+                    "min_points >= 1"
+                )
+
+
+@dataclass
+class Instances3D:
+    """Per-instance 3-D table; row i belongs to the instance ``ids[i]`` (the 2-D table's ids).
+
+    Camera optical frame, metres. Rows with ``valid`` False (too few supporting points) hold NaN.
+    """
+
+    ids: np.ndarray  # (N,) uint16, the instance ids of the 2-D table, in its order
+    centroid: np.ndarray  # (N, 3) float32 x, y, z
+    extent: np.ndarray  # (N, 3) float32 size along x, y, z of the inliers' box
+    depth: np.ndarray  # (N,) float32 robust depth (z)
+    distance: np.ndarray  # (N,) float32 norm of the centroid
+    support: np.ndarray  # (N,) int32 inlier points
+    valid: np.ndarray  # (N,) bool
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    def row(self, i: int) -> dict:
+        """Row ``i`` as plain Python values (reports, JSON)."""
+        return {
+            "id": int(self.ids[i]),
+            "centroid": [round(float(c), 4) for c in self.centroid[i]],
+            "extent": [round(float(c), 4) for c in self.extent[i]],
+            "depth": round(float(self.depth[i]), 4),
+            "distance": round(float(self.distance[i]), 4),
+            "support": int(self.support[i]),
+            "valid": bool(self.valid[i]),
+        }
+
+    @classmethod
+    def unsupported(cls, ids: np.ndarray) -> Instances3D:
+        """A table for ``ids`` with no 3-D for any of them."""
+        n = len(ids)
+        nan3, nan = np.full((n, 3), np.nan, np.float32), np.full(n, np.nan, np.float32)
+        return cls(
+            ids=np.asarray(ids, np.uint16),
+            centroid=nan3,
+            extent=nan3.copy(),
+            depth=nan,
+            distance=nan.copy(),
+            support=np.zeros(n, np.int32),
+            valid=np.zeros(n, bool),
+        )
+
+    def merged(self, other: Instances3D, take: np.ndarray) -> Instances3D:
+        """This table with the rows ``take`` (bool, same ids) replaced by ``other``'s."""
+        out = {}
+        for f in fields(self):
+            mine = getattr(self, f.name)
+            out[f.name] = (
+                mine
+                if f.name == "ids"
+                else np.where(
+                    take.reshape((-1,) + (1,) * (mine.ndim - 1)), getattr(other, f.name), mine
+                )
+            )
+        return Instances3D(**out)
+
+
+def labels_on_grid(raster: np.ndarray, colour: Intrinsics, grid: Intrinsics) -> np.ndarray:
+    """The instance raster (at the colour camera's resolution) sampled at the pixels of a
+    registered image with intrinsics ``grid`` (nearest pixel; 0 outside the colour image)."""
+    if raster.shape != (colour.height, colour.width):
+        raise InputError(
+            f"instance raster is {raster.shape[1]}x{raster.shape[0]} but the camera_info says "
+            f"{colour.width}x{colour.height}; publish the camera_info of the image the node "
+            "segments"
+        )
+    if grid == colour:
+        return raster
+    u = np.rint(colour.fx * (np.arange(grid.width) - grid.cx) / grid.fx + colour.cx)
+    v = np.rint(colour.fy * (np.arange(grid.height) - grid.cy) / grid.fy + colour.cy)
+    u_in, v_in = (u >= 0) & (u < colour.width), (v >= 0) & (v < colour.height)
+    u_idx = np.clip(u, 0, colour.width - 1).astype(np.intp)
+    v_idx = np.clip(v, 0, colour.height - 1).astype(np.intp)
+    out = raster[v_idx[:, None], u_idx[None, :]]
+    out[~v_in] = 0
+    out[:, ~u_in] = 0
+    return out
+
+
+def erode_labels(labels: np.ndarray, radius: int) -> np.ndarray:
+    """``labels`` with every pixel within ``radius`` pixels (Chebyshev) of a different label,
+    background included, set to 0; each instance is eroded on its own, in one pass for all."""
+    if radius <= 0:
+        return labels
+    edge = np.zeros(labels.shape, np.uint8)  # pixels with a 4-neighbour of another label
+    across = labels[:, 1:] != labels[:, :-1]
+    edge[:, 1:] |= across
+    edge[:, :-1] |= across
+    down = labels[1:] != labels[:-1]
+    edge[1:] |= down
+    edge[:-1] |= down
+    if radius > 1:  # an edge pixel is 1 from the other label; grow by the remaining radius - 1
+        edge = cv2.dilate(edge, np.ones((2 * radius - 1, 2 * radius - 1), np.uint8))
+    return np.where(edge.astype(bool), np.uint16(0), labels).astype(labels.dtype, copy=False)
+
+
+def _rows_of(ids: np.ndarray) -> np.ndarray:
+    """Lookup table: instance id -> row of ``ids`` (-1: not an instance of the table)."""
+    lut = np.full(_ID_RANGE, -1, np.int32)
+    lut[np.asarray(ids, np.int64)] = np.arange(len(ids), dtype=np.int32)
+    lut[0] = -1
+    return lut
+
+
+def lift_points(
+    labels: np.ndarray, xyz: np.ndarray, ids: np.ndarray, options: LiftOptions
+) -> Instances3D:
+    """Lift instances from points: ``labels`` (P,) instance id of each point (0: none),
+    ``xyz`` (P, 3) the points in the camera optical frame; one row per ``ids`` entry."""
+    ids = np.asarray(ids, np.uint16)
+    n = len(ids)
+    if n == 0:
+        return Instances3D.unsupported(ids)
+    z = xyz[:, 2]
+    rows = _rows_of(ids)[labels]
+    with np.errstate(invalid="ignore"):  # NaN depths compare False: dropped
+        keep = (rows >= 0) & (z >= options.min_range_m) & (z <= options.max_range_m)
+    keep = np.flatnonzero(keep)
+    rows, pts = rows[keep], xyz[keep]
+    # One sort orders the points by instance, then by depth: each instance's depths are a
+    # contiguous, sorted run, so every percentile is one index.
+    span = 2.0 * options.max_range_m + 1.0
+    order = np.argsort(rows * span + pts[:, 2].astype(np.float64), kind="stable")
+    rows, pts = rows[order], pts[order]
+    counts = np.bincount(rows, minlength=n)
+    starts = np.cumsum(counts) - counts
+    present = counts > 0
+    rank = starts + np.rint(options.percentile / 100.0 * np.maximum(counts - 1, 0)).astype(int)
+    robust = np.full(n, np.nan, np.float32)
+    robust[present] = pts[rank[present], 2]
+    half = np.maximum(options.band_m, options.band_rel * robust)
+    inlier = np.abs(pts[:, 2] - robust[rows]) <= half[rows]
+    support = np.bincount(rows, weights=inlier, minlength=n).astype(np.int32)
+    valid = support >= options.min_points
+    centroid = np.full((n, 3), np.nan, np.float32)
+    extent = np.full((n, 3), np.nan, np.float32)
+    if np.any(valid):
+        denom = np.maximum(support, 1)
+        inside = pts[inlier]
+        inside_rows = rows[inlier]
+        sums = np.stack(
+            [np.bincount(inside_rows, weights=inside[:, a], minlength=n) for a in range(3)], 1
+        )
+        centroid[valid] = (sums / denom[:, None])[valid]
+        # Inliers' box: the outliers are pushed out of the min/max by +-inf.
+        nonempty = np.flatnonzero(present)
+        lo = np.minimum.reduceat(np.where(inlier[:, None], pts, np.inf), starts[nonempty])
+        hi = np.maximum.reduceat(np.where(inlier[:, None], pts, -np.inf), starts[nonempty])
+        size = np.full((n, 3), np.nan, np.float32)
+        size[nonempty] = hi - lo
+        extent[valid] = size[valid]
+    robust[~valid] = np.nan
+    return Instances3D(
+        ids=ids,
+        centroid=centroid,
+        extent=extent,
+        depth=robust,
+        distance=np.linalg.norm(centroid, axis=1).astype(np.float32),
+        support=np.where(valid, support, 0).astype(np.int32),
+        valid=valid,
+    )
+
+
+def _depth_points(labels: np.ndarray, depth_m: np.ndarray, grid: Intrinsics) -> tuple:
+    """(labels, xyz) of the depth pixels that carry an instance id, back-projected."""
+    flat = np.flatnonzero(labels)
+    z = depth_m.reshape(-1)[flat].astype(np.float32)
+    v, u = np.divmod(flat, grid.width)
+    xyz = np.empty((len(flat), 3), np.float32)
+    xyz[:, 0] = (u - grid.cx) * (z / grid.fx)
+    xyz[:, 1] = (v - grid.cy) * (z / grid.fy)
+    xyz[:, 2] = z
+    return labels.reshape(-1)[flat], xyz
+
+
+def lift_depth(
+    raster: np.ndarray,
+    ids: np.ndarray,
+    depth_m: np.ndarray,
+    colour: Intrinsics,
+    depth: Intrinsics | None = None,
+    options: LiftOptions | None = None,
+) -> Instances3D:
+    """Lift the instances ``ids`` of ``raster`` (H, W uint16 at the colour camera's resolution)
+    with ``depth_m`` (float32 metres, NaN/0 invalid) registered to the colour camera.
+
+    ``depth`` is the depth image's camera_info; None: the depth has the colour image's size and
+    K. A depth image of another size needs its own camera_info, else InputError says so.
+    """
+    options = options or LiftOptions()
+    if depth is None:
+        if depth_m.shape != (colour.height, colour.width):
+            raise InputError(
+                f"depth image is {depth_m.shape[1]}x{depth_m.shape[0]} and the frame "
+                f"{colour.width}x{colour.height}; publish the depth camera_info so that the "
+                "depth can be scaled to the frame, or register depth at the frame's resolution"
+            )
+        depth = colour
+    if depth_m.shape != (depth.height, depth.width):
+        raise InputError(
+            f"depth image is {depth_m.shape[1]}x{depth_m.shape[0]} but its camera_info says "
+            f"{depth.width}x{depth.height}; publish the camera_info of the depth image"
+        )
+    labels = labels_on_grid(raster, colour, depth)
+    lifted = lift_points(
+        *_depth_points(erode_labels(labels, options.erode_px), depth_m, depth), ids, options
+    )
+    retry = ~lifted.valid
+    if options.erode_px > 0 and np.any(retry):
+        # Instances the erosion left too thin are lifted from their whole mask.
+        whole = lift_points(*_depth_points(labels, depth_m, depth), ids, options)
+        lifted = lifted.merged(whole, retry)
+    return lifted
+
+
+def project_points(xyz: np.ndarray, camera: Intrinsics, min_z: float) -> np.ndarray:
+    """Flat pixel index of each camera-frame point in an image of ``camera`` (-1: behind the
+    camera, nearer than ``min_z`` or outside the image)."""
+    z = xyz[:, 2]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        front = np.isfinite(xyz).all(axis=1) & (z >= min_z)
+        u = np.rint(camera.fx * xyz[:, 0] / z + camera.cx)
+        v = np.rint(camera.fy * xyz[:, 1] / z + camera.cy)
+        inside = front & (u >= 0) & (u < camera.width) & (v >= 0) & (v < camera.height)
+    index = np.full(len(xyz), -1, np.int64)
+    index[inside] = v[inside].astype(np.int64) * camera.width + u[inside].astype(np.int64)
+    return index
+
+
+def lift_cloud(
+    raster: np.ndarray,
+    ids: np.ndarray,
+    xyz_camera: np.ndarray,
+    colour: Intrinsics,
+    options: LiftOptions | None = None,
+) -> tuple[Instances3D, np.ndarray]:
+    """Lift the instances ``ids`` of ``raster`` with points already in the camera's optical
+    frame (a LiDAR cloud transformed by the LiDAR-to-camera transform).
+
+    Returns the table and each point's instance id (0: in no mask), for a labelled cloud.
+    """
+    options = options or LiftOptions()
+    labels_on_grid(raster, colour, colour)  # the size check
+    pixel = project_points(xyz_camera, colour, options.min_range_m)
+    on = pixel >= 0
+    eroded = erode_labels(raster, options.erode_px).reshape(-1)
+    point_labels = np.zeros(len(xyz_camera), np.uint16)
+    point_labels[on] = eroded[pixel[on]]
+    lifted = lift_points(point_labels, xyz_camera, ids, options)
+    retry = ~lifted.valid
+    if options.erode_px > 0 and np.any(retry):
+        whole = np.zeros(len(xyz_camera), np.uint16)
+        whole[on] = raster.reshape(-1)[pixel[on]]
+        lifted = lifted.merged(lift_points(whole, xyz_camera, ids, options), retry)
+        point_labels = np.where(np.isin(whole, ids[retry]), whole, point_labels)
+    return lifted, point_labels
