@@ -347,8 +347,9 @@ class ImageBag(ClosedOnExit):
                 f"(topics: {', '.join(found) or 'none'}); record the camera topic"
             )
         if topic is None:
-            # Raw images first (no codec loss), then by name, so the choice is reproducible.
-            topic = sorted(images, key=lambda t: (images[t] != IMAGE, t))[0]
+            # Colour before depth (a depth image is not segmented), raw images first (no codec
+            # loss), then by name, so the choice is reproducible.
+            topic = sorted(images, key=lambda t: (is_depth_topic(t), images[t] != IMAGE, t))[0]
         elif topic not in images:
             self.close()
             raise DataError(
@@ -486,6 +487,12 @@ def camera_name(image_topic: str) -> str:
     parts = image_topic.removesuffix("/compressed").strip("/").split("/")
     name = re.sub(r"[^A-Za-z0-9_]", "_", parts[-2] if len(parts) > 1 else parts[-1])
     return name if name[:1].isalpha() else f"cam_{name}"
+
+
+def is_depth_topic(topic: str) -> bool:
+    """Whether an image topic carries depth, by its name: an element holding ``depth``
+    (``/cam/depth/image_raw``, ``/cam/aligned_depth_to_color/image_raw``)."""
+    return any("depth" in part for part in topic.lower().strip("/").split("/"))
 
 
 def camera_info_for(image_topic: str, info_topics: list[str]) -> str | None:

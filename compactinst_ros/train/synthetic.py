@@ -26,11 +26,12 @@ Panoptic ids follow the runtime convention: stuff ``label_id``, things ``label_i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
@@ -40,6 +41,7 @@ from ..errors import ConfigError
 from ..labels import SYNTHETIC_LABELS, LabelSet
 from ..progress import Progress
 from ..sizes import parse_size
+from . import synthetic_depth
 
 PERSON, VEHICLE, ANIMAL, BALE, FIELD, ROAD, SKY, VEGETATION = range(1, 9)
 #: minimum visible pixels for an object to be kept (smaller ones are removed before painting)
@@ -72,6 +74,11 @@ class Scene:
     image: np.ndarray  # (H, W, 3) uint8 RGB
     panoptic: np.ndarray  # (H, W) int32 segment ids (0 = void, never present here)
     segments: list[dict]  # {"id", "category_id", "isthing"}
+    # The layout's geometry (``synthetic_depth`` builds the depth from it): the first ground
+    # row, and per thing segment id the image row where the object stands on the ground (its
+    # lowest row; below the image for objects cut off by the bottom edge).
+    horizon: int = 0
+    contact_rows: dict[int, int] = field(default_factory=dict)
 
 
 def _smooth_noise(rng: np.random.Generator, h: int, w: int, cells: int, amp: float) -> np.ndarray:
@@ -274,13 +281,17 @@ def _composite(
         if np.any(panoptic == label)
     ]
     per_label: dict[int, int] = {}
-    for i, (_, cls, *_rest) in enumerate(objects, start=1):
+    contact_rows = {}
+    for i, (bottom, cls, *_rest) in enumerate(objects, start=1):
         per_label[cls] = per_label.get(cls, 0) + 1
         seg_id = cls * 1000 + per_label[cls]
         panoptic[raster == i] = seg_id
         segments.append({"id": seg_id, "category_id": cls, "isthing": True})
+        contact_rows[seg_id] = int(bottom) - 1
     segments = [{**s, "id": int(s["id"]), "category_id": int(s["category_id"])} for s in segments]
-    return Scene(image=image, panoptic=panoptic, segments=segments), kept
+    horizon = int(np.argmax((stuff != SKY) & (stuff != VEGETATION), axis=0).min())
+    scene = Scene(image, panoptic, segments, horizon, contact_rows)
+    return scene, kept
 
 
 def _moving_object(
@@ -350,7 +361,7 @@ def render_sequence(seed: int, index: int, frames: int, height: int, width: int)
         scene, kept = _composite(rng, rgb.copy(), stuff, objects)
         things = iter(order[i] + 1 for i in kept)
         segments = [{**s, "track_id": next(things)} if s["isthing"] else s for s in scene.segments]
-        scenes.append(Scene(image=scene.image, panoptic=scene.panoptic, segments=segments))
+        scenes.append(dataclasses.replace(scene, segments=segments))
     return scenes
 
 
@@ -400,7 +411,7 @@ def _scenes(
                 for s in scene.segments
             ]
             yield (
-                Scene(image=scene.image, panoptic=scene.panoptic, segments=segments),
+                dataclasses.replace(scene, segments=segments),
                 {"video_id": video + 1, "frame_index": frame},
             )
 
@@ -413,8 +424,13 @@ def generate(
     width: int,
     progress: bool = True,
     sequence: int = 0,
+    depth: bool = False,
 ) -> dict:
     """Write ``num`` scenes with COCO instance + panoptic annotations under ``out``.
+
+    With ``depth`` each scene also gets the depth its camera's sensor reports,
+    OUT/depth/000000.png (uint16 millimetres, 0 = no return), and OUT/objects3d.json holds the
+    camera and every thing's 3-D truth (``synthetic_depth``).
 
     With ``sequence`` > 0 the images are videos of ``sequence`` frames (the last may be shorter)
     with moving objects: images carry ``video_id`` and ``frame_index``, a top-level ``videos``
@@ -433,7 +449,9 @@ def generate(
     out = Path(out)
     (out / "images").mkdir(parents=True, exist_ok=True)
     (out / "panoptic").mkdir(parents=True, exist_ok=True)
-    images, instances, pan_annos = [], [], []
+    if depth:
+        (out / "depth").mkdir(parents=True, exist_ok=True)
+    images, instances, pan_annos, depth_images = [], [], [], []
     ann_id = 0
     start = time.perf_counter()
     bar = Progress(num, "synth", progress, unit="images", rate_unit="img/s")
@@ -445,6 +463,8 @@ def generate(
             [cv2.IMWRITE_JPEG_QUALITY, 95],
         )
         cv2.imwrite(str(out / "panoptic" / f"{name}.png"), id_to_rgb(scene.panoptic)[..., ::-1])
+        if depth:
+            depth_images.append(_write_depth(out, name, index + 1, scene, seed))
         images.append(
             {
                 "id": index + 1,
@@ -517,10 +537,29 @@ def generate(
             {"info": info, "images": images, "annotations": pan_annos, "categories": cats, **videos}
         )
     )
+    if depth:
+        (out / synthetic_depth.OBJECTS_3D).write_text(
+            json.dumps(synthetic_depth.objects_file(info, height, width, depth_images))
+        )
     return {
         "images": num,
         "instances": len(instances),
         "seconds": round(time.perf_counter() - start, 2),
+    }
+
+
+def _write_depth(out: Path, name: str, image_id: int, scene: Scene, seed: int) -> dict:
+    """Write scene ``name``'s sensor depth PNG; its entry of objects3d.json."""
+    true_depth, camera = synthetic_depth.scene_depth(scene)
+    rng = np.random.default_rng([seed, image_id, synthetic_depth.NOISE_STREAM])
+    cv2.imwrite(
+        str(out / "depth" / f"{name}.png"), synthetic_depth.sensor_depth_mm(true_depth, rng)
+    )
+    return {
+        "id": image_id,
+        "file_name": f"{name}.png",
+        "pitch_deg": round(float(np.degrees(camera.pitch)), 4),
+        "objects": synthetic_depth.objects_3d(scene, true_depth, camera),
     }
 
 
@@ -556,9 +595,19 @@ def _merge_camera(
     """Move camera ``camera``'s data set ``part`` under ``out`` (images/<camera>/ and
     panoptic/<camera>/) and add its GT to ``merged`` with ids after ``offset``, its stamps and
     its camera; video and track ids are shifted so that they stay unique over the cameras."""
-    for folder in ("images", "panoptic"):
-        (out / folder).mkdir(parents=True, exist_ok=True)
-        shutil.move(str(part / folder), str(out / folder / camera))
+    for folder in ("images", "panoptic", "depth"):
+        if (part / folder).is_dir():
+            (out / folder).mkdir(parents=True, exist_ok=True)
+            shutil.move(str(part / folder), str(out / folder / camera))
+    if (part / synthetic_depth.OBJECTS_3D).is_file():
+        objects = json.loads((part / synthetic_depth.OBJECTS_3D).read_text())
+        target = merged.setdefault(synthetic_depth.OBJECTS_3D, {**objects, "images": []})
+        for entry in objects["images"]:
+            entry["stamp_ns"] = stamps[int(entry["id"]) - 1]
+            entry["camera"] = camera
+            entry["id"] += offset
+            entry["file_name"] = f"{camera}/{entry['file_name']}"
+        target["images"] += objects["images"]
     videos = offset  # a camera has at most as many videos as images
     for name in ("instances.json", "panoptic.json"):
         coco = json.loads((part / name).read_text())
@@ -598,22 +647,32 @@ def generate_bag(
     fps: float = 10.0,
     sequence: int = 0,
     progress: bool = True,
+    depth: str | None = None,
 ) -> dict:
     """:func:`generate` per camera plus OUT/bag: ``num`` frames per camera at ``fps``, every
     camera stamped alike (one trigger), each GT image with its ``stamp_ns`` (and ``camera`` with
-    several cameras), so that ``compactinst replay OUT/bag --gt-...`` matches by stamp."""
+    several cameras), so that ``compactinst replay OUT/bag --gt-...`` matches by stamp.
+
+    ``depth`` (an encoding of ``synthetic_depth.DEPTH_ENCODINGS``) makes every camera an RGB-D
+    camera: its camera_info, a registered depth topic and objects3d.json (stamped alike)."""
     from ..eval.bags import write_camera_bag
 
     if fps <= 0:
         raise ConfigError(f"--fps {fps} must be positive")
+    if depth is not None:
+        synthetic_depth.check_encoding(depth)
     out = Path(out)
     period_ns = round(1e9 / fps)
     stamps = [BAG_T0_NS + i * period_ns for i in range(num)]
     start = time.perf_counter()
     instances = 0
+    gt_files = ("instances.json", "panoptic.json")
+    if depth is not None:
+        gt_files += (synthetic_depth.OBJECTS_3D,)
     if tuple(cameras) == (SINGLE_CAMERA,):
-        instances = generate(out, num, seed, height, width, progress, sequence)["instances"]
-        for name in ("instances.json", "panoptic.json"):
+        summary = generate(out, num, seed, height, width, progress, sequence, depth is not None)
+        instances = summary["instances"]
+        for name in gt_files:
             coco = json.loads((out / name).read_text())
             for entry in coco["images"]:
                 entry["stamp_ns"] = stamps[int(entry["id"]) - 1]
@@ -624,7 +683,9 @@ def generate_bag(
         for k, camera in enumerate(cameras):
             part = out / f".{camera}.part"
             shutil.rmtree(part, ignore_errors=True)
-            summary = generate(part, num, seed + k, height, width, progress, sequence)
+            summary = generate(
+                part, num, seed + k, height, width, progress, sequence, depth is not None
+            )
             instances += summary["instances"]
             _merge_camera(out, part, camera, k * num, stamps, merged)
         for name, coco in merged.items():
@@ -636,10 +697,24 @@ def generate_bag(
         for stamp, path in zip(stamps, images, strict=True):
             yield stamp, cv2.imread(str(path), cv2.IMREAD_COLOR)
 
-    write_camera_bag(
-        out / "bag",
-        {camera_topic(c): (c, frames(folder)) for c, folder in folders.items()},
-    )
+    def rgbd_frames(camera: str, folder: Path) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        depth_folder = out / "depth" / ("" if camera == SINGLE_CAMERA else camera)
+        depths = sorted(depth_folder.glob("*.png"))
+        for (stamp, bgr), path in zip(frames(folder), depths, strict=True):
+            yield stamp, bgr, cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
+
+    if depth is not None:
+        synthetic_depth.write_depth_bag(
+            out / "bag",
+            {c: rgbd_frames(c, folder) for c, folder in folders.items()},
+            synthetic_depth.camera_intrinsics(height, width),
+            depth,
+        )
+    else:
+        write_camera_bag(
+            out / "bag",
+            {camera_topic(c): (c, frames(folder)) for c, folder in folders.items()},
+        )
     return {
         "images": num * len(folders),
         "instances": instances,
@@ -675,6 +750,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "gets its own topic /<name>/image_raw, frame_id and scenes",
     )
     parser.add_argument("--fps", type=float, default=10.0, help="with --bag: the camera rate")
+    parser.add_argument(
+        "--depth",
+        choices=synthetic_depth.DEPTH_ENCODINGS,
+        help="with --bag: RGB-D cameras: camera_info, a registered depth topic "
+        "/<name>/depth/image_raw in this encoding (16UC1 mm, 32FC1 m), OUT/depth/*.png and the "
+        "3-D ground truth OUT/objects3d.json",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -693,7 +775,15 @@ def run(args: argparse.Namespace) -> int:
         if (out / "bag").exists():
             raise ConfigError(f"{out / 'bag'} exists; remove it or pick another --out")
         summary = generate_bag(
-            out, args.num, args.seed, h, w, cameras, args.fps, sequence=args.sequence
+            out,
+            args.num,
+            args.seed,
+            h,
+            w,
+            cameras,
+            args.fps,
+            sequence=args.sequence,
+            depth=args.depth,
         )
         print(
             f"wrote {summary['images']} images of {len(cameras)} camera(s) "
@@ -704,6 +794,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if cameras != (SINGLE_CAMERA,):
         raise ConfigError(f"--cameras {args.cameras} needs --bag (cameras are bag topics)")
+    if args.depth is not None:
+        raise ConfigError(f"--depth {args.depth} needs --bag (depth is a bag topic)")
     summary = generate(out, args.num, args.seed, h, w, sequence=args.sequence)
     print(
         f"wrote {summary['images']} images ({out / 'images'}, {out / 'panoptic'}), "
