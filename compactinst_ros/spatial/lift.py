@@ -21,6 +21,7 @@ steps, each there for a reason:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
@@ -93,6 +94,10 @@ class LiftOptions:
     min_range_m: float = 0.1  # depths outside [min_range_m, max_range_m] are invalid
     max_range_m: float = 200.0
     min_points: int = 10  # fewer inliers: the instance gets no 3-D
+    # Depth pixels per frame at most: masks covering more are sampled on every s-th row and
+    # column (s the smallest stride that fits). A median needs no 300k points, and the cost of
+    # a frame stays bounded whatever its masks cover.
+    max_points: int = 30_000
 
     def __post_init__(self) -> None:
         checks = {
@@ -102,13 +107,14 @@ class LiftOptions:
             "band_rel": self.band_rel >= 0,
             "min_range_m": 0 <= self.min_range_m < self.max_range_m,
             "min_points": self.min_points >= 1,
+            "max_points": self.max_points >= 1000,
         }
         for name, ok in checks.items():
             if not ok:
                 raise ConfigError(
                     f"{name}={getattr(self, name)} is out of range: erode_px 0..64, percentile "
                     "0..100, band_m > 0, band_rel >= 0, 0 <= min_range_m < max_range_m, "
-                    "min_points >= 1"
+                    "min_points >= 1, max_points >= 1000"
                 )
 
 
@@ -157,18 +163,13 @@ class Instances3D:
             valid=np.zeros(n, bool),
         )
 
-    def merged(self, other: Instances3D, take: np.ndarray) -> Instances3D:
-        """This table with the rows ``take`` (bool, same ids) replaced by ``other``'s."""
+    def merged(self, rows: np.ndarray, other: Instances3D) -> Instances3D:
+        """This table with its rows ``rows`` replaced by ``other``'s rows (in that order)."""
         out = {}
         for f in fields(self):
-            mine = getattr(self, f.name)
-            out[f.name] = (
-                mine
-                if f.name == "ids"
-                else np.where(
-                    take.reshape((-1,) + (1,) * (mine.ndim - 1)), getattr(other, f.name), mine
-                )
-            )
+            column = getattr(self, f.name).copy()
+            column[rows] = getattr(other, f.name)
+            out[f.name] = column
         return Instances3D(**out)
 
 
@@ -188,7 +189,7 @@ def labels_on_grid(raster: np.ndarray, colour: Intrinsics, grid: Intrinsics) -> 
     u_in, v_in = (u >= 0) & (u < colour.width), (v >= 0) & (v < colour.height)
     u_idx = np.clip(u, 0, colour.width - 1).astype(np.intp)
     v_idx = np.clip(v, 0, colour.height - 1).astype(np.intp)
-    out = raster[v_idx[:, None], u_idx[None, :]]
+    out = raster.take(v_idx, axis=0).take(u_idx, axis=1)
     out[~v_in] = 0
     out[:, ~u_in] = 0
     return out
@@ -199,13 +200,19 @@ def erode_labels(labels: np.ndarray, radius: int) -> np.ndarray:
     background included, set to 0; each instance is eroded on its own, in one pass for all."""
     if radius <= 0:
         return labels
-    edge = np.zeros(labels.shape, np.uint8)  # pixels with a 4-neighbour of another label
+    edge = np.zeros(labels.shape, np.uint8)  # pixels with an 8-neighbour of another label
     across = labels[:, 1:] != labels[:, :-1]
     edge[:, 1:] |= across
     edge[:, :-1] |= across
     down = labels[1:] != labels[:-1]
     edge[1:] |= down
     edge[:-1] |= down
+    falling = labels[1:, 1:] != labels[:-1, :-1]
+    edge[1:, 1:] |= falling
+    edge[:-1, :-1] |= falling
+    rising = labels[1:, :-1] != labels[:-1, 1:]
+    edge[1:, :-1] |= rising
+    edge[:-1, 1:] |= rising
     if radius > 1:  # an edge pixel is 1 from the other label; grow by the remaining radius - 1
         edge = cv2.dilate(edge, np.ones((2 * radius - 1, 2 * radius - 1), np.uint8))
     return np.where(edge.astype(bool), np.uint16(0), labels).astype(labels.dtype, copy=False)
@@ -233,38 +240,36 @@ def lift_points(
     with np.errstate(invalid="ignore"):  # NaN depths compare False: dropped
         keep = (rows >= 0) & (z >= options.min_range_m) & (z <= options.max_range_m)
     keep = np.flatnonzero(keep)
-    rows, pts = rows[keep], xyz[keep]
-    # One sort orders the points by instance, then by depth: each instance's depths are a
-    # contiguous, sorted run, so every percentile is one index.
-    span = 2.0 * options.max_range_m + 1.0
-    order = np.argsort(rows * span + pts[:, 2].astype(np.float64), kind="stable")
-    rows, pts = rows[order], pts[order]
+    # Grouped by instance with a radix sort (16-bit keys: linear time), so that each
+    # instance's points are one contiguous run; its percentile is a linear-time selection.
+    order = np.argsort(rows[keep].astype(np.uint16), kind="stable")
+    keep = keep[order]
+    rows, pts = rows[keep], np.take(xyz, keep, axis=0)
     counts = np.bincount(rows, minlength=n)
     starts = np.cumsum(counts) - counts
-    present = counts > 0
-    rank = starts + np.rint(options.percentile / 100.0 * np.maximum(counts - 1, 0)).astype(int)
+    rank = np.rint(options.percentile / 100.0 * np.maximum(counts - 1, 0)).astype(np.int64)
     robust = np.full(n, np.nan, np.float32)
-    robust[present] = pts[rank[present], 2]
+    depths = pts[:, 2]
+    for r in np.flatnonzero(counts):  # one selection per instance, not per point
+        robust[r] = np.partition(depths[starts[r] : starts[r] + counts[r]], rank[r])[rank[r]]
     half = np.maximum(options.band_m, options.band_rel * robust)
-    inlier = np.abs(pts[:, 2] - robust[rows]) <= half[rows]
-    support = np.bincount(rows, weights=inlier, minlength=n).astype(np.int32)
+    inlier = np.flatnonzero(np.abs(depths - robust[rows]) <= half[rows])
+    # The inliers keep the grouping: each instance's inliers are again one contiguous run.
+    inside, inside_rows = np.take(pts, inlier, axis=0), rows[inlier]
+    support = np.bincount(inside_rows, minlength=n).astype(np.int32)
     valid = support >= options.min_points
     centroid = np.full((n, 3), np.nan, np.float32)
     extent = np.full((n, 3), np.nan, np.float32)
     if np.any(valid):
-        denom = np.maximum(support, 1)
-        inside = pts[inlier]
-        inside_rows = rows[inlier]
         sums = np.stack(
             [np.bincount(inside_rows, weights=inside[:, a], minlength=n) for a in range(3)], 1
         )
-        centroid[valid] = (sums / denom[:, None])[valid]
-        # Inliers' box: the outliers are pushed out of the min/max by +-inf.
-        nonempty = np.flatnonzero(present)
-        lo = np.minimum.reduceat(np.where(inlier[:, None], pts, np.inf), starts[nonempty])
-        hi = np.maximum.reduceat(np.where(inlier[:, None], pts, -np.inf), starts[nonempty])
+        centroid[valid] = (sums / np.maximum(support, 1)[:, None])[valid]
+        # reduceat needs the start of every non-empty run, the too-small ones included.
+        runs = np.flatnonzero(support)
+        first = (np.cumsum(support) - support)[runs]
         size = np.full((n, 3), np.nan, np.float32)
-        size[nonempty] = hi - lo
+        size[runs] = np.maximum.reduceat(inside, first) - np.minimum.reduceat(inside, first)
         extent[valid] = size[valid]
     robust[~valid] = np.nan
     return Instances3D(
@@ -278,14 +283,32 @@ def lift_points(
     )
 
 
-def _depth_points(labels: np.ndarray, depth_m: np.ndarray, grid: Intrinsics) -> tuple:
-    """(labels, xyz) of the depth pixels that carry an instance id, back-projected."""
+def instance_window(labels: np.ndarray, margin: int, step: int = 1) -> tuple[slice, slice]:
+    """Rows and columns of the box around every labelled pixel, grown by ``margin`` (clipped to
+    the image), every ``step``-th: the work of a frame scales with the area its instances
+    span."""
+    rows, cols = np.flatnonzero(labels.any(axis=1)), np.flatnonzero(labels.any(axis=0))
+    if not len(rows):
+        return slice(0, 0, step), slice(0, 0, step)
+    h, w = labels.shape
+    return (
+        slice(max(rows[0] - margin, 0), min(rows[-1] + 1 + margin, h), step),
+        slice(max(cols[0] - margin, 0), min(cols[-1] + 1 + margin, w), step),
+    )
+
+
+def _depth_points(
+    labels: np.ndarray, depth_m: np.ndarray, grid: Intrinsics, window: tuple[slice, slice]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, xyz) of the depth pixels in ``window`` that carry an instance id,
+    back-projected (``labels`` and ``depth_m`` are the window's)."""
+    rows, cols = window
     flat = np.flatnonzero(labels)
-    z = depth_m.reshape(-1)[flat].astype(np.float32)
-    v, u = np.divmod(flat, grid.width)
+    z = depth_m.reshape(-1)[flat].astype(np.float32, copy=False)
+    v, u = np.divmod(flat, labels.shape[1])
     xyz = np.empty((len(flat), 3), np.float32)
-    xyz[:, 0] = (u - grid.cx) * (z / grid.fx)
-    xyz[:, 1] = (v - grid.cy) * (z / grid.fy)
+    xyz[:, 0] = (u * cols.step + (cols.start - grid.cx)) * (z / grid.fx)
+    xyz[:, 1] = (v * rows.step + (rows.start - grid.cy)) * (z / grid.fy)
     xyz[:, 2] = z
     return labels.reshape(-1)[flat], xyz
 
@@ -305,6 +328,7 @@ def lift_depth(
     K. A depth image of another size needs its own camera_info, else InputError says so.
     """
     options = options or LiftOptions()
+    ids = np.asarray(ids, np.uint16)
     if depth is None:
         if depth_m.shape != (colour.height, colour.width):
             raise InputError(
@@ -318,30 +342,53 @@ def lift_depth(
             f"depth image is {depth_m.shape[1]}x{depth_m.shape[0]} but its camera_info says "
             f"{depth.width}x{depth.height}; publish the camera_info of the depth image"
         )
-    labels = labels_on_grid(raster, colour, depth)
-    lifted = lift_points(
-        *_depth_points(erode_labels(labels, options.erode_px), depth_m, depth), ids, options
-    )
-    retry = ~lifted.valid
-    if options.erode_px > 0 and np.any(retry):
-        # Instances the erosion left too thin are lifted from their whole mask.
-        whole = lift_points(*_depth_points(labels, depth_m, depth), ids, options)
-        lifted = lifted.merged(whole, retry)
+    grid = labels_on_grid(raster, colour, depth)
+    step = max(1, math.ceil(math.sqrt(np.count_nonzero(grid) / options.max_points)))
+    # The margin keeps the background around the instances inside the window, so that the
+    # erosion sees their outer edges.
+    window = instance_window(grid, step, step)
+    eroded = erode_labels(grid[window], math.ceil(options.erode_px / step))
+    lifted = lift_points(*_depth_points(eroded, depth_m[window], depth, window), ids, options)
+    retry = np.flatnonzero(~lifted.valid)
+    if options.erode_px > 0 and len(retry):
+        # Instances the erosion left with too few points: from their whole masks. (On a
+        # stride, an instance of fewer than min_points * step^2 pixels stays without 3-D: at
+        # 1080p that is an object too far for a depth camera anyway.)
+        labels = grid[window]
+        points = _depth_points(labels, depth_m[window], depth, window)
+        lifted = lifted.merged(retry, lift_points(*points, ids[retry], options))
     return lifted
 
 
-def project_points(xyz: np.ndarray, camera: Intrinsics, min_z: float) -> np.ndarray:
-    """Flat pixel index of each camera-frame point in an image of ``camera`` (-1: behind the
-    camera, nearer than ``min_z`` or outside the image)."""
+def interior(raster: np.ndarray, v: np.ndarray, u: np.ndarray, radius: int) -> np.ndarray:
+    """Whether each pixel (v, u) of ``raster`` has no other label within ``radius`` pixels
+    (Chebyshev): :func:`erode_labels` evaluated at a few pixels only (a LiDAR's points)."""
+    h, w = raster.shape
+    flat = raster.reshape(-1)
+    label = flat[v * w + u]
+    keep = np.ones(len(v), bool)
+    for dy in range(-radius, radius + 1):
+        row_start = np.clip(v + dy, 0, h - 1) * w
+        for dx in range(-radius, radius + 1):
+            if dy or dx:
+                keep &= flat[row_start + np.clip(u + dx, 0, w - 1)] == label
+    return keep
+
+
+def project_points(
+    xyz: np.ndarray, camera: Intrinsics, min_z: float, max_z: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(which points, their rows, their columns) of the camera-frame points that land in an
+    image of ``camera`` with a depth in [min_z, max_z] (NaN and inf land nowhere)."""
     z = xyz[:, 2]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        front = np.isfinite(xyz).all(axis=1) & (z >= min_z)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        front = (z >= min_z) & (z <= max_z)
         u = np.rint(camera.fx * xyz[:, 0] / z + camera.cx)
         v = np.rint(camera.fy * xyz[:, 1] / z + camera.cy)
-        inside = front & (u >= 0) & (u < camera.width) & (v >= 0) & (v < camera.height)
-    index = np.full(len(xyz), -1, np.int64)
-    index[inside] = v[inside].astype(np.int64) * camera.width + u[inside].astype(np.int64)
-    return index
+        inside = np.flatnonzero(
+            front & (u >= 0) & (u < camera.width) & (v >= 0) & (v < camera.height)
+        )
+    return inside, v[inside].astype(np.intp), u[inside].astype(np.intp)
 
 
 def lift_cloud(
@@ -357,17 +404,20 @@ def lift_cloud(
     Returns the table and each point's instance id (0: in no mask), for a labelled cloud.
     """
     options = options or LiftOptions()
+    ids = np.asarray(ids, np.uint16)
     labels_on_grid(raster, colour, colour)  # the size check
-    pixel = project_points(xyz_camera, colour, options.min_range_m)
-    on = pixel >= 0
-    eroded = erode_labels(raster, options.erode_px).reshape(-1)
+    inside, v, u = project_points(xyz_camera, colour, options.min_range_m, options.max_range_m)
+    whole = raster.reshape(-1)[v * raster.shape[1] + u]
+    masked = np.flatnonzero(whole)  # only points in a mask are looked up in the erosion
+    on, v, u, whole = inside[masked], v[masked], u[masked], whole[masked]
     point_labels = np.zeros(len(xyz_camera), np.uint16)
-    point_labels[on] = eroded[pixel[on]]
-    lifted = lift_points(point_labels, xyz_camera, ids, options)
-    retry = ~lifted.valid
-    if options.erode_px > 0 and np.any(retry):
-        whole = np.zeros(len(xyz_camera), np.uint16)
-        whole[on] = raster.reshape(-1)[pixel[on]]
-        lifted = lifted.merged(lift_points(whole, xyz_camera, ids, options), retry)
-        point_labels = np.where(np.isin(whole, ids[retry]), whole, point_labels)
+    point_labels[on] = np.where(interior(raster, v, u, options.erode_px), whole, 0)
+    points = np.take(xyz_camera, on, axis=0)
+    lifted = lift_points(point_labels[on], points, ids, options)
+    retry = np.flatnonzero(~lifted.valid)
+    if options.erode_px > 0 and len(retry):
+        # Instances the erosion left too thin are lifted from their whole mask.
+        lifted = lifted.merged(retry, lift_points(whole, points, ids[retry], options))
+        thin = np.isin(whole, ids[retry])
+        point_labels[on[thin]] = whole[thin]
     return lifted, point_labels

@@ -8,6 +8,7 @@ from compactinst_ros.spatial import (
     Intrinsics,
     LiftOptions,
     erode_labels,
+    interior,
     labels_on_grid,
     lift_cloud,
     lift_depth,
@@ -112,12 +113,17 @@ def test_vectorised_lift_equals_a_per_instance_reference():
 
 
 def test_instances_without_enough_points_get_no_3d():
-    labels = np.array([1] * 5 + [2] * 50, np.uint16)
-    xyz = np.ones((55, 3), np.float32)
-    lifted = lift_points(labels, xyz, np.array([1, 2, 3], np.uint16), LiftOptions(min_points=10))
-    assert lifted.valid.tolist() == [False, True, False]
-    assert np.isnan(lifted.centroid[0]).all() and np.isnan(lifted.distance[2])
-    assert lifted.support.tolist() == [0, 50, 0]
+    labels = np.array([2] * 50 + [1] * 5 + [4] * 20, np.uint16)
+    xyz = np.ones((75, 3), np.float32)
+    xyz[:50, 0] = np.linspace(0, 1, 50)  # instance 2 is 1 m wide
+    xyz[50:55, 0] = np.linspace(-5, 5, 5)  # too few points, and wide: must not leak
+    xyz[55:, 0] = np.linspace(3, 3.5, 20)
+    ids = np.array([2, 1, 3, 4], np.uint16)  # the small run lies between two lifted ones
+    lifted = lift_points(labels, xyz, ids, LiftOptions(min_points=10))
+    assert lifted.valid.tolist() == [True, False, False, True]
+    assert np.isnan(lifted.centroid[1]).all() and np.isnan(lifted.distance[2])
+    assert lifted.support.tolist() == [50, 0, 0, 20]
+    assert lifted.extent[0, 0] == pytest.approx(1.0) and lifted.extent[3, 0] == pytest.approx(0.5)
 
 
 def test_a_mask_thinner_than_the_erosion_falls_back_to_the_whole_mask():
@@ -137,6 +143,16 @@ def test_erosion_removes_pixels_near_any_other_label_per_instance():
     assert np.array_equal(np.flatnonzero(eroded[10] == 1), np.arange(4, 8))
     assert np.array_equal(np.flatnonzero(eroded[10] == 2), np.arange(12, 16))
     assert erode_labels(labels, 0) is labels
+
+
+@pytest.mark.parametrize("radius", [1, 2, 3])
+def test_erosion_of_the_raster_and_at_single_pixels_agree(radius):
+    rng = np.random.default_rng(radius)
+    labels = np.kron(rng.integers(0, 4, (12, 16)), np.ones((3, 2), np.int64)).astype(np.uint16)
+    v, u = np.nonzero(np.ones(labels.shape, bool))
+    eroded = erode_labels(labels, radius)
+    at_pixels = interior(labels, v, u, radius)
+    np.testing.assert_array_equal(eroded[v, u] > 0, at_pixels & (labels[v, u] > 0))
 
 
 def test_depth_at_half_resolution_is_scaled_by_the_two_camera_infos():
@@ -220,3 +236,16 @@ def test_cloud_fields_are_read_in_place_with_padding_and_byte_order():
         cloud_xyz(bytes(50), 6, 4, 20, 120, [("x", 0, 7), ("y", 4, 7), ("z", 8, 7)])
     with pytest.raises(InputError, match="unit quaternion"):
         rigid_transform([0, 0, 0], [0, 0, 0, 2])
+
+
+def test_large_masks_are_sampled_on_a_stride_within_max_points():
+    raster, depth, truth = _scene()
+    ids = np.array([1, 2], np.uint16)
+    full = lift_depth(raster, ids, depth, CAMERA)
+    sampled = lift_depth(raster, ids, depth, CAMERA, options=LiftOptions(max_points=1000))
+    # 16.6k labelled pixels over 1000: every 5th row and column
+    assert sampled.support.sum() <= 1000 < full.support.sum()
+    for row, inst in enumerate((1, 2)):
+        assert np.linalg.norm(sampled.centroid[row] - truth[inst]) < 0.01 * truth[inst][2]
+        stride_m = 5 * truth[inst][2] / CAMERA.fx  # the box loses at most a stride per side
+        np.testing.assert_allclose(sampled.extent[row], full.extent[row], atol=2 * stride_m)
