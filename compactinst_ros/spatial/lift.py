@@ -198,7 +198,7 @@ def labels_on_grid(raster: np.ndarray, colour: Intrinsics, grid: Intrinsics) -> 
 def erode_labels(labels: np.ndarray, radius: int) -> np.ndarray:
     """``labels`` with every pixel within ``radius`` pixels (Chebyshev) of a different label,
     background included, set to 0; each instance is eroded on its own, in one pass for all."""
-    if radius <= 0:
+    if radius <= 0 or labels.size == 0:
         return labels
     edge = np.zeros(labels.shape, np.uint8)  # pixels with an 8-neighbour of another label
     across = labels[:, 1:] != labels[:, :-1]

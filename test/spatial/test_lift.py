@@ -126,6 +126,14 @@ def test_instances_without_enough_points_get_no_3d():
     assert lifted.extent[0, 0] == pytest.approx(1.0) and lifted.extent[3, 0] == pytest.approx(0.5)
 
 
+def test_instances_outside_the_depth_image_get_no_3d():
+    empty = np.zeros((H, W), np.uint16)  # the table lists an instance the grid never shows
+    lifted = lift_depth(empty, np.array([1], np.uint16), np.ones((H, W), np.float32), CAMERA)
+    assert lifted.valid.tolist() == [False]
+    cloud = np.ones((5, 3), np.float32)
+    assert lift_cloud(empty, np.array([1], np.uint16), cloud, CAMERA)[0].valid.tolist() == [False]
+
+
 def test_a_mask_thinner_than_the_erosion_falls_back_to_the_whole_mask():
     raster = np.zeros((H, W), np.uint16)
     raster[50:150, 100:103] = 1  # a 3-px pole vanishes under a 2-px erosion
