@@ -12,7 +12,9 @@ Key mapping (official -> ours), from ``junjiehe96/FastInst`` and detectron2's Re
   (``multihead_attn``/``self_attn`` -> ``attn``), ``{decoder_query_norm, class_embed, mask_embed,
   mask_features}_layers.{i}`` -> ``heads.{i}.{norm, class_embed, mask_embed, mask_features}``,
   ``query_proposal.conv_proposal_cls_logits.{0, 2}`` -> ``query_proposal.{conv, conv_cls}``.
-* ``pixel_mean``, ``pixel_std`` and ``criterion.empty_weight`` carry no weights and are dropped.
+* ``pixel_mean``, ``pixel_std`` and the loss's class-weight buffer ``criterion.empty_weight``
+  (stored as ``sem_seg_head.predictor.criterion.empty_weight`` in the official checkpoints)
+  carry no model weights and are dropped without being reported.
 
 CompactInst initialised from FastInst keeps every shared tensor; its refinement head is new
 (random init) and FastInst's last ``mask_features`` Linear, which CompactInst does not have, is
@@ -29,11 +31,14 @@ from typing import ClassVar
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..labels import COCO_INSTANCE_LABELS, LabelSet
 from .checkpoint import checkpoint_record, save_checkpoint
 
-IGNORED = re.compile(r"^(pixel_mean|pixel_std|criterion\.empty_weight|.*\.num_batches_tracked)$")
+IGNORED = re.compile(
+    r"^(pixel_mean|pixel_std|(sem_seg_head\.predictor\.)?criterion\.empty_weight"
+    r"|.*\.num_batches_tracked)$"
+)
 
 _LAYER_BLOCKS = {
     "transformer_mask_cross_attention_layers": "pixel_cross_attn",
@@ -121,7 +126,7 @@ def load_official(path: str | Path) -> dict[str, torch.Tensor]:
     """Official FastInst weights as {key: tensor} from .pth/.pt (weights_only) or .pkl (numpy)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"FastInst checkpoint {path} does not exist")
+        raise DataError(f"FastInst checkpoint {path} does not exist")
     if path.suffix == ".pkl":
         try:
             with open(path, "rb") as fh:

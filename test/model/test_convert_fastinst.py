@@ -120,6 +120,21 @@ def test_official_names_load_without_missing_or_unexpected(r18_official):
     )
 
 
+def test_predictor_loss_buffer_is_expected_not_unused(r18_official):
+    """Official checkpoints store the loss's class weights as the predictor's
+    ``criterion.empty_weight`` buffer: a training-only tensor, dropped without a report."""
+    official = dict(r18_official)
+    official["sem_seg_head.predictor.criterion.empty_weight"] = official.pop(
+        "criterion.empty_weight"
+    )
+    model = build_model("fastinst_r18_d3", num_classes=8)
+    _, new, unused = convert_state_dict(official, model)
+    assert new == [] and unused == []
+    official["sem_seg_head.predictor.criterion.other_weight"] = torch.ones(9)
+    _, _, unused = convert_state_dict(official, model)
+    assert unused == ["sem_seg_head.predictor.criterion.other_weight"]
+
+
 def test_r50_names_and_shapes():
     official = official_state("resnet50", 80, 3)
     model = build_model("fastinst_r50_d3", num_classes=80)
