@@ -39,22 +39,33 @@ MIN_MASK_TEXELS = 16
 
 @dataclass(frozen=True)
 class Tolerance:
-    """How far an engine may be from its graph's CPU outputs on the golden inputs."""
+    """How far an engine may be from its graph's CPU outputs on the golden inputs, in decisions
+    the post-processing makes (``frame_statistics``)."""
 
-    mask_iou: float  # lowest IoU of a query's mask, binarised at logit 0
-    score: float  # largest absolute difference of a class probability
+    mask_iou: float  # lowest IoU percentile MASK_IOU_PERCENTILE over the shown segments
+    score: float  # largest class probability difference percentile SCORE_PERCENTILE over them
+    flip: float  # largest score change of a segment that one side shows and the other hides
     semantic: float  # lowest fraction of mask texels whose semantic class agrees
     relative: float  # largest error of any other output, relative to its reference's range
 
 
-#: Per precision. The reference is the same typed graph on the CPU, so what differs is TensorRT's
-#: kernel choice and summation order: FP32 (TF32 off) agrees closely; FP16 and INT8 tensors
-#: round at every layer, which moves masks at their borders and probabilities by a few percent.
+#: Derived from the measured spread of healthy implementations and broken engines on the
+#: golden inputs (``python -m compactinst_ros.eval.acceptance_spread``; the measurement, the
+#: margins and the derivation: docs/gpu.md, "Acceptance"): each limit lies halfway between the
+#: worst healthy implementation and the best broken engine the statistic refuses. The decision
+#: statistics are the same for every precision: what an engine must not change is what the
+#: post-processing shows, and the FP32 and FP16 implementations measured here agree to the last
+#: digit, which would set no limit another machine's kernels could be held to.
+DECISION_TOLERANCE = Tolerance(mask_iou=0.86, score=0.14, flip=0.15, semantic=0.5, relative=0.1)
+#: the other outputs' (the encoder features') largest relative error, per precision
 TOLERANCES: dict[str, Tolerance] = {
-    "fp32": Tolerance(mask_iou=0.99, score=1e-3, semantic=0.995, relative=1e-3),
-    "fp16": Tolerance(mask_iou=0.95, score=0.02, semantic=0.98, relative=0.02),
-    "int8": Tolerance(mask_iou=0.85, score=0.05, semantic=0.95, relative=0.1),
+    precision: replace(DECISION_TOLERANCE, relative=relative)
+    for precision, relative in (("fp32", 1e-3), ("fp16", 0.02), ("int8", 0.1))
 }
+#: the percentiles the mask IoU and class probability statistics take over a frame's shown
+#: segments: one query's tail (a near-tied mask border) moves them little, a wrong layer a lot
+MASK_IOU_PERCENTILE = 10
+SCORE_PERCENTILE = 95
 
 
 @dataclass(frozen=True)
@@ -137,17 +148,15 @@ def matched(
     }  # fmt: skip
 
 
-def mask_iou(want: np.ndarray, got: np.ndarray) -> float:
-    """Lowest per-query IoU of (…, Q, h, w) mask logits binarised at 0, over the queries whose
-    union covers at least MIN_MASK_TEXELS texels (1.0 when none does)."""
+def mask_ious(want: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """Per-query IoU of (…, Q, h, w) mask logits binarised at 0, over the queries whose union
+    covers at least MIN_MASK_TEXELS texels."""
     a = want.reshape(-1, *want.shape[-2:]) > 0
     b = got.reshape(-1, *got.shape[-2:]) > 0
     inter = (a & b).sum(axis=(1, 2))
     union = (a | b).sum(axis=(1, 2))
     counted = union >= MIN_MASK_TEXELS
-    if not counted.any():
-        return 1.0
-    return float((inter[counted] / union[counted]).min())
+    return inter[counted] / union[counted]
 
 
 def semantic_labels(class_logits: np.ndarray, mask_logits: np.ndarray) -> np.ndarray:
@@ -158,27 +167,68 @@ def semantic_labels(class_logits: np.ndarray, mask_logits: np.ndarray) -> np.nda
     return np.where(maps.max(axis=0) >= SEMANTIC_VOID_FLOOR, best, -1)
 
 
-def shown_queries(want: np.ndarray, got: np.ndarray, tol: Tolerance) -> np.ndarray:
-    """(…, Q) bool of two (…, Q, K+1) class logits: the queries the default post-processing
-    could show in either, their top object probability at least its score threshold less the
-    precision's probability tolerance. The others never become instances, and their masks,
-    near logit 0 almost everywhere, flip texels under any change of arithmetic (INT8 kernels
-    other than the graph's as-written Q/DQ: mask IoU down to 0.24 at AP -0.08); the semantic
-    check still reads every query."""
-    floor = PostprocessOptions().score_threshold - tol.score
+def segment_scores(class_logits: np.ndarray, mask_logits: np.ndarray) -> np.ndarray:
+    """(Q,) score of each query of one frame as the instance rule computes it: its best class
+    probability (void excluded) times its mask score (``mask_scores`` over the whole grid)."""
+    from ..postprocess.instance import mask_scores
 
-    def top(logits: np.ndarray) -> np.ndarray:
-        return softmax(logits)[..., :-1].max(axis=-1)
+    masks = np.ascontiguousarray(mask_logits, np.float32)
+    h, w = masks.shape[-2:]
+    probs = softmax(class_logits.astype(np.float32))[:, :-1].max(axis=1)
+    return probs * mask_scores(masks, sigmoid(masks), h, w, np.float32(0.0))
 
-    return (top(want) >= floor) | (top(got) >= floor)
+
+def frame_statistics(
+    want_logits: np.ndarray, want_masks: np.ndarray, got_logits: np.ndarray, got_masks: np.ndarray
+) -> dict[str, float]:
+    """The acceptance statistics of one frame: (Q, K+1) class and (Q, h, w) mask logits,
+    ``got``'s queries already ``matched`` to ``want``'s.
+
+    A segment is shown where its score (``segment_scores``) reaches the default score
+    threshold, on either side; the others never become instances, and their masks, near logit
+    0 almost everywhere, flip texels under any change of arithmetic. Over the shown segments:
+    ``mask_iou``, the MASK_IOU_PERCENTILE of their mask IoU; ``score``, the SCORE_PERCENTILE of
+    their largest class probability difference; ``flip``, the largest score change of a segment
+    one side shows and the other hides (0 without one: a near-threshold segment that flips
+    under a small change is no error). ``semantic``: the fraction of mask texels whose semantic
+    class agrees, over all queries. ``shown``: how many segments were shown."""
+    threshold = PostprocessOptions().score_threshold
+    want_score = segment_scores(want_logits, want_masks)
+    got_score = segment_scores(got_logits, got_masks)
+    shown_want, shown_got = want_score >= threshold, got_score >= threshold
+    shown = shown_want | shown_got
+    ious = mask_ious(want_masks[shown], got_masks[shown])
+    probs = np.abs(softmax(want_logits) - softmax(got_logits)).max(axis=-1)[shown]
+    flipped = shown_want != shown_got
+    labels = (semantic_labels(want_logits, want_masks), semantic_labels(got_logits, got_masks))
+    return {
+        "mask_iou": float(np.percentile(ious, MASK_IOU_PERCENTILE)) if ious.size else 1.0,
+        "score": float(np.percentile(probs, SCORE_PERCENTILE)) if probs.size else 0.0,
+        "flip": float(np.abs(want_score - got_score)[flipped].max(initial=0.0)),
+        "semantic": float((labels[0] == labels[1]).mean()),
+        "shown": float(shown.sum()),
+    }
+
+
+#: decoder statistic -> (what the finding calls it, the Tolerance field, higher is better)
+DECISION_METRICS = {
+    "mask_iou": (f"mask IoU, {MASK_IOU_PERCENTILE}th percentile of the shown segments",
+                 "mask_iou", True),
+    "score": (f"class probability error, {SCORE_PERCENTILE}th percentile of the shown segments",
+              "score", False),
+    "flip": ("score change of a segment shown on one side only", "flip", False),
+    "semantic": ("semantic agreement", "semantic", True),
+}  # fmt: skip
+#: the tensor the decision findings name: they read both decoder outputs
+DECISIONS = "pred_logits x pred_masks"
 
 
 def compare(
     want: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], tol: Tolerance, case: int
 ) -> list[Finding]:
-    """Findings for every golden tensor of one case that the engine also produced, its decoder
-    queries ``matched`` to the golden ones; class probabilities and masks are judged on the
-    ``shown_queries``."""
+    """Findings for every golden tensor of one case that the engine also produced: non-finite
+    decoder outputs, the decoder's ``frame_statistics`` (its queries ``matched`` to the golden
+    ones) and any other output's error relative to its reference's range."""
     findings = []
     for name in sorted(set(want) & set(got)):
         if np.shape(want[name]) != np.shape(got[name]):
@@ -187,36 +237,27 @@ def compare(
                 f"{np.shape(want[name])}; the golden file belongs to another export of this "
                 "model: re-export the bundle"
             )
-    got = matched(want, got)
-    shown = None
-    if all(n in want and n in got for n in DECODER_OUTPUTS):
-        shown = shown_queries(*(np.asarray(d[DECODER_OUTPUTS[0]], np.float32) for d in (want, got)),
-                              tol)  # fmt: skip
-    for name in sorted(set(want) & set(got)):
+    decoder = all(n in want and n in got for n in DECODER_OUTPUTS)
+    if decoder:
+        bad = {n: int((~np.isfinite(np.asarray(got[n]))).sum()) for n in DECODER_OUTPUTS}
+        findings += [Finding(n, "non-finite values", count, 0, False, case)
+                     for n, count in bad.items()]  # fmt: skip
+        if not any(bad.values()):
+            paired = matched(want, got)
+            frames = zip(*(np.asarray(d[n], np.float32).reshape(-1, *np.shape(d[n])[-2 - i:])
+                           for d in (want, paired) for i, n in enumerate(DECODER_OUTPUTS)),
+                         strict=True)  # fmt: skip
+            for want_l, want_m, got_l, got_m in frames:
+                stats = frame_statistics(want_l, want_m, got_l, got_m)
+                findings += [
+                    Finding(DECISIONS, metric, stats[key], getattr(tol, field), at_least, case)
+                    for key, (metric, field, at_least) in DECISION_METRICS.items()
+                ]
+    for name in sorted(set(want) & set(got) - (set(DECODER_OUTPUTS) if decoder else set())):
         a, b = np.asarray(want[name], np.float32), np.asarray(got[name], np.float32)
-        if name == DECODER_OUTPUTS[0]:
-            diffs = np.abs(softmax(a) - softmax(b)).max(axis=-1)
-            diff = float(diffs[shown].max(initial=0.0) if shown is not None else diffs.max())
-            findings.append(Finding(name, "class probability error", diff, tol.score, False, case))
-        elif name == DECODER_OUTPUTS[1]:
-            iou = mask_iou(a[shown], b[shown]) if shown is not None else mask_iou(a, b)
-            findings.append(Finding(name, "lowest mask IoU", iou, tol.mask_iou, True, case))
-        else:
-            span = max(float(np.abs(a).max()), 1e-6)
-            err = float(np.abs(a - b).max()) / span
-            findings.append(Finding(name, "relative error", err, tol.relative, False, case))
-    if all(n in want and n in got for n in DECODER_OUTPUTS):
-        logits, masks = (np.asarray(want[n], np.float32) for n in DECODER_OUTPUTS)
-        g_logits, g_masks = (np.asarray(got[n], np.float32) for n in DECODER_OUTPUTS)
-        frames = zip(logits.reshape(-1, *logits.shape[-2:]), masks.reshape(-1, *masks.shape[-3:]),
-                     g_logits.reshape(-1, *g_logits.shape[-2:]),
-                     g_masks.reshape(-1, *g_masks.shape[-3:]), strict=True)  # fmt: skip
-        agree = min(
-            float((semantic_labels(wl, wm) == semantic_labels(gl, gm)).mean())
-            for wl, wm, gl, gm in frames
-        )
-        semantic = "pred_logits x pred_masks"
-        findings.append(Finding(semantic, "semantic agreement", agree, tol.semantic, True, case))
+        span = max(float(np.abs(a).max()), 1e-6)
+        err = float(np.abs(a - b).max()) / span
+        findings.append(Finding(name, "relative error", err, tol.relative, False, case))
     return findings
 
 
@@ -263,3 +304,4 @@ def check(
             f"failed). {remedy}"
         )
     return findings
+

@@ -39,6 +39,39 @@ REMEDY = (
 )
 
 
+#: oneDNN's ISA names by the /proc/cpuinfo flags they need, lowest first: the INT8 kernel
+#: families differ at each step (AVX2 and AVX512_CORE multiply-add u8 x s8 into 16-bit sums,
+#: the VNNI ones into 32-bit, AMX in tiles). Not SSE41: OpenVINO 2026.4's CPU plugin does not
+#: compile the stages under it ("bad combination").
+ONEDNN_ISAS: dict[str, tuple[str, ...]] = {
+    "AVX2": ("avx2",),
+    "AVX2_VNNI": ("avx2", "avx_vnni"),
+    "AVX512_CORE": ("avx512f", "avx512bw", "avx512vl", "avx512dq"),
+    "AVX512_CORE_VNNI": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"),
+    "AVX512_CORE_AMX": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "amx_tile", "amx_int8"),
+}
+#: the variable oneDNN (and OpenVINO's CPU plugin) reads once, at load, to cap its ISA
+ISA_VARIABLE = "ONEDNN_MAX_CPU_ISA"
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def host_isas(flags: set[str] | None = None) -> list[str]:
+    """The ONEDNN_ISAS this CPU has, lowest first (none on a CPU that is not x86)."""
+    flags = cpu_flags() if flags is None else flags
+    return [isa for isa, need in ONEDNN_ISAS.items() if flags.issuperset(need)]
+
+
 def _import_openvino() -> Any:
     try:
         import openvino

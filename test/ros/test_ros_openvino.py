@@ -1,6 +1,6 @@
 """The node on the openvino backend with the real rclpy: backend:=openvino precision:=int8 opens
-(the acceptance check passes on the default bundle), segments a frame and says on /diagnostics
-what ran."""
+(the acceptance check passes on the default bundle) under the CPU's own ISA and each lower one
+it has, segments a frame and says on /diagnostics what ran."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from ros_domains import next_domain
 from ros_harness import Client, NodeProcess
 
+from compactinst_ros.backends.openvino import ISA_VARIABLE, ONEDNN_ISAS, host_isas
 from compactinst_ros.bundle import default_bundle_path
 from compactinst_ros.train.synthetic import render_scene
 
@@ -23,7 +24,15 @@ TOPIC = "/cam/image"
 MASK = "/compactinst/instance_mask"
 
 
-def test_int8_on_openvino_segments_and_reports_it() -> None:
+@pytest.mark.parametrize("isa", ["default", *ONEDNN_ISAS])
+def test_int8_on_openvino_segments_and_reports_it(isa: str, monkeypatch) -> None:
+    """``default``: the environment's ISA (the CPU's best unless capped); the others capped by
+    ONEDNN_MAX_CPU_ISA (each has its own INT8 kernels), where the CPU has them and they are not
+    its best (that is ``default``)."""
+    if isa != "default":
+        if isa not in host_isas() or isa == host_isas()[-1]:
+            pytest.skip(f"this CPU lacks {isa}, or it is the CPU's best (the default run)")
+        monkeypatch.setenv(ISA_VARIABLE, isa)
     domain = next_domain()
     node = NodeProcess(
         domain,
