@@ -175,6 +175,9 @@ class ModelBundle:
     source: dict
     #: bundle.json "variants": precision -> how its graphs are derived (validated at load)
     variants: dict = field(default_factory=dict)
+    #: precision -> why its variant cannot be derived from this copy (its recipe files are
+    #: missing or changed): the other precisions still run; asking for this one gives the reason
+    unavailable: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -201,7 +204,11 @@ class ModelBundle:
     @property
     def precisions(self) -> tuple[str, ...]:
         """The precisions whose stage graphs this bundle carries (fp32 always)."""
-        return tuple(p for p in PRECISIONS if p == "fp32" or p in self.variants)
+        return tuple(
+            p
+            for p in PRECISIONS
+            if p == "fp32" or (p in self.variants and p not in self.unavailable)
+        )
 
     def stage_graph(
         self, stage: str, precision: str = "fp32", target: str = "tensorrt"
@@ -210,7 +217,9 @@ class ModelBundle:
         such variant (the message names the command that adds it) or where the derived graph
         is not the recorded one (its sha256). ``target`` picks one of INT8_GRAPHS for int8."""
         spec = self.stage(stage)
-        if check_precision(precision) not in self.precisions:
+        if check_precision(precision) in self.unavailable:
+            raise BundleError(self.unavailable[precision])
+        if precision not in self.precisions:
             raise BundleError(
                 f"bundle {self.root} has no {precision} graphs (it has "
                 f"{', '.join(self.precisions)}); add them with '{QUANTIZE_COMMAND} "
@@ -339,6 +348,7 @@ class ModelBundle:
                 f"{where}: pred_logits has {k1} classes but labels lists {labels.num_classes} "
                 f"(+1 no-object expected); the labels do not belong to this model"
             )
+        parsed, unavailable = _parse_variants(root, meta.get("variants", {}), where, verify_hashes)
         return cls(
             root=root,
             architecture=dict(arch),
@@ -348,7 +358,8 @@ class ModelBundle:
             labels=labels,
             stages=stages,
             source=dict(meta.get("source", {})),
-            variants=_parse_variants(root, meta.get("variants", {}), where, verify_hashes),
+            variants=parsed,
+            unavailable=unavailable,
         )
 
     def to_json(self) -> dict:
@@ -430,12 +441,16 @@ def _derive(
     return variants.serialize(variants.int8_graph(source, ranges, target, exclude, method))
 
 
-def _parse_variants(root: Path, variants: object, where: Path, verify: bool) -> dict:
-    """bundle.json "variants", checked: known precisions, every stage, recorded graph hashes,
-    recipe files inside the bundle and (``verify``) matching their sha256."""
+def _parse_variants(
+    root: Path, variants: object, where: Path, verify: bool
+) -> tuple[dict, dict[str, str]]:
+    """bundle.json "variants", checked (known precisions, every stage, recorded graph hashes),
+    and precision -> reason for each variant whose recipe files are missing from the bundle or
+    (``verify``) do not match their sha256: a copy without its INT8 ranges still runs FP32."""
     if not isinstance(variants, dict):
         raise BundleError(f"{where}: 'variants' must be an object")
     fix = f"re-run '{QUANTIZE_COMMAND} {root} --data DIR'"
+    unavailable: dict[str, str] = {}
     for precision, variant in variants.items():
         if precision not in DERIVATIONS:
             raise BundleError(
@@ -456,21 +471,23 @@ def _parse_variants(root: Path, variants: object, where: Path, verify: bool) -> 
                     f"{where}: variant '{precision}' stage '{stage}' has no recorded sha256 of "
                     f"its derived graph; {fix}"
                 )
-            if precision != "int8":
+            if precision != "int8" or precision in unavailable:
                 continue
             ranges = {"name": stage, "file": entry.get("ranges")}
             if not (root / str(ranges["file"])).is_file():
-                raise BundleError(
+                unavailable[precision] = (
                     f"bundle {root}: {ranges['file']} (the int8 calibration ranges of {stage}) "
-                    f"is missing; copy it with the bundle or {fix}"
+                    f"is missing, so it has no int8 graphs; copy it with the bundle or {fix}"
                 )
+                continue
             _, path = _stage_name_and_path(root, ranges, where)
             if verify and sha256_file(path) != entry.get("ranges_sha256"):
-                raise BundleError(
+                unavailable[precision] = (
                     f"bundle {root}: {path.name} (the int8 calibration ranges of {stage}) does "
-                    f"not match its sha256 in {METADATA_FILE} (file changed or corrupt); {fix}"
+                    f"not match its sha256 in {METADATA_FILE} (file changed or corrupt), so it "
+                    f"has no int8 graphs; {fix}"
                 )
-    return dict(variants)
+    return dict(variants), unavailable
 
 
 def default_bundle_path() -> Path | None:

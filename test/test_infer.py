@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 
 from compactinst_ros.bundle import ModelBundle, default_bundle_path, model_caveat
 from compactinst_ros.cli import main
+from compactinst_ros.errors import BundleError
 from compactinst_ros.infer import output_stems
 
 
@@ -107,3 +110,24 @@ def test_missing_bundle_fails_cleanly(tmp_path: Path, capsys) -> None:
     code = main(["infer", "--model", str(tmp_path / "none"), str(tmp_path / "x.png")])
     assert code == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_bundle_without_int8_ranges_still_runs_fp32(tmp_path: Path, capsys) -> None:
+    """A copy of the default bundle without its INT8 calibration ranges (e.g. copied to a car
+    without the recipe files) runs FP32; only asking for INT8 names the missing file and the
+    fix."""
+    model = default_bundle_path()
+    assert model is not None
+    copy = tmp_path / "model"
+    shutil.copytree(model, copy, ignore=shutil.ignore_patterns("int8_ranges.*"))
+    assert not list(copy.glob("int8_ranges.*")) and list(model.glob("int8_ranges.*"))
+    image = tmp_path / "photo.png"
+    cv2.imwrite(str(image), np.full((48, 64, 3), 128, np.uint8))
+    out = tmp_path / "out"
+    code = main(["infer", "--model", str(copy), "--out", str(out), str(image)])
+    assert code == 0, capsys.readouterr().err
+    assert (out / "photo.json").is_file()
+    bundle = ModelBundle.load(copy)
+    assert "int8" not in bundle.precisions and "fp16" in bundle.precisions
+    with pytest.raises(BundleError, match=r"int8_ranges\.encoder\.json .* is missing.*quantize"):
+        bundle.stage_graph("encoder", "int8", "cpu")

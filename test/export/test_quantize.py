@@ -112,11 +112,13 @@ def test_sensitivity_leaves_the_sensitive_layer_in_fp32(typed_bundle: Path) -> N
 def test_load_rejects_tampered_variants(typed_copy: Path) -> None:
     ranges = typed_copy / "int8_ranges.decoder.json"
     ranges.write_text(ranges.read_text().replace("0", "1", 1))
+    # the bundle still loads and runs its other precisions; int8 names the file and the fix
+    assert ModelBundle.load(typed_copy).precisions == ("fp32", "fp16")
     with pytest.raises(BundleError, match="calibration ranges of decoder"):
-        ModelBundle.load(typed_copy)
+        ModelBundle.load(typed_copy).stage_graph("decoder", "int8")
     ranges.unlink()
     with pytest.raises(BundleError, match="missing"):
-        ModelBundle.load(typed_copy)
+        ModelBundle.load(typed_copy).stage_graph("encoder", "int8")
     meta_path = typed_copy / "bundle.json"
     meta = json.loads(meta_path.read_text())
     del meta["variants"]["int8"]
@@ -261,7 +263,7 @@ def test_quantize_again_replaces_the_variants(
     ranges = typed_copy / "int8_ranges.encoder.json"
     ranges.write_text(ranges.read_text().replace("0", "1", 1))  # as a run stopped midway leaves it
     with pytest.raises(BundleError, match="calibration ranges of encoder"):
-        ModelBundle.load(typed_copy)
+        ModelBundle.load(typed_copy).stage_graph("encoder", "int8")
     assert main([*args, "--pre-process"]) == 0  # an empty list: no stage pre-processed
     new = json.loads((typed_copy / "bundle.json").read_text())["variants"]["int8"]
     assert new["calibration"]["frames"] == 2 and not new["stages"]["encoder"]["pre_process"]
