@@ -23,15 +23,11 @@ from ..errors import BackendError
 from ..postprocess.resample import sigmoid, softmax
 from ..postprocess.semantic import SEMANTIC_VOID_FLOOR, class_maps
 from ..structures import PostprocessOptions, RawOutputs
+from .base import BackendOptions
 
 #: a golden query is compared with another engine query only where that one is this much nearer
 #: than the query in its own place (``nearest_queries``): swapped near-ties are orders nearer
 REMATCH_COST = 0.5
-#: what a failed TensorRT engine's error advises
-TENSORRT_REMEDY = (
-    "The engine was not cached. Rebuild with another TensorRT version or precision "
-    "(--precision fp32), or re-export the typed graph and its golden outputs"
-)
 #: A query's mask counts for the IoU check when its golden or engine mask covers this many texels
 #: (smaller masks flip on a single texel near logit 0).
 MIN_MASK_TEXELS = 16
@@ -261,6 +257,17 @@ def compare(
     return findings
 
 
+def tensorrt_remedy(options: BackendOptions | None = None) -> str:
+    """What a failed TensorRT engine's error advises, its settings written as ``options``
+    says (the command line's by default, the node's for the node)."""
+    options = options or BackendOptions()
+    return (
+        "The engine was not cached. Rebuild with another TensorRT version or precision "
+        f"({options.setting('precision', 'fp32')}), or re-export the typed graph and its "
+        "golden outputs"
+    )
+
+
 def slot_cases(count: int, batch: int) -> list[list[int]]:
     """Golden case index in each slot of each acceptance run at ``batch``: every one of the
     ``count`` cases once, cycled to fill the last run's spare slots; [] without cases."""
@@ -275,13 +282,15 @@ def check(
     outputs: Sequence[Mapping[str, np.ndarray]],
     slots: Sequence[Sequence[int]] | None = None,
     engine: str = "TensorRT engine",
-    remedy: str = TENSORRT_REMEDY,
+    remedy: str | None = None,
 ) -> list[Finding]:
     """All findings of one stage's engine: ``outputs`` per run, slot s of run r (dim 0) holding
     case ``slots[r][s]`` (None: one run per case at batch 1). BackendError naming the stage,
     the batch size and the worst tensor when any is outside ``precision``'s tolerance;
-    ``engine`` names what was checked, ``remedy`` what to do about it."""
+    ``engine`` names what was checked, ``remedy`` what to do about it (None:
+    ``tensorrt_remedy``'s, on the command line)."""
     tol = TOLERANCES[precision]
+    remedy = tensorrt_remedy() if remedy is None else remedy
     slots = [[i] for i in range(len(cases))] if slots is None else slots
     findings = [
         replace(f, slot=slot)

@@ -61,6 +61,9 @@ class BackendOptions:
     batch_sizes: tuple[int, ...] | None = None
     #: tensorrt: the largest batch its engines are built for when ``batch_sizes`` is None
     max_batch: int = 1
+    #: how an error's remedy writes a setting: "cli" (``--precision fp32``) or "node"
+    #: (``precision:=fp32``), as whoever opened the backend takes its settings
+    settings: str = "cli"
 
     def __post_init__(self) -> None:
         if self.batch_sizes is not None and (
@@ -76,6 +79,15 @@ class BackendOptions:
                 raise ConfigError(
                     f"unknown precision '{self.precision}'; choose one of {', '.join(PRECISIONS)}"
                 )
+        if self.settings not in ("cli", "node"):
+            raise ConfigError(f"settings='{self.settings}': choose 'cli' or 'node'")
+
+    def setting(self, name: str, value: str) -> str:
+        """Setting ``name`` to ``value`` as ``settings`` writes it, for an error's remedy:
+        ``--name value`` on the command line, ``name:=value`` for the node."""
+        if self.settings == "node":
+            return f"{name}:={value}"
+        return f"--{name.replace('_', '-')} {value}"
 
     @classmethod
     def of(cls, options: BackendOptions | None = None, **overrides: Any) -> BackendOptions:

@@ -32,11 +32,14 @@ COMPILE_CONFIG = {
     "NUM_STREAMS": 1,
     "INFERENCE_PRECISION_HINT": "f32",
 }
-#: what a failed acceptance check advises
-REMEDY = (
-    "Run another precision (precision:=fp32), another OpenVINO release, or the onnxruntime "
-    "backend (backend:=onnxruntime)"
-)
+
+
+def remedy(options: BackendOptions) -> str:
+    """What a failed acceptance check advises, its settings written as ``options`` says."""
+    return (
+        f"Run another precision ({options.setting('precision', 'fp32')}), another OpenVINO "
+        f"release, or the onnxruntime backend ({options.setting('backend', 'onnxruntime')})"
+    )
 
 
 #: oneDNN's ISA names by the /proc/cpuinfo flags they need, lowest first: the INT8 kernel
@@ -166,7 +169,7 @@ class OpenVinoBackend(OrtBackend):
         if options.providers:
             raise BackendError("providers are ONNX Runtime's; the openvino backend runs the CPU")
         super().__init__(bundle, options)
-        self._accept()
+        self._accept(remedy(options))
 
     def _import_runtime(self) -> Any:
         """openvino (BackendError naming the extra when it is missing)."""
@@ -176,9 +179,10 @@ class OpenVinoBackend(OrtBackend):
         """One stage compiled by OpenVINO (always fused: it has no as-written mode)."""
         return OpenVinoStage(self._runtime, graph, options.threads)
 
-    def _accept(self) -> None:
-        """BackendError unless the decoder outputs on the golden inputs agree with the typed
-        graph's CPU outputs within the precision's tolerances (none recorded: nothing to do)."""
+    def _accept(self, advice: str) -> None:
+        """BackendError (ending in ``advice``) unless the decoder outputs on the golden inputs
+        agree with the typed graph's CPU outputs within the precision's tolerances (none
+        recorded: nothing to do)."""
         cases = self.bundle.golden_cases(self.precision)
         outputs = [
             acceptance.graph_outputs(raw)
@@ -186,7 +190,7 @@ class OpenVinoBackend(OrtBackend):
             for raw in self.run_decoder(self.run_encoder(case.image))
         ]
         acceptance.check("decoder", self.precision, cases, outputs, engine="OpenVINO model",
-                         remedy=REMEDY)  # fmt: skip
+                         remedy=advice)  # fmt: skip
 
     def describe(self) -> dict:
         """Backend name, openvino version, threads, device and precision."""

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import BackendError
 from ..private_files import default_cache_dir
+from . import acceptance
 from .base import BackendOptions
 from .engine_cache import EngineCache
 from .trt_build import (
@@ -81,6 +82,7 @@ class TensorRTBackend:
         self.device = options.device
         self.sizes = batch_sizes(bundle, options)
         self.cache = EngineCache(options.engine_cache_dir or default_cache_dir())
+        self._remedy = acceptance.tensorrt_remedy(options)  # in the opener's syntax
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compactinst-gpu")
         self._ctx: Any = None
         self._closed = False
@@ -121,7 +123,7 @@ class TensorRTBackend:
         for batch in self.sizes:
             engines = ensure_engines(
                 self.bundle, self.cache, self._runtime.deserialize_cuda_engine, self.info,
-                self.precision, allow_build, options, batch=batch,
+                self.precision, allow_build, options, batch=batch, remedy=self._remedy,
             )  # fmt: skip
             self._engines[batch] = [engines[s.name] for s in self.bundle.stages]
         self._memory = {

@@ -350,13 +350,15 @@ def ensure_engines(
     options: BuildOptions | None = None,
     log: Callable[[str], None] = print,
     batch: int = 1,
+    remedy: str | None = None,
 ) -> dict[str, Any]:
     """Deserialized engine per stage for ``batch`` frames: from the cache, or built now (never
     per frame) from the ``precision`` typed graphs (None: ``engine_precision``'s choice). A new
     engine is cached only after it passes the acceptance check on the bundle's golden cases at
     that batch (stage by stage: the decoder is fed by the encoder's engine; ``slot_cases``
     fills the slots); a failing one raises BackendError, and when the decoder fails, an encoder
-    engine built in the same call is removed from the cache too."""
+    engine built in the same call is removed from the cache too. ``remedy``: what the error
+    advises (None: ``acceptance.tensorrt_remedy``'s, on the command line)."""
     trt = import_tensorrt()
     options = options or BuildOptions()
     precision = engine_precision(bundle, precision, log)
@@ -381,7 +383,7 @@ def ensure_engines(
         def accept(engine: Any, stage: StageSpec = stage, inputs: list = inputs) -> None:
             outputs = [run_engine(engine, feeds) for feeds in inputs]
             try:
-                acceptance.check(stage.name, precision, cases, outputs, slots)
+                acceptance.check(stage.name, precision, cases, outputs, slots, remedy=remedy)
             except BackendError:
                 for earlier in built[:-1]:
                     cache.discard(earlier)

@@ -362,7 +362,7 @@ def _openvino_worker(bundle: ModelBundle, out: Path, data: Path | None, limit: i
     from ..backends.openvino import PRECISIONS, OpenVinoBackend
 
     class Unchecked(OpenVinoBackend):
-        def _accept(self) -> None:  # the statistics are what is being measured
+        def _accept(self, advice: str) -> None:  # the statistics are what is measured
             return None
 
     result = {}
@@ -435,13 +435,62 @@ def collect(bundle_path: Path, data: Path | None, limit: int, isas: Sequence[str
             "derived": derive(rows), "accepted": verdicts(rows)}  # fmt: skip
 
 
+def format_table(report: dict) -> str:
+    """Markdown: per row its group, worst case of each decision statistic, held-out accuracy and
+    the recorded tolerances' verdict; then per statistic the derivation of its limit."""
+    keys = list(acceptance.DECISION_METRICS)
+    lines = ["| implementation | group | " + " | ".join(keys) + " | AP | PQ | accepted |",
+             "|---" * (len(keys) + 5) + "|"]  # fmt: skip
+    for name, row in report["rows"].items():
+        values = [worst(row, k) for k in keys]
+        cells = ["inf/NaN" if v is None else f"{v:.3f}" for v in values]
+        acc = row.get("accuracy") or {}
+        ap, pq = (f"{acc[k]:.1f}" if k in acc else "" for k in ("AP", "PQ"))
+        verdict = "yes" if report["accepted"][name] else "**no**"
+        lines.append(f"| {name} | {row['group']} | " + " | ".join(cells)
+                     + f" | {ap} | {pq} | {verdict} |")  # fmt: skip
+    lines += ["", "| statistic | worst healthy | best broken it refuses | limit (midpoint) "
+              "| margin | recorded |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for key, entry in report["derived"].items():
+        recorded = getattr(acceptance.DECISION_TOLERANCE, acceptance.DECISION_METRICS[key][1])
+        lines.append(f"| {entry['metric']} | {entry['healthy_worst']:.3f} | "
+                     f"{entry['broken_best']:.3f} | {entry['limit']:.3f} | "
+                     f"{entry['margin']:.3f} | {recorded:g} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_plot(report: dict, path: Path) -> Path:
+    """One panel per decision statistic: each row's worst case, healthy and broken apart, and
+    the recorded limit."""
+    from .plots import _pyplot, _save
+
+    plt = _pyplot()
+    keys = list(acceptance.DECISION_METRICS)
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.6))
+    colours = {"healthy": "tab:green", "broken": "tab:red", "other graph": "tab:gray"}
+    for ax, key in zip(axes, keys, strict=True):
+        for i, group in enumerate(colours):
+            values = [worst(r, key) for r in report["rows"].values() if r["group"] == group]
+            values = [v for v in values if v is not None]
+            jitter = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
+            ax.scatter(np.add(i, jitter), values, s=14, color=colours[group], label=group)
+        limit = getattr(acceptance.DECISION_TOLERANCE, acceptance.DECISION_METRICS[key][1])
+        ax.axhline(limit, color="black", linestyle="--", linewidth=1, label="limit")
+        ax.set_xticks(range(len(colours)), [g.replace(" ", "\n") for g in colours])
+        ax.set_title(key.replace("_", " "))
+    axes[0].legend(fontsize=7, loc="center left")
+    fig.suptitle("Acceptance statistics on the golden inputs, worst golden case per engine")
+    return Path(_save(plt, fig, path))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Collect, write ``acceptance_spread.json`` and print the per-row worst cases."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bundle", type=Path, nargs="?", default=default_bundle_path())
     parser.add_argument("--data", type=Path, help="held-out COCO folder: measure AP and PQ too")
     parser.add_argument("--limit", type=int, default=24, help="held-out images (default 24)")
-    parser.add_argument("--out", type=Path, default=Path("out/acceptance_spread.json"))
+    parser.add_argument("--out", type=Path, default=Path("out/acceptance_spread"),
+                        help="folder for acceptance_spread.json, .md and .png")  # fmt: skip
     parser.add_argument("--openvino-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.openvino_worker:
@@ -449,9 +498,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                          args.limit)  # fmt: skip
         return 0
     report = collect(args.bundle, args.data, args.limit, host_isas())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {args.out}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "acceptance_spread.json").write_text(json.dumps(report, indent=1) + "\n")
+    table = format_table(report)
+    (args.out / "acceptance_spread.md").write_text(table + "\n")
+    write_plot(report, args.out / "acceptance_spread.png")
+    print(table)
+    print(f"wrote {args.out}/acceptance_spread.json, .md, .png")
     return 0
 
 

@@ -360,6 +360,7 @@ def backend_options(values: dict[str, Any], cameras: int = 1) -> BackendOptions:
         precision=None if values["precision"] == "auto" else values["precision"],
         batch_sizes=tuple(sizes) or None,
         max_batch=cameras,
+        settings="node",  # errors advise node parameters (precision:=fp32)
     )
 
 

@@ -144,9 +144,17 @@ def test_refuses_what_it_cannot_run(bundle: ModelBundle, options, message: str) 
         OpenVinoBackend(bundle, options)
 
 
-def test_a_model_that_fails_the_acceptance_check_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("settings", "remedy"),
+    [("cli", r"--precision fp32.*--backend onnxruntime"),
+     ("node", r"precision:=fp32.*backend:=onnxruntime")],
+)  # fmt: skip
+def test_a_model_that_fails_the_acceptance_check_is_refused(
+    tmp_path: Path, settings: str, remedy: str
+) -> None:
     """Golden outputs that the model cannot reproduce (its masks negated) stop the backend, with
-    the stage, the worst tensor and the way out named."""
+    the stage, the worst tensor and the way out named in the opener's syntax (a command's
+    options, the node's parameters)."""
     root = Path(shutil.copytree(default_bundle_path(), tmp_path / "bundle"))
     meta = json.loads((root / METADATA_FILE).read_text())
     meta.pop("variants")
@@ -157,6 +165,6 @@ def test_a_model_that_fails_the_acceptance_check_is_refused(tmp_path: Path) -> N
     ]
     write_golden(root, {"fp32": cases})
     message = (r"fp32 OpenVINO model of stage 'decoder'.*worst tensor 'pred_logits x pred_masks'"
-               r".*backend:=onnxruntime")  # fmt: skip
+               r".*" + remedy)  # fmt: skip
     with pytest.raises(BackendError, match=message):
-        OpenVinoBackend(ModelBundle.load(root), BackendOptions(threads=1))
+        OpenVinoBackend(ModelBundle.load(root), BackendOptions(threads=1, settings=settings))

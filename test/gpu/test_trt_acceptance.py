@@ -129,10 +129,16 @@ def test_slot_cases_cycle_the_cases_through_every_slot() -> None:
     assert acceptance.slot_cases(0, 3) == []
 
 
-def test_the_backend_refuses_an_engine_that_fails(emulated_gpu, golden_bundle, monkeypatch) -> None:
+@pytest.mark.parametrize(
+    ("settings", "remedy"), [("cli", "--precision fp32"), ("node", "precision:=fp32")]
+)
+def test_the_backend_refuses_an_engine_that_fails(
+    emulated_gpu, golden_bundle, monkeypatch, settings, remedy
+) -> None:
+    """The remedy is written as the backend's opener takes settings: a command, or the node."""
     monkeypatch.setitem(tensorrt_emu.perturb, "pred_masks", lambda a: a - 3.0)
-    with pytest.raises(BackendError, match="fails the acceptance check"):
-        Pipeline(golden_bundle, backend="tensorrt")
+    with pytest.raises(BackendError, match=rf"fails the acceptance check.*\({remedy}\)"):
+        Pipeline(golden_bundle, backend="tensorrt", settings=settings)
 
 
 def test_mask_ious_are_per_query_at_logit_zero_over_masks_that_count() -> None:

@@ -323,11 +323,12 @@ def test_read_config_makes_the_typed_options():
     values = {name: spec.default for name, spec in PARAMETERS.items()} | {"model": "/m"}
     config = read_config(values)
     assert config.options == PostprocessOptions()
-    assert config.backend_options == BackendOptions()  # 0 threads, "" cache = defaults
+    # 0 threads, "" cache = defaults; errors advise node parameters
+    assert config.backend_options == BackendOptions(settings="node")
     changed = values | {"ort_threads": 2, "gpu_device": 1, "engine_cache_dir": "/c"}
     config = read_config(changed | {"allow_engine_build": False, "overlay_alpha": 0.25})
     assert config.backend_options == BackendOptions(
-        threads=2, device=1, engine_cache_dir="/c", allow_build=False
+        threads=2, device=1, engine_cache_dir="/c", allow_build=False, settings="node"
     )
     assert config.options.overlay_alpha == 0.25
 
