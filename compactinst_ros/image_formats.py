@@ -4,6 +4,16 @@ Arrays are HxWxC uint8 in the encoding's own channel layout; yuv422 (UYVY) and y
 (YUYV) are HxWx2. The ROS node builds these arrays from message bytes with
 ``array_from_buffer`` (a zero-copy view that honours ``step`` padding).
 
+Every other encoding cv_bridge converts to colour (bayer 8/16 in the four patterns, 16-bit
+colour and mono, the ``8UC1``/``8UC3``/``8UC4`` names) and the semi-planar YUV 4:2:0 / 4:4:4
+layouts (nv12, nv21, nv24) are converted on arrival by ``image_from_buffer``: once, to rgb8 (mono8
+for mono16), with cv_bridge's OpenCV codes and its 16-to-8-bit scaling, so the pipeline and the
+device path see only the encodings above.
+
+Depth images (``16UC1`` millimetres, ``32FC1`` metres, image_transport's ``compressedDepth``
+PNG or RVL payloads) are read by ``depth_to_metres`` and ``decode_compressed_depth`` as float32
+metres with NaN where the sensor has no return.
+
 Compressed frames (sensor_msgs/CompressedImage) are decoded only in the format their ``format``
 field names, and only jpeg or png: ``decode_compressed`` reads the frame size from the PNG IHDR or
 JPEG SOFn header and refuses data whose magic bytes do not match, or that would decode to more than
@@ -44,6 +54,48 @@ _TO_RGB = {
     "yuyv": cv2.COLOR_YUV2RGB_YUYV,
 }
 
+#: Encodings converted on arrival as cv_bridge's ``toCvCopy(msg, "rgb8")`` converts them:
+#: encoding -> (sample type, channels, OpenCV code to RGB or None). cv_bridge names the bayer
+#: patterns by the first row and OpenCV by the second (bayer_rggb8 -> COLOR_BayerBG2RGB).
+#: 16-bit samples are converted at 16 bits, then scaled by 255/65535 (cv_bridge's convertTo).
+CONVERTED: dict[str, tuple[type, int, int | None]] = {
+    **{
+        f"bayer_{pattern}{bits}": (dtype, 1, code)
+        for bits, dtype in ((8, np.uint8), (16, np.uint16))
+        for pattern, code in (
+            ("rggb", cv2.COLOR_BayerBG2RGB),
+            ("bggr", cv2.COLOR_BayerRG2RGB),
+            ("gbrg", cv2.COLOR_BayerGR2RGB),
+            ("grbg", cv2.COLOR_BayerGB2RGB),
+        )
+    },
+    "rgb16": (np.uint16, 3, None),
+    "bgr16": (np.uint16, 3, cv2.COLOR_BGR2RGB),
+    "rgba16": (np.uint16, 4, cv2.COLOR_RGBA2RGB),
+    "bgra16": (np.uint16, 4, cv2.COLOR_BGRA2RGB),
+    "mono16": (np.uint16, 1, None),  # to mono8: the pipeline makes it grey RGB
+}
+
+#: OpenCV element names cv_bridge hands back unconverted (``passthrough``) and display tools read
+#: as the colour layout with that many channels; relabelled without a copy.
+CV_TYPE_ALIASES = {"8uc1": "mono8", "8uc3": "bgr8", "8uc4": "bgra8"}
+
+#: Semi-planar YUV (V4L2 layouts): a Y plane of ``height`` rows of ``step`` bytes, then one
+#: interleaved chroma plane: nv12 (CbCr) and nv21 (CrCb) at half height with ``step`` bytes a row
+#: (4:2:0), nv24 (CbCr) at full height with ``2 * step`` bytes a row (4:4:4). cv_bridge has no
+#: conversion for them; OpenCV's BT.601 limited-range one is used, as for yuv422.
+SEMI_PLANAR: dict[str, int | None] = {
+    "nv12": cv2.COLOR_YUV2RGB_NV12,
+    "nv21": cv2.COLOR_YUV2RGB_NV21,
+    "nv24": None,  # 4:4:4: no OpenCV code, ``_nv24_to_rgb`` applies the same integer formulas
+}
+
+#: Depth encodings: encoding -> sample type (16UC1 in millimetres, 32FC1 in metres, REP 118).
+DEPTH_ENCODINGS: dict[str, type] = {"16UC1": np.uint16, "32FC1": np.float32}
+
+#: Encodings a single-channel camera publishes: a colour model sees grey RGB and does poorly.
+MONO_ENCODINGS = frozenset(("mono8", "mono16", "8uc1"))
+
 #: Largest accepted frame side; larger frames are refused before any allocation.
 MAX_SIDE = 16384
 
@@ -76,14 +128,34 @@ _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _JPEG_MAX_STEPS = 1024
 
 
+def _accepted() -> list[str]:
+    """Every encoding the node takes from a camera topic, for error messages."""
+    names = [*ENCODINGS, *CONVERTED, *SEMI_PLANAR, *(a.upper() for a in CV_TYPE_ALIASES)]
+    return sorted(names)
+
+
+def _refusal(encoding: str) -> InputError:
+    """The InputError for an encoding the colour path does not take, saying what to do."""
+    if encoding.upper() in DEPTH_ENCODINGS:
+        return InputError(
+            f"'{encoding}' is a depth encoding; the node segments colour images: remap its input "
+            "to the camera's colour topic (depth is read for the 3-D outputs)"
+        )
+    return InputError(f"unsupported image encoding '{encoding}'; publish one of {_accepted()}")
+
+
 def check_encoding(encoding: str) -> int:
-    """Channels for ``encoding``; InputError listing the supported ones otherwise."""
-    try:
-        return ENCODINGS[encoding.lower()]
-    except KeyError:
+    """Channels for ``encoding`` as the pipeline takes it (``ENCODINGS``); InputError otherwise,
+    pointing a converted encoding at ``image_from_buffer``."""
+    key = encoding.lower()
+    if key in ENCODINGS:
+        return ENCODINGS[key]
+    if key in CONVERTED or key in SEMI_PLANAR or key in CV_TYPE_ALIASES:
         raise InputError(
-            f"unsupported image encoding '{encoding}'; publish one of {sorted(ENCODINGS)}"
-        ) from None
+            f"'{encoding}' is converted on arrival, not by the pipeline: read the frame with "
+            "image_formats.image_from_buffer (as the node and replay do) and pass what it returns"
+        )
+    raise _refusal(encoding)
 
 
 def validate_image(image: np.ndarray, encoding: str) -> np.ndarray:
@@ -121,11 +193,22 @@ def to_rgb(image: np.ndarray, encoding: str) -> np.ndarray:
     return cv2.cvtColor(np.ascontiguousarray(image), code)
 
 
-def array_from_buffer(
-    data: bytes | memoryview | np.ndarray, height: int, width: int, step: int, encoding: str
-) -> np.ndarray:
-    """Zero-copy HxWxC view of a row-padded image buffer (ROS sensor_msgs/Image layout)."""
-    channels = check_encoding(encoding)
+def _sample_layout(encoding: str) -> tuple[np.dtype, int]:
+    """(sample type, channels) of a packed encoding; InputError naming the accepted ones."""
+    key = encoding.lower()
+    if key in ENCODINGS:
+        return np.dtype(np.uint8), ENCODINGS[key]
+    if key in CV_TYPE_ALIASES:
+        return np.dtype(np.uint8), ENCODINGS[CV_TYPE_ALIASES[key]]
+    if key in CONVERTED:
+        dtype, channels, _ = CONVERTED[key]
+        return np.dtype(dtype), channels
+    if encoding.upper() in DEPTH_ENCODINGS:
+        return np.dtype(DEPTH_ENCODINGS[encoding.upper()]), 1
+    raise _refusal(encoding)
+
+
+def _check_size(height: int, width: int) -> None:
     if height <= 0 or width <= 0:
         raise InputError(f"image has zero size ({height}x{width}); the camera sent an empty frame")
     if height > MAX_SIDE or width > MAX_SIDE:
@@ -133,22 +216,129 @@ def array_from_buffer(
             f"image {height}x{width} exceeds the {MAX_SIDE}-pixel side limit; "
             "downscale at the camera"
         )
-    row = width * channels
-    if step < row:
-        raise InputError(f"step {step} is smaller than width x channels = {row}; fix the driver")
-    flat = np.frombuffer(data, dtype=np.uint8)
-    if flat.size < height * step:
+
+
+def _rows(flat: np.ndarray, rows: int, step: int, what: str) -> np.ndarray:
+    """``flat`` as ``rows`` x ``step`` bytes; InputError unless it holds exactly that many."""
+    if flat.size < rows * step:
         raise InputError(
-            f"image data has {flat.size} bytes, fewer than height x step = {height * step}; "
+            f"image data has {flat.size} bytes, fewer than {what} = {rows * step}; "
             "the message is truncated"
         )
-    if flat.size > height * step:  # cv_bridge refuses it too: the driver's size fields are off
+    if flat.size > rows * step:  # cv_bridge refuses it too: the driver's size fields are off
         raise InputError(
-            f"image data has {flat.size} bytes, more than height x step = {height * step}; "
+            f"image data has {flat.size} bytes, more than {what} = {rows * step}; "
             "fix the driver's height or step"
         )
-    rows = flat.reshape(height, step)
-    return rows[:, :row].reshape(height, width, channels)
+    return flat.reshape(rows, step)
+
+
+def _semi_planar(flat: np.ndarray, height: int, width: int, step: int, encoding: str) -> np.ndarray:
+    """nv12/nv21: the (height * 3 / 2) x width planes as one view (OpenCV's layout); nv24: an
+    HxWx3 Y, Cb, Cr array (one copy; its chroma rows are 2 x step bytes)."""
+    if step < width:
+        raise InputError(f"step {step} is smaller than the width {width}; fix the driver")
+    if encoding == "nv24":
+        planes = _rows(flat, 3 * height, step, "3 x height x step (Y and CbCr planes)")
+        chroma = planes[height:].reshape(height, 2 * step)[:, : 2 * width]
+        return np.dstack((planes[:height, :width], chroma.reshape(height, width, 2)))
+    if height % 2 or width % 2:
+        raise InputError(f"{encoding} needs an even width and height, got {width}x{height}")
+    planes = _rows(flat, height * 3 // 2, step, "3/2 x height x step (Y and CbCr planes)")
+    return planes[:, :width]
+
+
+def array_from_buffer(
+    data: bytes | memoryview | np.ndarray,
+    height: int,
+    width: int,
+    step: int,
+    encoding: str,
+    is_bigendian: bool = False,
+) -> np.ndarray:
+    """Zero-copy HxWxC view of a row-padded image buffer (ROS sensor_msgs/Image layout) in the
+    encoding's sample type and byte order (uint16 for 16-bit encodings, float32 for 32FC1);
+    nv12/nv21 give their planes as one (height * 3 / 2) x width view, nv24 an HxWx3 YCbCr copy."""
+    _check_size(height, width)
+    flat = np.frombuffer(data, dtype=np.uint8)
+    if encoding.lower() in SEMI_PLANAR:
+        return _semi_planar(flat, height, width, step, encoding.lower())
+    dtype, channels = _sample_layout(encoding)
+    row = width * channels * dtype.itemsize
+    if step < row:
+        raise InputError(
+            f"step {step} is smaller than width x channels x bytes per sample = {row}; "
+            "fix the driver"
+        )
+    rows = _rows(flat, height, step, "height x step")[:, :row]
+    if dtype.itemsize > 1:
+        rows = rows.view(dtype.newbyteorder(">" if is_bigendian else "<"))
+    return rows.reshape(height, width, channels)
+
+
+def to_pipeline(image: np.ndarray, encoding: str) -> tuple[np.ndarray, str]:
+    """An ``array_from_buffer`` array as the pipeline takes it, and its encoding: the array
+    itself for ``ENCODINGS`` and the 8UCn names, else one conversion to rgb8 (mono8 for mono16)
+    with cv_bridge's OpenCV code and 16-to-8-bit scaling; InputError for other encodings."""
+    key = encoding.lower()
+    if key in ENCODINGS:
+        return image, key
+    if key in CV_TYPE_ALIASES:
+        return image, CV_TYPE_ALIASES[key]
+    if key in SEMI_PLANAR:
+        code = SEMI_PLANAR[key]
+        if code is None:
+            return _nv24_to_rgb(image), "rgb8"
+        return cv2.cvtColor(image, code), "rgb8"
+    if key not in CONVERTED:
+        raise _refusal(encoding)
+    dtype, channels, code = CONVERTED[key]
+    samples = image.astype(np.dtype(dtype), copy=False)  # native byte order
+    if channels == 1 and samples.ndim == 3:
+        samples = samples[:, :, 0]
+    out = samples if code is None else cv2.cvtColor(samples, code)
+    if out.dtype == np.uint16:  # cv_bridge: convertTo(CV_8U, 255/65535) after the colour code
+        out = cv2.convertScaleAbs(out, alpha=255.0 / 65535.0)
+    return out, ("mono8" if channels == 1 and code is None else "rgb8")
+
+
+def image_from_buffer(
+    data: bytes | memoryview | np.ndarray,
+    height: int,
+    width: int,
+    step: int,
+    encoding: str,
+    is_bigendian: bool = False,
+) -> tuple[np.ndarray, str]:
+    """A camera frame's buffer as the pipeline takes it: ``array_from_buffer`` then
+    ``to_pipeline`` (zero-copy for the pipeline's own encodings, one conversion otherwise)."""
+    raw = array_from_buffer(data, height, width, step, encoding, is_bigendian)
+    return to_pipeline(raw, encoding)
+
+
+#: OpenCV's BT.601 limited-range YUV -> RGB integer coefficients (its NV12/UYVY conversions),
+#: in 1/2**20 units, so nv24 gives what nv12 gives for the same samples.
+_BT601 = {"y": 1220542, "ub": 2116026, "ug": -409993, "vg": -852492, "vr": 1673527}
+_BT601_SHIFT = 20
+
+
+def _nv24_to_rgb(ycbcr: np.ndarray) -> np.ndarray:
+    """HxWx3 rgb8 of an HxWx3 Y, Cb, Cr array with OpenCV's NV12 arithmetic (vectorised)."""
+    y = np.maximum(ycbcr[:, :, 0].astype(np.int32) - 16, 0) * _BT601["y"] + (
+        1 << (_BT601_SHIFT - 1)
+    )
+    u = ycbcr[:, :, 1].astype(np.int32) - 128
+    v = ycbcr[:, :, 2].astype(np.int32) - 128
+    out = np.empty(ycbcr.shape, np.uint8)
+    for channel, value in enumerate(
+        (
+            y + _BT601["vr"] * v,
+            y + _BT601["vg"] * v + _BT601["ug"] * u,
+            y + _BT601["ub"] * u,
+        )
+    ):
+        out[:, :, channel] = np.clip(value >> _BT601_SHIFT, 0, 255)
+    return out
 
 
 def compressed_format(format_field: str) -> str:
@@ -258,6 +448,187 @@ def decode_compressed(data: bytes | memoryview | np.ndarray, format_field: str) 
             "the data is corrupt or truncated: check the camera driver"
         )
     return decoded
+
+
+#: compressedDepth's ConfigHeader: int32 format (0 = INV_DEPTH), float32 depthParam[2]; native
+#: (little-endian) byte order, as compressed_depth_image_transport memcpy's the struct.
+_DEPTH_HEADER = np.dtype([("format", "<i4"), ("quant_a", "<f4"), ("quant_b", "<f4")])
+#: RVL's best ratio is 4:1 on 16-bit samples; a header claiming more pixels than 5 per payload
+#: byte is corrupt (the bound compressed_depth_image_transport's decoder applies).
+_RVL_MAX_PIXELS_PER_BYTE = 5
+
+
+def depth_to_metres(encoding: str, array: np.ndarray) -> np.ndarray:
+    """HxW float32 metres of a depth image, NaN where the sensor has no return.
+
+    ``16UC1`` is millimetres with 0 for no return; ``32FC1`` is metres with NaN, +-Inf or 0 for
+    no return (REP 118 and common drivers). ``array`` is HxW or HxWx1 in either byte order (an
+    ``array_from_buffer`` view); every valid sample keeps its value (mm / 1000 rounded once).
+    InputError for another encoding or an array that does not fit it."""
+    key = encoding.upper()
+    if key not in DEPTH_ENCODINGS:
+        raise InputError(
+            f"'{encoding}' is not a depth encoding; publish depth as one of "
+            f"{sorted(DEPTH_ENCODINGS)} (or image_transport's compressedDepth)"
+        )
+    if not isinstance(array, np.ndarray):
+        raise InputError(f"depth must be a numpy array, got {type(array).__name__}")
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    expected = np.dtype(DEPTH_ENCODINGS[key])
+    if array.ndim != 2 or array.dtype.kind != expected.kind or array.itemsize != expected.itemsize:
+        raise InputError(
+            f"depth array {array.shape} {array.dtype} does not fit '{key}' (expected HxW "
+            f"{expected}); read it with array_from_buffer"
+        )
+    if key == "16UC1":
+        millimetres = array.astype(np.uint16, copy=False)
+        metres = millimetres.astype(np.float32) / np.float32(1000.0)
+        metres[millimetres == 0] = np.nan
+        return metres
+    metres = array.astype(np.float32)  # a copy in native order: the caller's view stays as sent
+    metres[~(np.isfinite(metres) & (metres > 0))] = np.nan
+    return metres
+
+
+def compressed_depth_format(format_field: str) -> tuple[str, str]:
+    """(raw encoding, "png" or "rvl") of a compressedDepth ``format`` field
+    ("16UC1; compressedDepth png", "32FC1; compressedDepth rvl", or the older
+    "16UC1; compressedDepth", which is png); InputError naming the accepted forms otherwise."""
+    raw, _, rest = format_field.partition(";")
+    words = rest.split()
+    codec = "png" if words == ["compressedDepth"] else (words[1] if len(words) == 2 else "")
+    if (
+        raw.strip().upper() not in DEPTH_ENCODINGS
+        or words[:1] != ["compressedDepth"]
+        or (codec not in ("png", "rvl"))
+    ):
+        raise InputError(
+            f"compressedDepth format '{format_field}' is not supported; publish depth through "
+            "image_transport's compressedDepth transport ('16UC1; compressedDepth png|rvl' or "
+            "'32FC1; compressedDepth png|rvl')"
+        )
+    return raw.strip().upper(), codec
+
+
+def _rvl_values(payload: np.ndarray) -> np.ndarray:
+    """The variable-length integers of an RVL stream, in order (vectorised).
+
+    The stream is 32-bit little-endian words of eight nibbles each, most significant first; a
+    value is 3 bits a nibble, least significant first, and a nibble with bit 3 clear ends it."""
+    usable = payload.size - payload.size % 4
+    words = payload[:usable].view("<u4")
+    nibbles = (words[:, None] >> np.arange(28, -4, -4, dtype=np.uint32)).ravel() & 0xF
+    ends = np.flatnonzero(nibbles < 8)
+    if ends.size == 0:
+        return np.zeros(0, np.int64)
+    nibbles = nibbles[: ends[-1] + 1]  # continuation nibbles after the last end are padding
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    position = np.arange(nibbles.size) - np.repeat(starts, ends - starts + 1)
+    if position.max(initial=0) > 10:  # 11 nibbles hold 33 bits: more is corrupt data
+        raise InputError("RVL depth data has a value over 32 bits; the data is corrupt")
+    bits = (nibbles & 7).astype(np.int64) << (3 * position)
+    return np.add.reduceat(bits, starts)
+
+
+def decode_rvl(payload: np.ndarray, pixels: int) -> np.ndarray:
+    """``pixels`` uint16 samples of an RVL stream (A. D. Wilson's "Fast Lossless Depth Image
+    Compression", as compressed_depth_image_transport writes it): runs of (zeros, nonzeros,
+    zig-zag deltas of each nonzero from the previous one). The integers are decoded vectorised;
+    only the run headers are walked one by one; InputError for a stream that does not describe
+    exactly ``pixels`` samples."""
+    values = _rvl_values(payload)
+    count = values.size
+    run_starts = []  # index in ``values`` of each run's zero count
+    covered, at = 0, 0
+    while covered < pixels:  # one step per run of zeros and nonzeros, not per pixel
+        if at + 1 >= count:
+            raise InputError(
+                f"RVL depth data ends after {covered} of {pixels} pixels; the data is truncated"
+            )
+        nonzeros = int(values[at + 1])
+        run_starts.append(at)
+        covered += int(values[at]) + nonzeros
+        at += 2 + nonzeros
+    if covered != pixels or at > count:
+        raise InputError(
+            f"RVL depth data describes {covered} pixels, not {pixels}; the data is corrupt"
+        )
+    heads = np.asarray(run_starts, np.int64)
+    zeros, nonzeros = values[heads], values[heads + 1]
+    # deltas: the values after each run's two counts; zig-zag decoded, summed modulo 2**16
+    is_delta = np.ones(at, bool)
+    is_delta[heads] = False
+    is_delta[heads + 1] = False
+    zigzag = values[:at][is_delta]
+    deltas = (zigzag >> 1) ^ -(zigzag & 1)
+    samples = np.cumsum(deltas).astype(np.uint16)  # wraps as the C decoder's unsigned short
+    out = np.zeros(pixels, np.uint16)
+    # the k-th nonzero sample lands after every zero that precedes it in its run and before
+    first = np.cumsum(zeros) + np.concatenate(([0], np.cumsum(nonzeros)[:-1]))
+    offsets = np.arange(samples.size) - np.repeat(np.cumsum(nonzeros) - nonzeros, nonzeros)
+    out[np.repeat(first, nonzeros) + offsets] = samples
+    return out
+
+
+def decode_compressed_depth(format_field: str, data: bytes | memoryview | np.ndarray) -> np.ndarray:
+    """HxW float32 metres, NaN where there is no return, of an image_transport compressedDepth
+    payload: a 12-byte ConfigHeader, then a 16-bit PNG or ``cols, rows`` (uint32) and an RVL
+    stream. 16UC1 payloads hold millimetres; 32FC1 ones hold quantised inverse depth ``q``,
+    decoded as upstream does: ``depthParam[0] / (q - depthParam[1])`` in float32, 0 = no return.
+    InputError for a wrong format, a size over the limits, or corrupt data."""
+    encoding, codec = compressed_depth_format(format_field)
+    buf = np.frombuffer(data, np.uint8)
+    if buf.size > MAX_COMPRESSED_BYTES:
+        raise InputError(
+            f"compressedDepth payload of {buf.size} bytes exceeds {MAX_COMPRESSED_BYTES} bytes; "
+            "lower the depth resolution"
+        )
+    header_size = _DEPTH_HEADER.itemsize
+    if buf.size <= header_size:
+        raise InputError(
+            f"compressedDepth payload of {buf.size} bytes has no image after its "
+            f"{header_size}-byte header; the camera sent no data"
+        )
+    header = buf[:header_size].view(_DEPTH_HEADER)[0]
+    body = buf[header_size:]
+    if codec == "png":
+        height, width = compressed_image_size(body, "png")
+    else:
+        if body.size < 8:
+            raise InputError("RVL depth data is cut short before its size fields")
+        width, height = (int(v) for v in body[:8].view("<u4"))
+    if height == 0 or width == 0 or height > MAX_SIDE or width > MAX_SIDE:
+        raise InputError(
+            f"compressedDepth image {height}x{width} is empty or exceeds the {MAX_SIDE}-pixel "
+            "side limit; the data is corrupt or the camera must downscale"
+        )
+    if codec == "png":
+        samples = cv2.imdecode(body, cv2.IMREAD_UNCHANGED)
+        if samples is None or samples.dtype != np.uint16 or samples.ndim != 2:
+            raise InputError(
+                f"compressedDepth png (format '{format_field}') is not a 16-bit grey PNG or is "
+                "corrupt; publish depth through image_transport's compressedDepth transport"
+            )
+    else:
+        if height * width > (body.size - 8) * _RVL_MAX_PIXELS_PER_BYTE:
+            raise InputError(
+                f"RVL depth data of {body.size - 8} bytes cannot hold {height}x{width} pixels; "
+                "the data is corrupt"
+            )
+        samples = decode_rvl(body[8:], height * width).reshape(height, width)
+    if encoding == "16UC1":
+        return depth_to_metres("16UC1", samples)
+    if int(header["format"]) != 0:
+        raise InputError(
+            f"compressedDepth header names format {int(header['format'])}, not inverse depth (0); "
+            "the data is corrupt"
+        )
+    quant_a, quant_b = np.float32(header["quant_a"]), np.float32(header["quant_b"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        metres = quant_a / (samples.astype(np.float32) - quant_b)
+    metres[samples == 0] = np.nan
+    return metres
 
 
 def read_image(path: str | Path) -> np.ndarray:
