@@ -1,7 +1,12 @@
 """ROS 2 bag I/O without a ROS install (rosbags): image frames in, node outputs out.
 
 Reads sqlite3 and mcap rosbag2 bags through ``AnyReader`` with the kilted typestore (older bags
-carry no message definitions). Image and CompressedImage topics are detected by type.
+carry no message definitions) plus the video messages of ``..video``. Image, CompressedImage,
+FFMPEGPacket and CompressedVideo topics are detected by type; a video topic's frames are decoded
+in order by one ``VideoStream`` per pass over the bag.
+
+Where a bag holds several image topics, the auto-pick reads the first message of each and
+prefers one it can decode (``image_formats`` decides), and says what it chose and skipped.
 
 A bag whose storage file was cut off (a recorder killed mid-write, a partial copy: an mcap without
 its closing magic, a .db3 shorter than its header says) is read record by record from the start
@@ -28,14 +33,30 @@ import cv2
 import numpy as np
 
 from ..errors import DataError, InputError
-from ..image_formats import array_from_buffer, decode_compressed
+from ..image_formats import array_from_buffer, check_encoding, compressed_format, decode_compressed
+from ..video import (
+    COMPRESSED_VIDEO,
+    FFMPEG_PACKET,
+    MESSAGE_DEFINITIONS,
+    VIDEO_TYPES,
+    VideoStream,
+    available_decoders,
+    codec_of,
+    packet_of,
+    stamp_of,
+)
 
 if TYPE_CHECKING:
     from rosbags.typesys.store import Typestore
 
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
-IMAGE_TYPES = (IMAGE, COMPRESSED)
+IMAGE_TYPES = (IMAGE, COMPRESSED, *VIDEO_TYPES)
+#: the node's ``input_transport`` that takes each image message type
+TRANSPORTS = {IMAGE: "raw", COMPRESSED: "compressed", FFMPEG_PACKET: "ffmpeg"}
+TRANSPORTS[COMPRESSED_VIDEO] = "foxglove"
+#: topic suffixes of the transports (image_transport's layout: ``<image topic>/<transport>``)
+TRANSPORT_SUFFIXES = ("/compressed", "/ffmpeg", "/foxglove")
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 POINTCLOUD2 = "sensor_msgs/msg/PointCloud2"
 JOINT_STATE = "sensor_msgs/msg/JointState"
@@ -74,9 +95,12 @@ class ClosedOnExit:
 @lru_cache(maxsize=1)
 def typestore() -> Typestore:
     """The ROS 2 Kilted typestore (same CDR as Humble for the message types used here)."""
-    from rosbags.typesys import Stores, get_typestore
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-    return get_typestore(Stores.ROS2_KILTED)
+    store = get_typestore(Stores.ROS2_KILTED)
+    for name, text in MESSAGE_DEFINITIONS.items():
+        store.register(get_types_from_msg(text, name))
+    return store
 
 
 @dataclass
@@ -90,10 +114,16 @@ class BagFrame:
     stamp_ns: int  # header.stamp: matches ground truth and returned outputs
     raw: bytes
     frame_id: str = ""
+    #: the decoder state of a video topic's pass over the bag (None for still images)
+    stream: VideoStream | None = None
 
     def decode(self) -> tuple[np.ndarray, str]:
-        """HxWxC uint8 array and its ROS encoding (CompressedImage decodes to bgr8 / mono8)."""
+        """HxWxC uint8 array and its ROS encoding (CompressedImage and video decode to bgr8).
+        A video frame must be decoded in order within its pass; one that gives no picture
+        raises ``VideoPacketError``."""
         msg = typestore().deserialize_cdr(self.raw, self.msgtype)
+        if self.stream is not None:
+            return self.stream.decode(packet_of(msg, self.msgtype)), "bgr8"
         return image_from_message(msg, self.msgtype)
 
 
@@ -105,6 +135,22 @@ def image_from_message(msg: object, msgtype: str) -> tuple[np.ndarray, str]:
     encoding = str(msg.encoding)
     image = array_from_buffer(msg.data, int(msg.height), int(msg.width), int(msg.step), encoding)
     return image, encoding
+
+
+def readable(msg: object, msgtype: str) -> str | None:
+    """Why replay cannot decode frames like ``msg``, or None when it can (``image_formats``
+    and ``video`` decide, as for the frames themselves)."""
+    try:
+        if msgtype == IMAGE:
+            check_encoding(str(msg.encoding))
+        elif msgtype == COMPRESSED:
+            compressed_format(str(msg.format))
+        else:
+            field = msg.format if msgtype == COMPRESSED_VIDEO else msg.encoding
+            available_decoders(codec_of(str(field)))
+    except InputError as exc:
+        return str(exc).split(";", 1)[0]
+    return None
 
 
 def stamp_to_ns(stamp: object) -> int:
@@ -343,20 +389,36 @@ class ImageBag(ClosedOnExit):
             found = sorted(f"{t} ({msgtype})" for t, msgtype in topics.items())
             self.close()
             raise DataError(
-                f"bag '{path}' has no sensor_msgs/Image or CompressedImage topic "
+                f"bag '{path}' has no sensor_msgs/Image or CompressedImage topic nor a video one "
+                "(FFMPEGPacket, CompressedVideo) "
                 f"(topics: {', '.join(found) or 'none'}); record the camera topic"
             )
+        self.pick_note: str | None = None
         if topic is None:
-            # Colour before depth (a depth image is not segmented), raw images first (no codec
-            # loss), then by name, so the choice is reproducible.
-            topic = sorted(images, key=lambda t: (is_depth_topic(t), images[t] != IMAGE, t))[0]
+            topic = self._pick(path, images)
         elif topic not in images:
             self.close()
             raise DataError(
-                f"topic '{topic}' is not an image topic of '{path}'; choose one of {sorted(images)}"
+                f"topic '{topic}' is not an image topic of '{path}'; choose one of "
+                f"{sorted(images)} with --topic"
             )
+        elif not is_depth_topic(topic):  # depth is read as metres (depth3d.py), not as an image
+            why = self._unreadable(topic, images[topic])
+            if why is not None:
+                self.close()
+                others = [t for t in sorted(images) if t != topic]
+                raise DataError(
+                    f"replay cannot decode the frames of '{topic}' in '{path}' ({why}); "
+                    + (
+                        f"pass --topic with another of {others}"
+                        if others
+                        else "convert the bag to a supported encoding (bgr8, jpeg, h264)"
+                    )
+                )
         self.topic = topic
         self.msgtype = images[topic]
+        #: the decoder state of the latest pass over a video topic (None for still images)
+        self.stream: VideoStream | None = None
         self.image_topics = sorted(images)
         self.count = counts[topic]
         self._duration_ns = span[1] - span[0] if span else 0
@@ -369,6 +431,45 @@ class ImageBag(ClosedOnExit):
                 f"{scan.last_ns[topic]} ns; reading stopped "
                 + (f"because {scan.stop}" if scan.stop else "at the end of the data")
             )
+
+    def _pick(self, path: str | Path, images: dict[str, str]) -> str:
+        """The topic replayed when none is named: one whose frames replay can decode, colour
+        before depth (a depth image is not segmented), raw before compressed (no codec loss),
+        then by name, so the choice is reproducible; ``pick_note`` says what was skipped."""
+        order = sorted(images, key=lambda t: (is_depth_topic(t), images[t] != IMAGE, t))
+        if len(order) == 1:
+            return order[0]
+        skipped: list[str] = []
+        for topic in order:
+            why = self._unreadable(topic, images[topic])
+            if why is None:
+                if skipped:
+                    self.pick_note = (
+                        f"replaying {topic}; skipped {', '.join(skipped)} "
+                        "(pass --topic to choose another)"
+                    )
+                return topic
+            skipped.append(f"{topic} ({why})")
+        self.close()
+        raise DataError(
+            f"bag '{path}' has no image topic replay can decode: {'; '.join(skipped)}; convert "
+            "one camera to a supported encoding (bgr8, jpeg, h264) or record it so"
+        )
+
+    def _first_message(self, topic: str, msgtype: str) -> object | None:
+        """The first message of ``topic`` (deserialised), or None when it has none."""
+        if self._salvage:
+            stored = salvaged_messages(self._salvage)
+            raw = next((m.raw for m in stored if m.topic == topic), None)
+        else:
+            conns = [c for c in self._reader.connections if c.topic == topic]
+            raw = next((r for _, _, r in self._reader.messages(connections=conns)), None)
+        return None if raw is None else typestore().deserialize_cdr(raw, msgtype)
+
+    def _unreadable(self, topic: str, msgtype: str) -> str | None:
+        """Why replay cannot decode ``topic``'s frames (read from its first message), or None."""
+        msg = self._first_message(topic, msgtype)
+        return None if msg is None else readable(msg, msgtype)
 
     def camera_infos(self) -> list[tuple[int, bytes]]:
         """(header stamp ns, CDR bytes) of every message on ``camera_info_topic`` (none: [])."""
@@ -434,17 +535,16 @@ class ImageBag(ClosedOnExit):
             )
 
     def _frames(self, messages: Iterable[tuple[str, int, bytes]]) -> Iterator[BagFrame]:
+        # One decoder state per pass: a video frame depends on the frames before it.
+        stream = VideoStream() if self.msgtype in VIDEO_TYPES else None
+        self.stream = stream
         for index, (msgtype, t_ns, raw) in enumerate(messages):
             msg = typestore().deserialize_cdr(raw, msgtype)
-            yield BagFrame(
-                index,
-                self.topic,
-                msgtype,
-                t_ns,
-                stamp_to_ns(msg.header.stamp),
-                bytes(raw),
-                msg.header.frame_id,
-            )
+            if msgtype in VIDEO_TYPES:
+                stamp_ns, frame_id = stamp_of(msg, msgtype)
+            else:
+                stamp_ns, frame_id = stamp_to_ns(msg.header.stamp), msg.header.frame_id
+            yield BagFrame(index, self.topic, msgtype, t_ns, stamp_ns, bytes(raw), frame_id, stream)
 
     def close(self) -> None:
         """Close the underlying reader."""
@@ -484,9 +584,18 @@ class _SalvageScan:
 def camera_name(image_topic: str) -> str:
     """A camera's name from its image topic: the last namespace element (``/cam_left/image_raw``
     -> ``cam_left``; a one-element topic is its own name), made a valid ROS name token."""
-    parts = image_topic.removesuffix("/compressed").strip("/").split("/")
+    parts = base_topic(image_topic).strip("/").split("/")
     name = re.sub(r"[^A-Za-z0-9_]", "_", parts[-2] if len(parts) > 1 else parts[-1])
     return name if name[:1].isalpha() else f"cam_{name}"
+
+
+def base_topic(image_topic: str) -> str:
+    """The image topic a transport topic belongs to (``/cam/image_raw/ffmpeg`` ->
+    ``/cam/image_raw``): image_transport publishes ``<image topic>/<transport>``."""
+    for suffix in TRANSPORT_SUFFIXES:
+        if image_topic.endswith(suffix):
+            return image_topic[: -len(suffix)]
+    return image_topic
 
 
 def is_depth_topic(topic: str) -> bool:
@@ -498,7 +607,7 @@ def is_depth_topic(topic: str) -> bool:
 def camera_info_for(image_topic: str, info_topics: list[str]) -> str | None:
     """The camera_info topic of ``image_topic``: the one in the same namespace (image_transport's
     layout, ``/cam/image_raw`` -> ``/cam/camera_info``), else the only one, else None."""
-    base = image_topic.removesuffix("/compressed").rsplit("/", 1)[0]
+    base = base_topic(image_topic).rsplit("/", 1)[0]
     same = [t for t in info_topics if t.rsplit("/", 1)[0] == base]
     if same:
         return same[0]
@@ -630,5 +739,63 @@ def write_camera_bag(
                 msgtype = COMPRESSED
             else:
                 msg, msgtype = image_message(bgr, "bgr8", stamp_ns, frame_id), IMAGE
+            writer.write(topic, msgtype, stamp_ns, msg)
+    return Path(path)
+
+
+def video_message(
+    data: bytes,
+    keyframe: bool,
+    pts: int,
+    size: tuple[int, int],
+    stamp_ns: int,
+    msgtype: str = FFMPEG_PACKET,
+    codec: str = "h264",
+    frame_id: str = "camera",
+) -> object:
+    """An FFMPEGPacket or CompressedVideo (rosbags dataclass) holding one access unit of an
+    (h, w) ``size`` stream, as ffmpeg_image_transport and Foxglove's bridge write them."""
+    ts = typestore()
+    payload = np.frombuffer(data, np.uint8)
+    if msgtype == COMPRESSED_VIDEO:
+        header = _header(stamp_ns, frame_id)
+        return ts.types[COMPRESSED_VIDEO](
+            timestamp=header.stamp,
+            frame_id=frame_id,
+            data=payload,
+            format="h265" if codec == "hevc" else codec,
+        )
+    return ts.types[FFMPEG_PACKET](
+        header=_header(stamp_ns, frame_id),
+        width=size[1],
+        height=size[0],
+        encoding=f"{codec};yuv420p;bgr8;bgr8",
+        pts=pts,
+        flags=int(keyframe),
+        is_bigendian=False,
+        data=payload,
+    )
+
+
+def write_video_bag(
+    path: str | Path,
+    frames: Iterable[tuple[int, np.ndarray]],
+    topic: str = "/camera/image_raw/ffmpeg",
+    msgtype: str = FFMPEG_PACKET,
+    encoder: str = "libx264",
+    gop: int = 10,
+    storage: str = "mcap",
+) -> Path:
+    """Write (stamp_ns, bgr8 image) frames as an H.264 (libx264) or H.265 (libx265) stream of
+    ``msgtype`` messages, one per frame (log time = header stamp, as ``write_image_bag``)."""
+    from ..video import encode
+
+    stamped = list(frames)
+    codec = codec_of(encoder)
+    size = stamped[0][1].shape[:2] if stamped else (0, 0)
+    units = encode((bgr for _, bgr in stamped), encoder, gop)
+    with BagWriter(path, storage) as writer:
+        for pts, ((stamp_ns, _), (data, key)) in enumerate(zip(stamped, units, strict=True)):
+            msg = video_message(data, key, pts, size, stamp_ns, msgtype, codec)
             writer.write(topic, msgtype, stamp_ns, msg)
     return Path(path)

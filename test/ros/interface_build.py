@@ -1,4 +1,5 @@
-"""Build ROS interface packages that have no PyPI wheel (vision_msgs, composition_interfaces).
+"""Build ROS interface packages that have no PyPI wheel (vision_msgs, composition_interfaces,
+ffmpeg_image_transport_msgs, foxglove_msgs).
 
 Tests build each one with plain CMake against the rosidl/ament wheels of this interpreter's
 environment (reference: eval_data.md section 2.4), Python type support only, into a cache prefix
@@ -99,6 +100,11 @@ class InterfacePackage:
 
 VISION_MSGS = InterfacePackage(REPO / "test" / "fixtures" / "vision_msgs")
 COMPOSITION_INTERFACES = InterfacePackage(ROS_LAUNCH_DIR / "composition_interfaces")
+#: the video transports' messages (ffmpeg_image_transport, Foxglove): no wheel exists either
+FFMPEG_IMAGE_TRANSPORT_MSGS = InterfacePackage(
+    REPO / "test" / "fixtures" / "ffmpeg_image_transport_msgs"
+)
+FOXGLOVE_MSGS = InterfacePackage(REPO / "test" / "fixtures" / "foxglove_msgs")
 
 
 @dataclass(frozen=True)
