@@ -66,7 +66,15 @@ def differences(files: dict[str, bytes], manifest: dict) -> list[str]:
             found.append(f"{name}: differs from a fresh build")
     if not MANIFEST.is_file() or MANIFEST.read_text() != manifest_text(manifest):
         found.append(f"{MANIFEST.name}: differs from a fresh build")
+    found += [f"{name}: not a target any more" for name in leftovers(files)]
     return found
+
+
+def leftovers(files: dict[str, bytes]) -> list[str]:
+    """Images in kernels/images that a fresh build no longer writes (a dropped target): they
+    would ship in every install for nothing."""
+    kept = {*files, MANIFEST.name}
+    return sorted(p.name for p in MANIFEST.parent.iterdir() if p.name not in kept)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             print("stale kernel images: run `make kernels` and commit them", file=sys.stderr)
         return 1 if found else 0
     MANIFEST.parent.mkdir(exist_ok=True)
+    for name in leftovers(files):
+        (MANIFEST.parent / name).unlink()
     for name, data in files.items():
         (MANIFEST.parent / name).write_bytes(data)
     MANIFEST.write_text(manifest_text(manifest))

@@ -22,8 +22,11 @@ MANIFEST = IMAGE_DIR / "manifest.json"
 
 #: The kernel sources, one module (and one image per target) each.
 SOURCES = ("preprocess", "postprocess", "overlay")
-#: Shipped targets: Jetson Orin (JetPack 6.1/6.2) cubin and its PTX for newer GPUs, Hopper cubin.
-TARGETS = ("sm_87", "compute_87", "sm_90")
+#: Shipped targets: a cubin for each SASS family users have that NVRTC 12.6 writes (Turing
+#: sm_75; Ampere sm_80, sm_86 and Jetson Orin's sm_87; Ada sm_89; Hopper sm_90), and PTX of the
+#: lowest one, which the driver JIT-compiles for every newer GPU (Blackwell 10.x/12.x, Thor 11.0:
+#: NVRTC 12.6 writes no SASS for them). A cubin also runs on later minors of its major (loader.py).
+TARGETS = ("sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "compute_75")
 #: Options of every build of the sources, NVRTC's and nvcc's alike (device code is optimised
 #: by default; nvcc's -O3 would only concern host code, of which there is none). Both contract
 #: a multiply and an add into one FMA by default; ``--fmad=false`` keeps every operation

@@ -1,12 +1,14 @@
 """Loads a kernel module for the current CUDA device without needing nvcc on PATH.
 
-Order of preference (``plan``): the shipped cubin built for exactly this GPU's architecture;
-else the shipped PTX of an older architecture, which the driver JIT-compiles (needs a driver at
-least as new as the CUDA that built it, 12.6); else nvcc, found on PATH, in ``$CUDA_HOME/bin`` or
-in JetPack's ``/usr/local/cuda/bin``, compiling a cubin into a private per-user cache; else a
-BackendError that lists why each way failed and names the fix. ``$COMPACTINST_KERNEL_TARGET``
-forces one way (a shipped target such as ``compute_87``, or ``nvcc``), e.g. to check the PTX
-image on an Orin.
+Order of preference (``plan``), the CUDA driver's own rule for which image runs on a GPU: a
+shipped cubin of the GPU's major architecture and the same or a lower minor (SASS of sm_XY runs
+on compute capability X.Z for Z >= Y, never across majors), the closest first; else the shipped
+PTX of an older architecture, which the driver JIT-compiles (needs a driver at least as new as
+the CUDA that wrote it, 12.6); else nvcc, found on PATH, in ``$CUDA_HOME/bin`` or in JetPack's
+``/usr/local/cuda/bin``, compiling a cubin into a private per-user cache; else a BackendError
+that lists why each way failed and names the fix. ``$COMPACTINST_KERNEL_TARGET`` forces one
+way (a shipped target such as ``compute_75``, or ``nvcc``), e.g. to check the PTX image on an
+Orin.
 """
 
 from __future__ import annotations
@@ -47,17 +49,25 @@ def plan(
     """(targets to try in order, reasons for the shipped targets left out) for kernels/``source``
     on a device of ``capability`` under a driver of ``driver_version`` (e.g. 12020)."""
     shipped = list(manifest["sources"][source]["images"])
-    skipped = []
     stale = stale_reason(manifest, source)
     if stale:
         return [NVCC], [f"{target}: {stale}" for target in shipped]
-    exact = sm_arch(capability)
-    arch = int(exact[3:])
-    order = [exact] if exact in shipped else []
+    arch = capability[0] * 10 + capability[1]
+    device = f"compute capability {capability[0]}.{capability[1]}"
+    cubins, skipped = [], []
+    for target in (t for t in shipped if t.startswith("sm_")):
+        built = _arch(target)
+        if built // 10 != capability[0]:
+            skipped.append(f"{target}: SASS of compute capability {built // 10}.x, not {device}")
+        elif built > arch:
+            skipped.append(f"{target}: SASS for a newer GPU than {device}")
+        else:
+            cubins.append(target)
+    order = sorted(cubins, key=_arch, reverse=True)
     built_by = manifest["cuda"][0] * 1000 + manifest["cuda"][1] * 10
-    for target in sorted((t for t in shipped if t.startswith("compute_")), reverse=True):
-        if int(target.split("_")[1]) > arch:
-            skipped.append(f"{target}: PTX for a newer GPU than compute capability {arch}")
+    for target in sorted((t for t in shipped if t.startswith("compute_")), key=_arch, reverse=True):
+        if _arch(target) > arch:
+            skipped.append(f"{target}: PTX for a newer GPU than {device}")
         elif driver_version < built_by:
             skipped.append(
                 f"{target}: the driver ({_version(driver_version)}) is older than the CUDA "
@@ -65,8 +75,12 @@ def plan(
             )
         else:
             order.append(target)
-    skipped += [f"{t}: another GPU" for t in shipped if t.startswith("sm_") and t != exact]
     return [*order, NVCC], skipped
+
+
+def _arch(target: str) -> int:
+    """The architecture number of ``sm_XY`` / ``compute_XY``: 87, 120."""
+    return int(target.split("_")[1])
 
 
 def sm_arch(capability: tuple[int, int]) -> str:

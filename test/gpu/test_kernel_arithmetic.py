@@ -32,9 +32,9 @@ from compactinst_ros.gpu.images import (
 #: libdevice ``__nv_expf``'s range-reduction multiplicands: 0x3BBB989D (log2(e) / 252, the
 #: reduction's first step), 0x3FB8AA3B (log2(e)) and 0x32A57060 (log2(e)'s low part).
 EXPF_CONSTANTS = {"0f3BBB989D", "0f3FB8AA3B", "0f32A57060"}
-#: FFMAs ptxas 12.6 (sm_87, sm_90) emits inline for one PTX op: a reciprocal's Newton step, a
-#: division's fast path, a double division's range test. Their slow paths are the subroutines
-#: LIBRARY_ROUTINE names.
+#: FFMAs ptxas 12.6 (every shipped cubin, sm_75..sm_90) emits inline for one PTX op: a
+#: reciprocal's Newton step, a division's fast path, a double division's range test. Their slow
+#: paths are the subroutines LIBRARY_ROUTINE names.
 EXPANSION_FFMA = {"rcp.rn.f32": 2, "div.rn.f32": 5, "div.rn.f64": 1}
 #: ptxas's correctly rounded division and reciprocal subroutines, the only non-kernel functions.
 LIBRARY_ROUTINE = re.compile(r"\$__internal_\d+_\$__cuda_sm\d+x?_(rcp|div)_rn_\w+")

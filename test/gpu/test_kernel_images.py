@@ -49,7 +49,7 @@ def test_every_source_and_kernel_is_shipped() -> None:
     for source in SOURCES:
         assert set(manifest["sources"][source]["images"]) == set(TARGETS)
         assert image_path(source, "sm_87").name == f"{source}.sm_87.cubin"
-        assert image_path(source, "compute_87").name == f"{source}.compute_87.ptx"
+        assert image_path(source, "compute_75").name == f"{source}.compute_75.ptx"
 
 
 def test_manifest_digests_the_current_sources() -> None:
@@ -69,8 +69,9 @@ def test_source_digest_follows_included_headers(tmp_path: Path) -> None:
 
 
 def test_shipped_images_are_a_fresh_nvrtc_12_6_build() -> None:
-    """Every source compiles with NVRTC 12.6 for sm_87, compute_87 and sm_90, without a warning,
-    into exactly the committed bytes and manifest."""
+    """Every source compiles with NVRTC 12.6 for every target (sm_75..sm_90 cubins, compute_75
+    PTX), without a warning, into exactly the committed bytes and manifest, and kernels/images
+    holds no image of a dropped target."""
     assert nvrtc.version() == (12, 6), f"{nvrtc.library_path()} is not NVRTC 12.6"
     files, manifest = build.build_all()
     assert manifest["nvrtc_wheel"] == load_manifest()["nvrtc_wheel"], "reinstall: make venv"
@@ -88,6 +89,16 @@ def test_image_holds_its_architecture_and_the_host_signatures(source: str, targe
         assert params == param_layout(SIGNATURES[name]), name
     if info.kind == "ptx":
         assert info.types == {name: SIGNATURES[name] for name in info.params}
+
+
+def test_an_image_of_a_dropped_target_is_found_and_removed(tmp_path: Path, monkeypatch) -> None:
+    """`make kernels` deletes what it no longer builds, and the check names it."""
+    monkeypatch.setattr(build, "MANIFEST", tmp_path / "manifest.json")
+    (tmp_path / "overlay.compute_87.ptx").write_bytes(b"old")
+    (tmp_path / "overlay.sm_75.cubin").write_bytes(b"new")
+    assert build.leftovers({"overlay.sm_75.cubin": b"new"}) == ["overlay.compute_87.ptx"]
+    found = build.differences({"overlay.sm_75.cubin": b"new"}, {})
+    assert "overlay.compute_87.ptx: not a target any more" in found
 
 
 def test_param_layout_is_pycudas_packing() -> None:
