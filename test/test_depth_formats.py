@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 import pytest
 
+from compactinst_ros import image_formats
 from compactinst_ros.errors import InputError
 from compactinst_ros.image_formats import (
     array_from_buffer,
@@ -120,6 +121,15 @@ def test_rvl_hand_checked_vector() -> None:
 def test_rvl_round_trips(seed: int) -> None:
     mm = depth_mm(seed=seed)
     stream = np.frombuffer(rvl_encode(mm), np.uint8)
+    np.testing.assert_array_equal(decode_rvl(stream, mm.size), mm.ravel())
+
+
+def test_rvl_without_numba_walks_the_runs_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vehicle install has no numba: the same decode with the run walk in Python."""
+    mm = depth_mm(seed=5)
+    stream = np.frombuffer(rvl_encode(mm), np.uint8)
+    monkeypatch.setattr(image_formats, "numba", None)
+    monkeypatch.setattr(image_formats, "_rvl_run_heads", image_formats._rvl_run_heads_python)
     np.testing.assert_array_equal(decode_rvl(stream, mm.size), mm.ravel())
 
 
