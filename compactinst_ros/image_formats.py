@@ -22,17 +22,14 @@ the limits below, before OpenCV allocates anything.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
 import numpy as np
 
 from .errors import InputError
-
-try:
-    import numba
-except ImportError:  # the optional ``fast`` extra: RVL's run walk then runs in Python
-    numba = None
 
 #: encoding -> channels per pixel in the array handed to the pipeline
 ENCODINGS: dict[str, int] = {
@@ -555,9 +552,15 @@ def _rvl_run_heads(values: np.ndarray, count: int, pixels: int) -> tuple[np.ndar
     return heads[:runs], covered, at
 
 
-_rvl_run_heads_python = _rvl_run_heads
-if numba is not None:  # the optional ``fast`` extra: the run walk compiled (same results)
-    _rvl_run_heads = numba.njit(cache=True, nogil=True)(_rvl_run_heads_python)
+@functools.cache
+def _compiled_rvl_run_heads() -> Callable | None:
+    """``_rvl_run_heads`` compiled by numba (the optional ``fast`` extra; imported on the first
+    RVL frame, not with this module), or None without numba: the walk then runs in Python."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.njit(cache=True, nogil=True)(_rvl_run_heads)
 
 
 def decode_rvl(payload: np.ndarray, pixels: int) -> np.ndarray:
@@ -568,8 +571,11 @@ def decode_rvl(payload: np.ndarray, pixels: int) -> np.ndarray:
     for a stream that does not describe exactly ``pixels`` samples."""
     values = _rvl_values(payload)
     count = values.size
-    walked = values if numba is not None else values.tolist()  # list indexing: 3x numpy's
-    heads, covered, at = _rvl_run_heads(walked, count, pixels)
+    compiled = _compiled_rvl_run_heads()
+    if compiled is None:  # Python indexes a list 3x faster than an array
+        heads, covered, at = _rvl_run_heads(values.tolist(), count, pixels)
+    else:
+        heads, covered, at = compiled(values, count, pixels)
     if covered < pixels:
         raise InputError(
             f"RVL depth data ends after {covered} of {pixels} pixels; the data is truncated"
