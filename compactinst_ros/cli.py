@@ -2,6 +2,11 @@
 
 Sub-command modules expose ``add_arguments(parser)`` and ``run(args) -> int`` and import heavy
 libraries (torch, tensorrt) inside ``run`` so that ``compactinst --help`` stays fast.
+
+Exit status, the same for every sub-command: 0 done as asked; 1 some inputs failed (named on
+stderr); 2 usage (a flag or configuration that cannot work: argparse and ``ConfigError``); 3 a
+regression (``replay-fleet --fail-on-regression``); 130 interrupted by Ctrl-C, after writing what
+was done so far (a report marked partial, train's last.pt).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import importlib
 import sys
 from collections.abc import Iterator
 
-from .errors import CompactInstError
+from .errors import CompactInstError, ConfigError, Interrupted
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -35,6 +40,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "costmodel": ("compactinst_ros.bench.cost_model", "bytes and MACs per stage, predicted time"),
     "roofline": ("compactinst_ros.bench.roofline", "roofline from an Nsight Compute CSV"),
 }
+
+#: exit statuses of ``compactinst`` (module docstring)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def warn(command: str, message: str) -> None:
@@ -96,9 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
+    except Interrupted as exc:
+        print(f"compactinst {args.command}: interrupted: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # a job with nothing to save: no traceback, the shell's status
+        print(f"compactinst {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ConfigError as exc:
+        print(f"compactinst {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except CompactInstError as exc:
         print(f"compactinst {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

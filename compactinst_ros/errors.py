@@ -23,3 +23,13 @@ class BackendError(CompactInstError, RuntimeError):
 
 class DataError(CompactInstError, ValueError):
     """A bag, data set or ground-truth file is missing, unreadable or does not fit the frames."""
+
+
+class Interrupted(CompactInstError):
+    """Ctrl-C stopped a job after it wrote what was done so far (the message says where);
+    ``compactinst`` exits 130 (128 + SIGINT), as a shell does for an interrupted command."""
+
+
+class NodeError(CompactInstError, RuntimeError):
+    """A running node did not answer, refused a request or failed a transition (``compactinst
+    ros``); the message says what the node reported, where it did."""

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..sizes import NAMED_SIZES, pad32
 from .devices import DEVICES, Device, get_device
-from .latency import BASELINE, DEFAULT_CONFIGS, NAMED_SIZES, pad32, parse_sizes
+from .latency import BASELINE, DEFAULT_CONFIGS, parse_sizes
 
 if TYPE_CHECKING:
     from ..model.flops import OpRecord

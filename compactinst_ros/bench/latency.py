@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..backends import usable_cores
 from ..errors import BackendError, ConfigError
-from ..sizes import parse_size
+from ..sizes import NAMED_SIZES, pad32, parse_size
 from .models import build_bench_model, num_classes_of, placeholder_labels, random_bundle
 from .runners import (
     BACKEND_NAMES,
@@ -40,22 +40,6 @@ DEFAULT_CONFIGS = (
     "compactinst_r18_pf32",
     "compactinst_r18_m4",
 )
-#: The six named resolutions of the sweep (HxW before padding to /32).
-NAMED_SIZES: dict[str, tuple[int, int]] = {
-    "vga": (480, 640),
-    "square640": (640, 640),
-    "hd720": (720, 1280),
-    "square1024": (1024, 1024),
-    "fullhd": (1080, 1920),
-    "cityscapes": (1024, 2048),
-}
-
-
-def pad32(height: int, width: int) -> tuple[int, int]:
-    """Round both sides up to the backbone stride 32 (the model's size divisibility)."""
-    return -(-height // 32) * 32, -(-width // 32) * 32
-
-
 def parse_sizes(text: str) -> list[tuple[str, tuple[int, int]]]:
     """``'vga,1080x1920'`` -> [(name, (H, W)), ...]; names from NAMED_SIZES or ``HxW``."""
     sizes = []

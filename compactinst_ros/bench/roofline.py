@@ -18,7 +18,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, InputError
+from ..errors import DataError, InputError
 from .devices import DEVICES, Device, get_device
 
 TIME = "gpu__time_duration.sum"
@@ -227,7 +227,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Parse, classify, print the table; write JSON and the plot when ``--out`` is given."""
     if not args.csv.is_file():
-        raise ConfigError(f"{args.csv} does not exist; produce it with ncu (see --help)")
+        raise DataError(f"{args.csv} does not exist; produce it with ncu (see --help)")
     device = get_device(args.device)
     kernels = parse_ncu_csv(args.csv.read_text(errors="replace"), args.flops_per_tensor_inst)
     summary = summarize(kernels, device)

@@ -46,7 +46,9 @@ from .realtime import (
     SCORED_OUTPUTS,
     NodeProcess,
     Recorder,
+    accuracy_note,
     bundle_facts,
+    log_ending,
     node_command,
     replay_namespace,
     ros_environment,
@@ -407,15 +409,23 @@ def run_cameras(
         bar = Progress(total, f"{pacing} {len(cameras)} cameras", progress)
         start = time.monotonic()
         late = 0
-        if pacing == "lockstep":
-            late = _play_lockstep(cameras, recorders, nodes, bar, round_timeout)
-        else:
-            _play_realtime(cameras, recorders, rate, bar, start)
+        interrupted = False
+        try:
+            if pacing == "lockstep":
+                late = _play_lockstep(cameras, recorders, nodes, bar, round_timeout)
+            else:
+                _play_realtime(cameras, recorders, rate, bar, start)
+        except KeyboardInterrupt:  # Ctrl-C: report what was sent so far, marked partial
+            interrupted = True
         sent_at = time.monotonic()
         bar.close()
-        _alive(nodes, "during the replay")
+        if interrupted:  # a terminal's Ctrl-C reaches the nodes too: no more outputs to wait for
+            drain_s = min(drain_s, 0.5)
+        else:
+            _alive(nodes, "during the replay")
         _drain(recorders, total, drain_s)
-        recorders[cameras[0].name].await_report()
+        if not interrupted:
+            recorders[cameras[0].name].await_report()
         blocks: dict[str, dict] = {}
         statistics: list[dict] = []
         facts: dict = {}
@@ -432,6 +442,7 @@ def run_cameras(
                 stats = scored_statistics(recorder, camera.gt, camera.frames, match)
                 statistics.append(stats)
                 block["accuracy"] = merge_statistics([stats])
+                block["notes"].append(accuracy_note(block))
             blocks[camera.name] = {"topic": camera.bag.topic, **block}
     finally:
         batch = batch_report(recorders[cameras[0].name].extra) if recorders else None
@@ -441,6 +452,16 @@ def run_cameras(
         if writer is not None:
             writer.close()
     result = total_block(blocks, statistics)
+    if result["accuracy"] is not None:
+        result["notes"].append(accuracy_note(result))
+    if not result["frames"]["processed"] and not interrupted:
+        result["notes"] += [f"the node processed no frame; {log_ending(n)}" for n in nodes]
+        result["notes"] += [n for b in blocks.values() for n in b["notes"] if "node refused" in n]
+    if interrupted:
+        result["partial"] = True
+        result["notes"].append(
+            f"interrupted (Ctrl-C) after {result['frames']['sent']} of {total} frames"
+        )
     if late:
         result["notes"].append(f"{late} frames got no answer within {round_timeout:g} s")
     if batch is not None:

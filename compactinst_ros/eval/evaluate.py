@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..bundle import PRECISIONS
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from ..image_formats import read_image
 from ..preprocess import letterbox
 from ..progress import Progress
@@ -50,7 +50,7 @@ def evaluate_bundle(
     root = Path(data)
     for name in ("instances.json", "panoptic.json", "panoptic", "images"):
         if not (root / name).exists():
-            raise ConfigError(f"{root} lacks {name}; make it with 'compactinst synth --out {root}'")
+            raise DataError(f"{root} lacks {name}; make it with 'compactinst synth --out {root}'")
     gt = GroundTruth(root / "instances.json", root / "panoptic.json", root / "panoptic")
     entries = sorted(gt.images.values(), key=lambda e: int(e["id"]))[:limit]
     gt.match(list(range(len(entries))), mode="index")

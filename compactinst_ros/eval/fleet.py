@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, Interrupted
 from .replay import ReplayOptions
 from .replay import add_arguments as replay_arguments
 
@@ -166,7 +166,13 @@ def replay_drive(pipeline: Pipeline | object, drive: Drive, options: ReplayOptio
     except Exception as exc:  # a drive's failure of any kind must not stop the fleet
         result.update(status="failed", error=f"{type(exc).__name__}: {exc}")
     else:
-        result.update(status="ok", lockstep=block)
+        if block.get("partial"):  # Ctrl-C reached the worker: never cached as the drive's result
+            result.update(status="failed", error="interrupted (Ctrl-C) while replaying")
+        elif not block["frames"]["processed"]:
+            why = "; ".join(block["notes"]) or "the bag has no frame"
+            result.update(status="failed", error=f"no frame was processed: {why}")
+        else:
+            result.update(status="ok", lockstep=block)
     result["wall_s"] = round(time.perf_counter() - start, 3)
     result["worker"] = f"{os.uname().nodename}:{os.getpid()}"
     return result
@@ -319,17 +325,26 @@ def replay_fleet(options: FleetOptions) -> dict:
     todo = [i for i, r in enumerate(results) if r is None]
     model: dict = next((r["model"] for r in results if r is not None), {})
     workers = 0
+    interrupted = False
     start = time.perf_counter()
     if todo:
         started = connect(ray, options.address)
         try:
             workers, model = _run_on_ray(ray, options, drives, per_drive, todo, results, paths)
+        except KeyboardInterrupt:  # Ctrl-C: the report of the drives done (they are cached)
+            interrupted = True
+            model = next((r["model"] for r in results if r is not None), model)
         finally:
             if started:
                 ray.shutdown()
     wall = time.perf_counter() - start
-    run = {"replayed": len(todo), "cached": len(drives) - len(todo), "workers": workers}
-    run["wall_s"] = round(wall, 3)
+    run: dict[str, Any] = {"replayed": len(todo), "cached": len(drives) - len(todo)}
+    run.update(workers=workers, wall_s=round(wall, 3))
+    if interrupted:
+        missing = [d.name for d, r in zip(drives, results, strict=True) if r is None]
+        if len(missing) == len(drives):
+            raise Interrupted("no drive had finished; nothing was written")
+        run.update(partial=True, not_replayed=missing, replayed=len(todo) - len(missing))
     report = fleet_report([r for r in results if r is not None], model, options, run)
     return report
 
@@ -434,12 +449,23 @@ def options_from_args(args: argparse.Namespace) -> FleetOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    """CLI entry: replay the fleet, write the report, print the summary; 3 on a regression."""
+    """CLI entry: replay the fleet, write the report, print the summary and every file written;
+    exit 3 on a regression (``--fail-on-regression``), else 1 when a drive failed (named)."""
+    from ..cli import EXIT_FAILED, EXIT_OK, EXIT_REGRESSION
     from .fleet_report import summary_text
 
     options = options_from_args(args)
     report = replay_fleet(options)
     print(summary_text(report))
-    print(f"report: {options.out / 'report.md'}")
-    regressed = report.get("baseline", {}).get("regressed", [])
-    return 3 if regressed and options.fail_on_regression else 0
+    print(f"report: {options.out / 'report.md'}, {options.out / 'report.json'}")
+    for plot in report.get("plots", []):
+        print(f"plot: {options.out / plot}")
+    print(f"drive cache: {options.out / 'drives'}")
+    if report["run"].get("partial"):
+        raise Interrupted(
+            f"{options.out / 'report.md'} is marked partial; the drives done are cached: rerun "
+            "the same command to replay only the others"
+        )
+    if report.get("baseline", {}).get("regressed") and options.fail_on_regression:
+        return EXIT_REGRESSION
+    return EXIT_FAILED if report["summary"]["failed"] else EXIT_OK

@@ -182,6 +182,7 @@ def markdown(report: dict) -> str:
         f"* covers {s['covered']} of {s['drives']} drives ({s['failed']} failed), "
         f"{s['frames']} frames; {run['replayed']} replayed on {run['workers']} workers, "
         f"{run['cached']} from the cache, {_fmt(run['wall_s'], 2)} s",
+        *([f"* **partial**: {partial_text(run)}"] if run.get("partial") else []),
         "",
         "## Fleet (one replay over every frame of the covered drives)",
         "",
@@ -228,6 +229,14 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def partial_text(run: dict) -> str:
+    """What an interrupted fleet run's report covers."""
+    return (
+        f"interrupted (Ctrl-C); the figures cover the drives done before it, not replayed: "
+        f"{', '.join(run['not_replayed'])}"
+    )
+
+
 def summary_text(report: dict) -> str:
     """Short plain-text summary printed at the end of a fleet replay."""
     s, run = report["summary"], report["run"]
@@ -240,6 +249,8 @@ def summary_text(report: dict) -> str:
         + " ms",
     ]
     lines += [f"failed: {r['name']}: {r['error']}" for r in report["drives"] if r["status"] != "ok"]
+    if run.get("partial"):
+        lines.append(f"PARTIAL: {partial_text(run)}")
     comparison = report.get("baseline")
     if comparison:
         names = ", ".join(comparison["regressed"]) or "none"

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import DataError, InputError
 from ..image_formats import read_image
+from .bags import camera_name
 
 MATCH_MODES = ("auto", "stamp", "index")
 _STAMP_NAME = re.compile(r"^(?:(?P<ns>\d{16,20})|(?P<sec>\d{9,10})[._](?P<nsec>\d{9}))\.\w+$")
@@ -116,6 +117,7 @@ class GroundTruth:
                 images[int(entry["id"])] = entry
         self.images = images
         self.frame_to_image: dict[int, int] = {}
+        self.unmatched_images = 0  # GT images that met no frame in the last ``match``
 
     def match(
         self, stamps_ns: list[int], mode: str = "auto", tolerance_ns: int = 1_000_000
@@ -128,6 +130,7 @@ class GroundTruth:
         if mode == "auto":
             mode = "stamp" if all(s is not None for s in gt_stamps) else "index"
         matched: dict[int, int] = {}
+        shared: dict[int, list[int]] = {}  # frame -> every GT image on its stamp
         if mode == "stamp":
             if not stamps_ns:
                 raise DataError("the bag has no frames to match ground truth against")
@@ -141,6 +144,7 @@ class GroundTruth:
                 best = min(near, key=lambda f: abs(int(bag[f]) - stamp))
                 if abs(int(bag[best]) - stamp) <= tolerance_ns:
                     matched[int(best)] = int(entry["id"])
+                    shared.setdefault(int(best), []).append(int(entry["id"]))
             how = (
                 f"by header stamp (GT {min(s for s in gt_stamps if s is not None)}.."
                 f"{max(s for s in gt_stamps if s is not None)} ns, bag "
@@ -156,11 +160,45 @@ class GroundTruth:
             how = f"by frame index (GT has {len(entries)} images, bag {len(stamps_ns)} frames)"
         if not matched:
             raise DataError(
-                f"ground truth matches no frame of the bag {how}; check the image topic, add "
-                "'stamp_ns' to the GT image entries, or use --match index"
+                f"ground truth matches no frame of the bag {how}; check that the GT belongs to "
+                "this recording and the image topic, add 'stamp_ns' to the GT image entries, "
+                "or use --match index"
+            )
+        doubled = {f: ids for f, ids in shared.items() if len(ids) > 1}
+        if doubled:
+            frame, ids = min(doubled.items())
+            cameras = sorted({str(self.images[i].get("camera", "?")) for i in ids})
+            raise DataError(
+                f"{sum(map(len, doubled.values()))} GT images share the stamps of "
+                f"{len(doubled)} frames (frame {frame}: GT images {ids}, cameras "
+                f"{', '.join(cameras)}): the GT holds several images per stamp, so a frame's "
+                "score would depend on which one it meets; give each GT image its \"camera\" "
+                "and replay the cameras with --cameras, or use GT of this topic only"
             )
         self.frame_to_image = matched
+        self.unmatched_images = len(self.images) - len(matched)
         return matched
+
+    @property
+    def cameras(self) -> list[str]:
+        """The cameras the GT images name (``"camera"``), sorted; empty for one-camera GT."""
+        return sorted({str(e["camera"]) for e in self.images.values() if "camera" in e})
+
+    def for_topic(self, topic: str) -> GroundTruth:
+        """The GT of a one-camera replay of ``topic``: all of it when the GT names no camera,
+        else the images of the camera that ``topic`` is (``for_camera``); DataError when the
+        GT names cameras but not this one (a one-camera replay must not score one camera's
+        frames against another camera's images of the same stamps)."""
+        if not self.cameras:
+            return self
+        view = self.for_camera(camera_name(topic), topic)
+        if not view.images:
+            raise DataError(
+                f"the ground truth is of the cameras {', '.join(self.cameras)}, none of them "
+                f"the replayed topic {topic} (camera {camera_name(topic)}); pick that camera's "
+                "topic with --topic, or replay every camera with --cameras all"
+            )
+        return view
 
     def for_camera(self, camera: str, topic: str) -> GroundTruth:
         """The GT of one camera: the images whose ``camera`` is ``camera`` or ``topic`` (the

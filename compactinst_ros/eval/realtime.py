@@ -37,7 +37,7 @@ from ..errors import BackendError, ConfigError
 from ..progress import Progress
 from ..resources import loopback_profile
 from ..ros.camera_info import StampMatcher
-from ..ros.diagnostics import status_name
+from ..ros.diagnostics import REASON_KEY, status_name
 from ..ros.params import ros_param_text
 from ..structures import FrameMeta, FrameResult, Instances, Segments
 from .bags import (
@@ -502,16 +502,22 @@ def run_realtime(
         bar = Progress(len(frames), f"realtime x{rate:g}", progress)
         first_bag = frames[0].bag_time_ns if frames else 0
         start = time.monotonic()
-        for i, frame in enumerate(frames):
-            target = start + (frame.bag_time_ns - first_bag) / 1e9 / rate
-            delay = target - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            recorder.publish(frame)
-            bar.update(i + 1, f"{recorder.processed()} processed")
+        interrupted = False
+        try:
+            for i, frame in enumerate(frames):
+                target = start + (frame.bag_time_ns - first_bag) / 1e9 / rate
+                delay = target - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                recorder.publish(frame)
+                bar.update(i + 1, f"{recorder.processed()} processed")
+        except KeyboardInterrupt:  # Ctrl-C: report what was sent so far, marked partial
+            interrupted = True
         sent_at = time.monotonic()
         bar.close()
-        if node.proc.poll() is not None:
+        if interrupted:  # a terminal's Ctrl-C reaches the node too: no more outputs to wait for
+            drain_s = min(drain_s, 0.5)
+        elif node.proc.poll() is not None:
             raise BackendError(
                 f"compactinst_node exited with code {node.proc.returncode} during the replay; "
                 f"its log ({node.log_path}) ends with:\n{node.tail()}"
@@ -522,15 +528,19 @@ def run_realtime(
             if done != last:
                 last, quiet_since = done, time.monotonic()
             time.sleep(0.05)
-        recorder.await_report()
+        if not interrupted:
+            recorder.await_report()
         block, facts = summarise(recorder, frames, start, sent_at, warmup, rate)
+        if not block["frames"]["processed"] and not interrupted:
+            block["notes"].append(f"the node processed no frame; {log_ending(node)}")
+        if interrupted:
+            block["partial"] = True
+            block["notes"].append(
+                f"interrupted (Ctrl-C) after {block['frames']['sent']} of {len(frames)} frames"
+            )
         if gt is not None:
             block["accuracy"] = merge_statistics([scored_statistics(recorder, gt, frames, match)])
-            block["notes"].append(
-                f"accuracy of the {block['accuracy']['frames_evaluated']} matched frames the "
-                f"node published outputs for ({block['frames']['dropped']} of "
-                f"{block['frames']['sent']} dropped)"
-            )
+            block["notes"].append(accuracy_note(block))
         if "model_fingerprint" not in facts:  # no /diagnostics came: describe from the bundle
             facts = bundle_facts(model, backend)
     finally:
@@ -542,6 +552,21 @@ def run_realtime(
     block["node_exit_code"] = code
     block["node_log"] = str(log_path)
     return block, facts
+
+
+def accuracy_note(block: dict) -> str:
+    """What the accuracy of a block that ran the node measures: the frames it answered."""
+    return (
+        f"accuracy of the {block['accuracy']['frames_evaluated']} matched frames the node "
+        f"published outputs for ({block['frames']['dropped']} of {block['frames']['sent']} "
+        "dropped)"
+    )
+
+
+def log_ending(node: NodeProcess, lines: int = 5) -> str:
+    """Where the node's log is and its last ``lines``: the refusals a replay's user must see."""
+    tail = node.tail(lines).strip()
+    return f"its log {node.log_path} ends with: {tail}" if tail else f"its log {node.log_path}"
 
 
 def bundle_facts(model: str | Path, backend: str) -> dict:
@@ -600,6 +625,17 @@ def summarise(
     # "input silent" is expected once the bag has ended
     if diag.get("_message") not in (None, "ok") and "silent" not in diag["_message"]:
         notes.append(f"node diagnostics: {diag.get('_message')}")
+    refused = (_int(diag.get("input_errors")) or 0) + (_int(diag.get("errors")) or 0)
+    if refused:  # the reason is the node's, which the user of a replay must see
+        frames_block["node_refused"] = refused
+        reasons = ", ".join(
+            f"{k[len(REASON_KEY):]} {v}" for k, v in diag.items() if k.startswith(REASON_KEY)
+        )
+        notes.insert(
+            0,
+            f"the node refused {refused} frame(s) (not the queue's drops): "
+            f"{diag.get('last_error') or 'no reason given'}" + (f" [{reasons}]" if reasons else ""),
+        )
     block = {
         "accuracy": None,
         "warmup_frames": warm,
@@ -619,7 +655,8 @@ def summarise(
         "samples": {k: [round(v, 4) for v in vals] for k, vals in samples.items()},
         "notes": notes,
     }
-    keys = ("model", "model_fingerprint", "input_size", "backend", "device")
+    keys = ("model", "model_fingerprint", "input_size", "backend", "device", "precision")
+    keys += ("int8_graph",)
     facts = {k: diag[k] for k in keys if k in diag}
     return block, facts
 

@@ -21,17 +21,23 @@ import cv2
 import numpy as np
 
 from ..bundle import PRECISIONS, ModelBundle, model_caveat
-from ..errors import ConfigError
+from ..errors import ConfigError, Interrupted
 from ..progress import Progress
 from ..resources import default_model
 from ..ros.camera_info import StampMatcher
 from ..structures import STAGES, OutputSet, PostprocessOptions
-from ..video import VideoPacketError
 from . import bags
 from .bags import BagFrame, BagWriter, ImageBag, bag_hash, open_output_bag
 from .groundtruth import MATCH_MODES, GroundTruth
 from .realtime import CAMERA_INFO_TOLERANCE_NS, run_realtime
-from .report import host_info, latency_stats, now_iso, summary_text, write_report
+from .report import (
+    PARTIAL_NOTE,
+    host_info,
+    latency_stats,
+    now_iso,
+    summary_text,
+    write_report,
+)
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
@@ -76,6 +82,11 @@ class ReplayOptions:
             raise ConfigError(f"--match {self.match} is unknown; choose one of {MATCH_MODES}")
         if self.rate <= 0:
             raise ConfigError(f"--rate {self.rate} must be positive (1.0 = recorded rate)")
+        if self.max_frames is not None and self.max_frames < 1:
+            raise ConfigError(
+                f"--max-frames {self.max_frames} replays no frame; give N >= 1, or leave it out "
+                "to replay every frame"
+            )
         if self.warmup < 0 or self.overlays < 0:
             raise ConfigError("--warmup and --overlays must be >= 0")
         if self.cameras is not None and self.topic is not None:
@@ -203,6 +214,7 @@ def run_lockstep(
     bar = Progress(total, "lockstep", progress)
     overlay_files: list[str] = []
     processed = evaluated = read = 0
+    interrupted = False
     start = time.perf_counter()
     try:
         for frame in bag.frames():
@@ -210,10 +222,7 @@ def run_lockstep(
                 break
             read += 1
             t0 = time.perf_counter()
-            try:
-                image, encoding = frame.decode()
-            except VideoPacketError:  # a video packet without a picture: counted as dropped
-                continue
+            image, encoding = frame.decode()
             decode_ms = (time.perf_counter() - t0) * 1e3
             result = pipeline(image, encoding, OutputSet(overlay=writer is not None))
             result.timings_ms["decode"] = decode_ms
@@ -232,6 +241,8 @@ def run_lockstep(
                 name = overlay_dir / f"{frame.index:06d}.png"
                 overlay_files.append(str(save_overlay(image, encoding, result, labels, name)))
             bar.update(processed, f"{result.timings_ms['inference']:.0f} ms/frame")
+    except KeyboardInterrupt:  # Ctrl-C: the report of the frames done so far, marked partial
+        interrupted = True
     finally:
         bar.close()
         if writer is not None:
@@ -239,13 +250,19 @@ def run_lockstep(
     wall = time.perf_counter() - start
     warm = min(warmup, max(processed - 1, 0))
     notes = [bag.damage] if bag.damage else []
-    notes += [bag.pick_note] if bag.pick_note else []
-    if bag.stream is not None:
-        notes.append(f"video decoded by {bag.stream.describe()}")
     if evaluator is not None and evaluated < len(gt.frame_to_image if gt else ()):
         notes.append(f"{len(gt.frame_to_image) - evaluated} matched GT frames were not replayed")
+    if gt is not None and gt.unmatched_images:
+        notes.append(
+            f"{gt.unmatched_images} of {len(gt.images)} GT images match no replayed frame "
+            "(stamps outside the replayed frames, or GT of another recording)"
+        )
     frames = {"total": total, "processed": processed, "dropped": read - processed}
-    if read < total:  # the bag broke while being read
+    if interrupted:  # the frame in flight when Ctrl-C came was read but not processed
+        frames["dropped"] = 0
+        frames["unread"] = total - processed
+        notes.append(f"interrupted (Ctrl-C) after {processed} of {total} frames")
+    elif read < total:  # the bag broke while being read
         frames["unread"] = total - read
     stats = evaluator.statistics() if evaluator is not None else None
     return {
@@ -262,6 +279,7 @@ def run_lockstep(
         "overlays": overlay_files,
         "notes": notes,
         **({"statistics": stats} if statistics and stats is not None else {}),
+        **({"partial": True} if interrupted else {}),
     }
 
 
@@ -420,6 +438,8 @@ def replay(options: ReplayOptions) -> dict:
         report["model"]["caveat"] = caveat
     report["host"] = host_info()
     report["modes"] = report.pop("modes")  # after the host, as the report has always listed it
+    if any(block.get("partial") for block in report["modes"].values()):
+        report["partial"] = True
     if options.output_bag is not None:
         report["output_bag"] = str(options.output_bag)
     if options.plots:
@@ -434,6 +454,15 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
     """The one-camera replay's report: bag, model and modes."""
     modes: dict[str, dict] = {}
     with ImageBag(options.bag, options.topic) as bag:
+        scope = []
+        if gt is not None:
+            cameras = gt.cameras
+            gt = gt.for_topic(bag.topic)
+            if len(cameras) > 1:
+                scope.append(
+                    f"scored against the GT of {bag.topic} only (the GT holds the cameras "
+                    f"{', '.join(cameras)}; --cameras all replays and scores every camera)"
+                )
         report = {
             "created": now_iso(),
             "command": options.command_line,
@@ -454,7 +483,7 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
                     options.warmup,
                     options.progress,
                 )
-        if options.mode in ("realtime", "both"):
+        if options.mode in ("realtime", "both") and not modes.get("lockstep", {}).get("partial"):
             block, model = run_realtime(
                 bag,
                 options.model,
@@ -475,6 +504,9 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
             modes["realtime"] = block
         if bag.damage:
             report["bag"]["damage"] = bag.damage
+    for block in modes.values():
+        block["notes"][:0] = scope
+    report["warnings"] = scope
     report["modes"] = modes
     return report
 
@@ -497,6 +529,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"replacing the earlier output bag {options.output_bag}", file=sys.stderr)
     report = replay(options)
     print(summary_text(report))
+    for warning in report.get("warnings", []):
+        warn("replay", warning)
     if report["bag"].get("damage"):
         print(f"warning: {report['bag']['damage']}")
     print(f"report: {options.out / 'report.md'}, {options.out / 'report.json'}")
@@ -506,4 +540,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"plot: {options.out / plot}")
     if options.output_bag is not None:
         print(f"output bag: {options.output_bag}")
-    return 0
+    if report.get("partial"):
+        raise Interrupted(f"{options.out / 'report.md'} is marked partial: {PARTIAL_NOTE}")
+    return replay_status(report)
+
+
+def replay_status(report: dict) -> int:
+    """The exit status of a finished replay: 1 (``EXIT_FAILED``) when a mode processed no
+    frame, since no figure of it measures the model; its notes say why."""
+    from ..cli import EXIT_FAILED, EXIT_OK, warn
+
+    empty = [mode for mode, block in report["modes"].items() if block["frames"]["processed"] == 0]
+    for mode in empty:
+        reasons = "; ".join(report["modes"][mode]["notes"]) or "no reason was reported"
+        warn("replay", f"{mode}: no frame was processed, no figure measures the model: {reasons}")
+    return EXIT_FAILED if empty else EXIT_OK

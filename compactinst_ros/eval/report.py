@@ -75,6 +75,10 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+#: what a report written after Ctrl-C says of its figures
+PARTIAL_NOTE = "interrupted (Ctrl-C); the figures cover only the frames replayed before it"
+
+
 def write_report(report: dict, out_dir: str | Path, text: str | None = None) -> tuple[Path, Path]:
     """Write ``report.json`` and ``report.md`` (``text``, default the replay's Markdown) into
     ``out_dir``; returns both paths."""
@@ -143,6 +147,8 @@ def markdown(report: dict) -> str:
         f"backend `{model.get('backend')}`, device `{model.get('device', 'cpu')}`, "
         f"precision `{precision_text(model)}`, input {model.get('input_size')}",
         *([f"* note: {model['caveat']}"] if model.get("caveat") else []),
+        *([f"* **partial**: {PARTIAL_NOTE}"] if report.get("partial") else []),
+        *[f"* **warning**: {w}" for w in report.get("warnings", [])],
         f"* host {report['host'].get('hostname')} ({report['host'].get('cpu_count')} CPUs), "
         f"git `{report['host'].get('git')}`",
         "",
@@ -249,6 +255,7 @@ def summary_text(report: dict) -> str:
         f"model {model.get('model')} [{model.get('model_fingerprint')}] on "
         f"{model.get('backend')} ({model.get('device', 'cpu')}, {precision_text(model)})",
         *([f"note: {model['caveat']}"] if model.get("caveat") else []),
+        *([f"PARTIAL: {PARTIAL_NOTE}"] if report.get("partial") else []),
     ]
     for mode, block in report["modes"].items():
         lines.append(f"--- {mode} ---")

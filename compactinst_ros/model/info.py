@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..sizes import parse_size
+from ..sizes import NAMED_SIZES, model_size
 
 _LABELS = {
     "normalize": "input normalisation",
@@ -26,7 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst info``."""
     parser.add_argument("config", help="model config name, e.g. compactinst_r18")
     parser.add_argument(
-        "--size", default="1024x2048", help="input HEIGHTxWIDTH (default %(default)s)"
+        "--size",
+        default="1024x2048",
+        help=f"input HEIGHTxWIDTH or a name ({', '.join(NAMED_SIZES)}), padded to a multiple of "
+        "32 as bench and costmodel do (default %(default)s)",
     )
     parser.add_argument(
         "--num-classes",
@@ -127,5 +130,8 @@ def _relative_claim(
 
 def run(args: argparse.Namespace) -> int:
     """Print the table for ``args.config``."""
-    print(report(args.config, parse_size(args.size), args.num_classes))
+    requested, size = model_size(args.size)
+    if size != requested:
+        print(f"input {requested[0]}x{requested[1]} padded to {size[0]}x{size[1]} (multiple of 32)")
+    print(report(args.config, size, args.num_classes))
     return 0

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError
+from ..errors import ConfigError, NodeError
 
 #: lifecycle transitions by the label rcl_lifecycle gives them in every state they start from,
 #: and ``get`` (the state)
@@ -72,12 +72,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "--count", type=int, default=1, help="messages to print (default: %(default)s)"
         )
         p.add_argument("--json", action="store_true", help="one JSON object per message")
+    p = sub.add_parser(
+        "diagnostics", help="print /diagnostics as it arrives (ros2 topic echo /diagnostics)"
+    )
+    p.add_argument(
+        "node", nargs="?", default=None, help="only this node's statuses (default: every status)"
+    )
+    p.add_argument("--count", type=int, default=1, help="reports to print (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="one JSON object per status")
     p = sub.add_parser("topics", help="topics and types in the graph (ros2 topic list -t)")
     p.add_argument("node", nargs="?", default=None, help="only this node's (default: every topic)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run one operation; ConfigError (exit 1) names a node that does not answer or a refusal."""
+    """Run one operation; NodeError (exit 1) names a node that does not answer or a refusal,
+    ConfigError (exit 2) a parameter name or value that cannot work."""
     operations: dict[str, Callable[[Session, argparse.Namespace], None]] = {
         "param-set": _param_set,
         "param-get": _param_get,
@@ -85,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         "table": _table,
         "latency": _latency,
         "topics": _topics,
+        "diagnostics": _diagnostics,
     }
     with session(args.domain_id, args.timeout) as ros:
         operations[args.operation](ros, args)
@@ -128,7 +138,7 @@ class Session:
         ``REPLY_MATCH_S``."""
         client = self.node.create_client(srv_type, name)
         if not self.spin_until(client.service_is_ready):
-            raise ConfigError(
+            raise NodeError(
                 f"no node answers {name} on ROS_DOMAIN_ID {self.domain_id} within "
                 f"{self.timeout:g} s; check the node name ('compactinst ros topics' lists the "
                 "graph), the domain (--domain-id) and that the node runs"
@@ -142,7 +152,7 @@ class Session:
             if self.spin_until(future.done, min(RETRY_S, wait) if idempotent else wait):
                 return future.result()
             if time.monotonic() >= deadline:
-                raise ConfigError(f"{what}: no answer within {self.timeout:g} s; raise --timeout")
+                raise NodeError(f"{what}: no answer within {self.timeout:g} s; raise --timeout")
 
     def close(self) -> None:
         """Destroy the node and shut the context down."""
@@ -245,7 +255,7 @@ def _param_set(ros: Session, args: argparse.Namespace) -> None:
     )
     result = response.results[0]
     if not result.successful:
-        raise ConfigError(f"{node} refused {args.name}:={args.value}: {result.reason}")
+        raise NodeError(f"{node} refused {args.name}:={args.value}: {result.reason}")
     print(f"{node}: {args.name} {_python_value(old)!r} -> {value!r}")
 
 
@@ -259,8 +269,8 @@ def _state(ros: Session, node: str) -> str:
 
     try:
         response = ros.call(GetState, f"{node}/get_state", GetState.Request(), f"state of {node}")
-    except ConfigError as exc:
-        raise ConfigError(
+    except NodeError as exc:
+        raise NodeError(
             f"{exc}; a plain compactinst_node has no lifecycle: start compactinst_lifecycle_node"
         ) from None
     return str(response.current_state.label)
@@ -280,29 +290,90 @@ def _lifecycle(ros: Session, args: argparse.Namespace) -> None:
     response = ros.call(ChangeState, f"{node}/change_state", request, what, idempotent=False)
     after = _state(ros, node)
     if not response.success:
-        raise ConfigError(
+        why = _last_error(ros, node)
+        raise NodeError(
             f"{node}: {args.action} from '{before}' failed, the node is '{after}' (a transition "
-            "that does not start from this state fails too); the node's log says why"
+            "that does not start from this state fails too); "
+            + (f"the node reports: {why}" if why else "the node's log says why")
         )
     print(f"{node}: {args.action}: {before} -> {after}")
 
 
+def _statuses(msg: Any, node: str | None) -> list[Any]:
+    """The DiagnosticStatus entries of ``msg`` of ``node`` (its ``status_name``s: the node's
+    and each of its cameras'), or all of them without ``node``."""
+    if node is None:
+        return list(msg.status)
+    return [s for s in msg.status if s.name.startswith((f"{node}: ", f"{node}/"))]
+
+
+def _last_error(ros: Session, node: str, wait_s: float = 3.0) -> str:
+    """The ``last_error`` that ``node`` reports on /diagnostics (its next report, waited for up
+    to ``wait_s``): why a transition failed, where the node says so; "" when none comes."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    errors: list[str] = []
+
+    def on_report(msg: Any) -> None:
+        for status in _statuses(msg, node):
+            errors.extend(v.value for v in status.values if v.key == "last_error" and v.value)
+
+    sub = ros.node.create_subscription(DiagnosticArray, "/diagnostics", on_report, 10)
+    ros.spin_until(lambda: bool(errors), min(wait_s, ros.timeout))
+    ros.node.destroy_subscription(sub)
+    return errors[-1] if errors else ""
+
+
+def _diagnostics(ros: Session, args: argparse.Namespace) -> None:
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+
+    node = None if args.node is None else _absolute(args.node)
+    levels = {
+        DiagnosticStatus.OK: "OK",
+        DiagnosticStatus.WARN: "WARN",
+        DiagnosticStatus.ERROR: "ERROR",
+        DiagnosticStatus.STALE: "STALE",
+    }
+
+    def show(msg: Any, _received: float) -> None:
+        for status in _statuses(msg, node):
+            level = levels.get(status.level, str(status.level))
+            values = {kv.key: kv.value for kv in status.values}
+            if args.json:
+                print(json.dumps({"name": status.name, "level": level,
+                                  "message": status.message, "values": values}))  # fmt: skip
+                continue
+            print(f"{level} {status.name}: {status.message}")
+            for key, value in values.items():
+                print(f"  {key}: {value}")
+
+    keep = lambda msg: bool(_statuses(msg, node))  # noqa: E731 - one expression
+    _messages(ros, DiagnosticArray, "/diagnostics", args.count, show, keep)
+
+
 def _messages(
-    ros: Session, msg_type: type, topic: str, count: int, show: Callable[[Any, float], None]
+    ros: Session,
+    msg_type: type,
+    topic: str,
+    count: int,
+    show: Callable[[Any, float], None],
+    keep: Callable[[Any], bool] = lambda msg: True,
 ) -> None:
-    """Subscribe to ``topic`` and ``show`` its next ``count`` messages (with their receipt time);
-    ConfigError when they do not come within the timeout."""
+    """Subscribe to ``topic`` and ``show`` its next ``count`` messages that ``keep`` accepts
+    (with their receipt time); NodeError when they do not come within the timeout."""
     from rclpy.qos import QoSProfile, ReliabilityPolicy
 
     got: list[tuple[Any, float]] = []
     qos = QoSProfile(depth=max(count, 1), reliability=ReliabilityPolicy.RELIABLE)
-    ros.node.create_subscription(msg_type, topic, lambda m: got.append((m, time.time())), qos)
+    ros.node.create_subscription(
+        msg_type, topic, lambda m: keep(m) and got.append((m, time.time())), qos
+    )
     shown = 0
     deadline = time.monotonic() + ros.timeout
     while shown < count:
         if not ros.spin_until(lambda n=shown: len(got) > n, deadline - time.monotonic()):
             publishers = ros.node.count_publishers(topic)
-            raise ConfigError(
+            raise NodeError(
                 f"{shown} of {count} messages on {topic} within {ros.timeout:g} s "
                 f"({publishers} publisher(s)); the node publishes per camera frame and only "
                 "while active: check its input, or raise --timeout"
@@ -374,7 +445,7 @@ def _topics(ros: Session, args: argparse.Namespace) -> None:
             return (name, namespace) in ros.node.get_node_names_and_namespaces()
 
         if not ros.spin_until(known):
-            raise ConfigError(
+            raise NodeError(
                 f"no node {path} on ROS_DOMAIN_ID {ros.domain_id} within {ros.timeout:g} s; "
                 "'compactinst ros topics' lists every topic"
             )

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, DataError, InputError
 from ..image_formats import read_image
 from ..labels import LabelSet
 from ..model.configs import PIXEL_MEAN
@@ -24,7 +24,7 @@ from .synthetic import rgb_to_id
 
 def _read_json(path: Path) -> dict:
     if not path.is_file():
-        raise ConfigError(f"annotation file {path} does not exist; check --data")
+        raise DataError(f"annotation file {path} does not exist; check --data")
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -190,7 +190,7 @@ def open_dataset(
         return CocoInstanceDataset(
             root / "instances.json", root / "images", labels, transforms, seed
         )
-    raise ConfigError(
+    raise DataError(
         f"{root} has no {'panoptic.json' if kind == 'panoptic' else 'instances.json'}"
         f"{' or panoptic.json' if kind == 'auto' else ''}; create one with 'compactinst synth "
         "--out DIR' or point --data at a COCO-format folder"

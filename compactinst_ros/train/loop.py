@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..cli import warn
-from ..errors import ConfigError
+from ..errors import ConfigError, Interrupted
 from ..labels import SYNTHETIC_LABELS, LabelSet
 from ..model.checkpoint import (
     capture_rng_state,
@@ -296,57 +298,66 @@ def train(opts: TrainOptions) -> Path:
     if record is not None:
         epoch, seen = _restore_resume_state(record.resume, scaler, ctx, epoch, seen)
     step = start_step
-    stop = out_of_time = False
+    stop = out_of_time = interrupted = False
     model.train()
-    while step < opts.steps and not stop:
-        dataset.set_epoch(epoch)
-        if dist_sampler is not None:
-            dist_sampler.set_epoch(epoch)
-            order: torch.utils.data.Sampler = dist_sampler
-        else:
-            order = torch.utils.data.RandomSampler(
-                dataset, generator=torch.Generator().manual_seed(opts.seed + epoch)
+    with StopOnInterrupt() as ctrl_c:
+        while step < opts.steps and not stop:
+            dataset.set_epoch(epoch)
+            if dist_sampler is not None:
+                dist_sampler.set_epoch(epoch)
+                order: torch.utils.data.Sampler = dist_sampler
+            else:
+                order = torch.utils.data.RandomSampler(
+                    dataset, generator=torch.Generator().manual_seed(opts.seed + epoch)
+                )
+            # Resuming mid-epoch skips the samples already seen without loading them. The loader
+            # gets its own generator: by default each new iterator draws from the global one.
+            loader = torch.utils.data.DataLoader(
+                dataset,
+                batch_size=opts.batch_size,
+                sampler=_Skip(order, seen),
+                num_workers=opts.workers,
+                collate_fn=collate,
+                drop_last=True,
+                generator=torch.Generator().manual_seed(opts.seed + epoch),
             )
-        # Resuming mid-epoch skips the samples already seen without loading them. The loader
-        # gets its own generator: by default each new iterator draws from the global one.
-        loader = torch.utils.data.DataLoader(
-            dataset,
-            batch_size=opts.batch_size,
-            sampler=_Skip(order, seen),
-            num_workers=opts.workers,
-            collate_fn=collate,
-            drop_last=True,
-            generator=torch.Generator().manual_seed(opts.seed + epoch),
+            for images, targets in loader:
+                losses = train_step(
+                    net,
+                    model,
+                    criterion,
+                    optimizer,
+                    scaler,
+                    images,
+                    targets,
+                    device,
+                    opts,
+                    step,
+                    use_amp,
+                )
+                progress.update(step, losses, optimizer.param_groups[0]["lr"])
+                step += 1
+                seen += opts.batch_size
+                out_of_time = _any_rank(deadline is not None and time.monotonic() > deadline, ctx)
+                interrupted = _any_rank(ctrl_c.requested, ctx)
+                stop = out_of_time or interrupted or step == opts.stop_at
+                if step % opts.checkpoint_every == 0 or step == opts.steps or stop:
+                    resume = _resume_state(epoch, seen, scaler, ctx)  # collective: every rank
+                    if ctx.rank == 0:
+                        saved = checkpoint_record(
+                            model, opts.config, labels, step, optimizer, resume
+                        )
+                        save_checkpoint(last, saved)
+                if step >= opts.steps or stop:
+                    break
+            else:
+                epoch, seen = epoch + 1, 0
+    if interrupted and step < opts.steps:
+        ctx.barrier()
+        raise Interrupted(
+            f"stopped at step {step} of {opts.steps} with its checkpoint {last}; rerun with "
+            "--resume to continue"
         )
-        for images, targets in loader:
-            losses = train_step(
-                net,
-                model,
-                criterion,
-                optimizer,
-                scaler,
-                images,
-                targets,
-                device,
-                opts,
-                step,
-                use_amp,
-            )
-            progress.update(step, losses, optimizer.param_groups[0]["lr"])
-            step += 1
-            seen += opts.batch_size
-            out_of_time = _any_rank(deadline is not None and time.monotonic() > deadline, ctx)
-            stop = out_of_time or step == opts.stop_at
-            if step % opts.checkpoint_every == 0 or step == opts.steps or stop:
-                resume = _resume_state(epoch, seen, scaler, ctx)  # collective: every rank
-                if ctx.rank == 0:
-                    save_checkpoint(
-                        last, checkpoint_record(model, opts.config, labels, step, optimizer, resume)
-                    )
-            if step >= opts.steps or stop:
-                break
-        else:
-            epoch, seen = epoch + 1, 0
     if stop and step < opts.steps and ctx.rank == 0:
         why = f"--max-minutes {opts.max_minutes} reached" if out_of_time else "--stop-at"
         print(f"stopping at step {step}: {why}; rerun with --resume to continue", file=sys.stderr)
@@ -355,6 +366,37 @@ def train(opts: TrainOptions) -> Path:
         save_checkpoint(final, checkpoint_record(model, opts.config, labels, step))
     ctx.barrier()
     return final if step >= opts.steps else last
+
+
+class StopOnInterrupt:
+    """Ctrl-C (SIGINT) during training asks the loop to stop after the step in flight, with a
+    checkpoint, instead of losing every step since the last one; a second Ctrl-C stops at once.
+    Only the main thread can take signals: elsewhere the handler is left as it is."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: object = None
+
+    def __enter__(self) -> StopOnInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def _on_sigint(self, signum: int, frame: object) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(
+            "compactinst train: Ctrl-C: stopping after this step with a checkpoint (again: "
+            "stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)  # type: ignore[arg-type]
+            self._previous = None
 
 
 def _any_rank(flag: bool, ctx: DistContext) -> bool:

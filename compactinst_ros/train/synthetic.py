@@ -50,8 +50,11 @@ MIN_AREA = 120
 MIN_SIDE = 64
 #: sequence track ids are video_id * TRACKS_PER_VIDEO + the object's number in its video
 TRACKS_PER_VIDEO = 1000
-#: header stamp of the first frame of a synthetic bag (fixed: same parameters, same bag)
+#: header stamp of the first frame of a synthetic bag of seed 0 (same parameters, same bag)
 BAG_T0_NS = 1_700_000_000 * 1_000_000_000
+#: each seed's bag starts this much later, so that drives of different seeds never share
+#: stamps: a manifest that pairs a drive with another drive's GT then matches no frame
+SEED_START_STEP_NS = 1_000_000 * 1_000_000_000
 #: the camera of a one-camera bag (its topic is /camera/image_raw)
 SINGLE_CAMERA = "camera"
 #: object height at the bottom image row, as a fraction of the image height
@@ -79,6 +82,11 @@ class Scene:
     # lowest row; below the image for objects cut off by the bottom edge).
     horizon: int = 0
     contact_rows: dict[int, int] = field(default_factory=dict)
+
+
+def bag_start_ns(seed: int) -> int:
+    """Header stamp of the first frame of the synthetic bag of ``seed``."""
+    return BAG_T0_NS + seed * SEED_START_STEP_NS
 
 
 def _smooth_noise(rng: np.random.Generator, h: int, w: int, cells: int, amp: float) -> np.ndarray:
@@ -663,7 +671,7 @@ def generate_bag(
         synthetic_depth.check_encoding(depth)
     out = Path(out)
     period_ns = round(1e9 / fps)
-    stamps = [BAG_T0_NS + i * period_ns for i in range(num)]
+    stamps = [bag_start_ns(seed) + i * period_ns for i in range(num)]
     start = time.perf_counter()
     instances = 0
     gt_files = ("instances.json", "panoptic.json")

@@ -99,7 +99,7 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
 
 
 def test_unknown_backend_is_named(capsys: pytest.CaptureFixture) -> None:
-    assert main(["bench", "--backends", "tpu"]) == 1
+    assert main(["bench", "--backends", "tpu"]) == 2
     assert "tpu" in capsys.readouterr().err
 
 

@@ -16,7 +16,13 @@ from compactinst_ros.eval.cameras import attach_ground_truth, open_cameras, run_
 from compactinst_ros.eval.groundtruth import GroundTruth
 from compactinst_ros.eval.replay import ReplayOptions, lockstep_pipeline, run_lockstep
 from compactinst_ros.eval.report import markdown, summary_text
-from compactinst_ros.train.synthetic import BAG_T0_NS, camera_names, generate_bag, rgb_to_id
+from compactinst_ros.train.synthetic import (
+    BAG_T0_NS,
+    bag_start_ns,
+    camera_names,
+    generate_bag,
+    rgb_to_id,
+)
 
 CAMERAS = ("left", "right", "rear")
 
@@ -40,7 +46,7 @@ def test_synth_writes_a_bag_per_camera_with_stamped_camera_named_gt(camera_set):
         with ImageBag(camera_set / "bag", f"/{camera}/image_raw") as bag:
             frames = list(bag.frames())
         assert [f.frame_id for f in frames] == [camera] * 4
-        assert [f.stamp_ns for f in frames] == [BAG_T0_NS + i * 100_000_000 for i in range(4)]
+        assert [f.stamp_ns for f in frames] == [bag_start_ns(3) + i * 100_000_000 for i in range(4)]
         view = gt.for_camera(camera, f"/{camera}/image_raw")
         matched = view.match([f.stamp_ns for f in frames])
         assert sorted(matched) == [0, 1, 2, 3] and len(set(matched.values())) == 4
@@ -65,7 +71,7 @@ def test_synth_camera_arguments_and_errors(tmp_path, capsys):
         with pytest.raises(ConfigError, match=problem):
             camera_names(spec)
     args = ["synth", "--out", str(tmp_path), "--num", "1", "--size", "64x64"]
-    assert main([*args, "--cameras", "2"]) == 1
+    assert main([*args, "--cameras", "2"]) == 2, "usage"
     assert "needs --bag" in capsys.readouterr().err
     assert main([*args, "--bag"]) == 0, "one camera: the single-camera layout, stamped"
     inst = json.loads((tmp_path / "instances.json").read_text())

@@ -135,7 +135,7 @@ def runs(ray_cluster, fleet_data: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 def test_rerun_after_an_interruption_replays_only_the_missing_drives(runs) -> None:
-    assert runs["rc"] == (0, 0)
+    assert runs["rc"] == (1, 1)  # the corrupt drive failed in both: exit 1, named
     assert runs["first"]["run"] == {**runs["first"]["run"], "replayed": 2, "cached": 0}
     full = runs["full"]
     assert full["run"]["replayed"] == 3 and full["run"]["cached"] == 1  # d1, d2, broken; d0
@@ -215,7 +215,7 @@ def test_baseline_flags_a_worse_model(runs, fleet_data, tmp_path) -> None:
     manifest = fleet_data / "manifest.json"
     same = ("--baseline", str(baseline), "--fail-on-regression", "--quiet", "--no-plots")
     rc, report, _ = fleet(manifest, runs["out"], *same)  # all cached: the same figures
-    assert rc == 0 and report["run"]["cached"] == 3 and report["baseline"]["regressed"] == []
+    assert rc == 1 and report["run"]["cached"] == 3 and report["baseline"]["regressed"] == []
     assert {r["dAP"] for r in report["baseline"]["drives"] if r["name"] != "broken"} == {0.0}
     # a worse model on d0 and the corrupt drive: no d0 detection scores above 0.99
     worse = ("--score-threshold", "0.99", "--cpus-per-worker", "2", *same)  # one actor
@@ -231,7 +231,7 @@ def test_baseline_flags_a_worse_model(runs, fleet_data, tmp_path) -> None:
 def test_without_ray_the_command_names_the_extra(fleet_data, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
     args = ["replay-fleet", str(fleet_data / "manifest.json"), "--out", str(tmp_path)]
-    assert main([*args, "--model", str(default_bundle_path())]) == 1
+    assert main([*args, "--model", str(default_bundle_path())]) == 2
     assert "pip install 'compactinst_ros[fleet]'" in capsys.readouterr().err
 
 
@@ -243,3 +243,19 @@ def test_an_actor_per_gpu_else_one_per_cpus_per_worker(ray_cluster, fleet_data) 
     assert worker_plan(ray, cpu, 5) == (2, {"num_cpus": 1}, 1)
     assert worker_plan(ray, cpu, 1) == (1, {"num_cpus": 1}, 1)  # never more than drives
     assert worker_plan(ray, replace(cpu, cpus_per_worker=2), 5) == (1, {"num_cpus": 2}, 2)
+
+
+def test_a_fleet_whose_every_drive_failed_exits_1_naming_them(ray_cluster, fleet_data, tmp_path):
+    only_broken = fleet_data / "broken.json"
+    entries = json.loads((fleet_data / "manifest.json").read_text())["drives"]
+    other_gt = {**entries[0], "name": "d1_with_d0_gt", "bag": entries[1]["bag"]}  # stamps differ
+    only_broken.write_text(json.dumps([entries[3], other_gt]))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc, report, _ = fleet(only_broken, tmp_path, "--quiet", "--no-plots")
+    assert rc == 1 and report["summary"] | {"covered": 0, "failed": 2} == report["summary"]
+    printed = out.getvalue()
+    assert "failed: broken: DataError" in printed and "failed: d1_with_d0_gt: " in printed
+    assert "ground truth matches no frame" in printed
+    for written in ("report.md", "report.json", "drives"):
+        assert str(tmp_path / written) in printed, printed

@@ -192,6 +192,6 @@ def test_labels_by_name_and_file(tmp_path) -> None:
 )
 def test_bad_sizes(text, problem, tmp_path, capsys) -> None:
     out = tmp_path / "bundle"
-    assert main(["export", "compactinst_demo", "--size", text, "--out", str(out)]) == 1
+    assert main(["export", "compactinst_demo", "--size", text, "--out", str(out)]) == 2
     assert problem in capsys.readouterr().err
     assert not out.exists()

@@ -237,5 +237,5 @@ def test_cli_prints_the_table_writes_csv_and_pins(tmp_path, capsys) -> None:
         "decoder": ["/big", "/small"],
     }
     assert record["flagged"] == {"encoder": [], "decoder": ["/big"]}
-    assert cli_main(["fp16-check", str(bundle.root), "--frames", "-1"]) == 1
+    assert cli_main(["fp16-check", str(bundle.root), "--frames", "-1"]) == 2
     assert "--frames -1" in capsys.readouterr().err

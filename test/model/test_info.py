@@ -21,12 +21,21 @@ def test_info_params_paper_figure_for_k80(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_info_unknown_config_and_bad_size(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["info", "fastinst_r34"]) == 1
+    assert main(["info", "fastinst_r34"]) == 2
     err = capsys.readouterr().err
     assert "fastinst_r34" in err and "compactinst_r18_m4" in err
-    assert main(["info", "compactinst_r18", "--size", "1000x2000"]) == 1
-    assert "multiple of 32" in capsys.readouterr().err
-    assert main(["info", "compactinst_r18", "--size", "big"]) == 1
+    assert main(["info", "compactinst_r18", "--size", "big"]) == 2
+    assert "HEIGHTxWIDTH" in capsys.readouterr().err
+
+
+def test_info_takes_the_sizes_bench_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Named sizes and padding to /32 as bench and costmodel (1080x1920 runs as 1088x1920)."""
+    assert main(["info", "compactinst_demo", "--size", "1080x1920"]) == 0
+    out = capsys.readouterr().out
+    assert "input 1080x1920 padded to 1088x1920" in out and "at 1088x1920" in out
+    assert main(["info", "compactinst_demo", "--size", "vga"]) == 0
+    assert "at 480x640" in capsys.readouterr().out
+    assert main(["info", "compactinst_r18", "--size", "big"]) == 2
     assert "HEIGHTxWIDTH" in capsys.readouterr().err
 
 

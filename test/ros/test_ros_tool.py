@@ -134,7 +134,7 @@ def test_param_set_takes_effect_and_a_refusal_names_the_reason(ros):
         code, _, err = tool("param-set", NODE, "score_threshold", "1.5")
         assert code == 1 and "refused score_threshold:=1.5" in err and "out of range" in err
         code, _, err = tool("param-set", NODE, "score_threshold", "high")
-        assert code == 1 and "'high' is not a double" in err
+        assert code == 2 and "'high' is not a double" in err  # usage
     finally:
         assert tool("param-set", NODE, "score_threshold", "0.0")[0] == 0
     assert len(table_of(client, camera)) > 0
@@ -180,3 +180,16 @@ def test_topics_lists_the_nodes_publishers_and_input(ros):
     assert f"{CAMERA} [sensor_msgs/msg/Image]" in out.splitlines()
     code, _, err = tool("topics", "/nobody", timeout=1.0)
     assert code == 1 and "no node /nobody" in err
+
+
+def test_diagnostics_shows_the_node_s_status_and_its_counters(ros):
+    _, client, camera, tool, _ = ros
+    code, out, err = tool.while_streaming(client, camera, "diagnostics", NODE, "--json")
+    assert code == 0, err
+    status = json.loads(out.splitlines()[0])
+    assert status["name"] == f"{NODE}: segmentation" and status["level"] in ("OK", "WARN")
+    assert int(status["values"]["frames_received"]) > 0 and "last_error" in status["values"]
+    code, out, err = tool("diagnostics", NODE)
+    assert code == 0 and out.startswith(("OK ", "WARN ")) and "  frames_processed: " in out, err
+    code, _, err = tool("diagnostics", "/nobody", timeout=1.0)
+    assert code == 1 and "0 of 1 messages on /diagnostics" in err

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from compactinst_ros.errors import ConfigError
+from compactinst_ros.errors import DataError
 from compactinst_ros.labels import SYNTHETIC_LABELS
 from compactinst_ros.model.configs import PIXEL_MEAN
 from compactinst_ros.train.dataset import collate, open_dataset
@@ -68,5 +68,5 @@ def test_resize_crop_and_collate(data):
 
 
 def test_missing_annotations_named(tmp_path):
-    with pytest.raises(ConfigError, match="compactinst synth"):
+    with pytest.raises(DataError, match="compactinst synth"):  # an input that failed: exit 1
         open_dataset(tmp_path)

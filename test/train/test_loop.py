@@ -79,9 +79,9 @@ def test_bad_crop_and_scale_name_the_form(tmp_path, capsys):
     from compactinst_ros.cli import main
 
     base = ["train", "compactinst_demo", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
-    assert main([*base, "--crop", "256"]) == 1
+    assert main([*base, "--crop", "256"]) == 2  # usage
     assert "HxW" in capsys.readouterr().err
-    assert main([*base, "--scale", "0.75x1.25"]) == 1
+    assert main([*base, "--scale", "0.75x1.25"]) == 2
     assert "LOW,HIGH" in capsys.readouterr().err
 
 
@@ -118,6 +118,6 @@ def test_a_new_run_does_not_overwrite_an_earlier_one(tmp_path, capsys):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "last.pt").write_bytes(b"an earlier run")
     base = ["train", "compactinst_demo", "--data", str(tmp_path), "--out", str(tmp_path / "o")]
-    assert main(base) == 1
+    assert main(base) == 2  # usage: --resume or another --out
     assert "last.pt exists: pass --resume" in capsys.readouterr().err
     assert (tmp_path / "o" / "last.pt").read_bytes() == b"an earlier run"

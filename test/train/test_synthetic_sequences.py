@@ -122,6 +122,6 @@ def test_single_scenes_have_no_video_fields(tmp_path):
 
 def test_synth_does_not_overwrite_a_data_set(tmp_path, capsys):
     (tmp_path / "panoptic.json").write_text("{}")
-    assert main(["synth", "--out", str(tmp_path), "--num", "1", "--size", "64x64"]) == 1
+    assert main(["synth", "--out", str(tmp_path), "--num", "1", "--size", "64x64"]) == 2
     assert "panoptic.json exists" in capsys.readouterr().err
     assert (tmp_path / "panoptic.json").read_text() == "{}"
