@@ -2,7 +2,8 @@
 
 One place for three facts (test/fixtures/dds/distributions.json records them from upstream):
 
-* Fast DDS 3.x (Kilted) reads its XML profile from ``FASTDDS_DEFAULT_PROFILES_FILE``; Fast DDS
+* Fast DDS 3.x (Kilted's 3.2, Lyrical's 3.6) reads its XML profile from
+  ``FASTDDS_DEFAULT_PROFILES_FILE``; Fast DDS
   2.6 (Humble) and 2.14 (Jazzy) read only ``FASTRTPS_DEFAULT_PROFILES_FILE``, which Kilted's
   rmw_fastrtps still honours but warns about on every start. So the 3.x name is set always and
   the 2.x name where ``ROS_DISTRO`` (set by every ROS setup script) is ``humble`` or ``jazzy``.
@@ -11,7 +12,9 @@ One place for three facts (test/fixtures/dds/distributions.json records them fro
   Kilted's ignores. So ``ROS_LOCALHOST_ONLY`` is set only where ``ROS_DISTRO`` is ``humble``.
 * A private ROS domain is one whose RTPS port block no local socket uses.
 
-An unset ``ROS_DISTRO`` counts as a distribution after Jazzy (PyPI wheels set none).
+An unset ``ROS_DISTRO`` counts as a distribution after Jazzy (PyPI wheels set none); so does
+Lyrical, whose rcl and rmw_fastrtps the fixture has not read (only its Fast DDS): it gets the
+variables Kilted reads.
 
 Standard library only and runnable as a script (scripts/ros_env.sh evaluates its output), so
 that launch files, shell scripts and tests use it before anything imports rclpy.

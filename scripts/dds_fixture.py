@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What each ROS 2 distribution's DDS stack reads from the environment, written as a test fixture.
 
-The vehicle runs Humble or Jazzy; CI runs Kilted wheels. test/test_dds_env.py checks
+The vehicle runs Humble, Jazzy or Lyrical; CI runs Kilted wheels. test/test_dds_env.py checks
 compactinst_ros.dds_env against the facts this script reads from the upstream sources:
 
 * ros2/ros2 ``ros2.repos`` of each distribution branch: the Fast DDS branch it ships;
@@ -18,11 +18,14 @@ compactinst_ros.dds_env against the facts this script reads from the upstream so
         --rmw-fastrtps RMW_FASTRTPS_GIT --rcl-ref humble=humble --rcl-ref jazzy=9.2.0 \\
         --rcl-library kilted=$VIRTUAL_ENV/lib/librcl.so --rmw-ref humble=humble \\
         --rmw-ref jazzy=jazzy --rmw-library kilted=$VIRTUAL_ENV/lib/librmw_fastrtps_shared_cpp.so \\
-        > test/fixtures/dds/distributions.json
+        --profile-only lyrical > test/fixtures/dds/distributions.json
 
 ``*_GIT`` are clones (bare or not) of github.com/ros2/ros2, eProsima/Fast-DDS, ros2/rcl and
 ros2/rmw_fastrtps with the named branches; rcl 9.2.0 is the tag the jazzy branch was forked from.
 The libraries are those of the Kilted wheels the tests run on (``pip install -e '.[dev]'``).
+``--profile-only DISTRO`` records a distribution's ``ros2.repos`` and its Fast DDS facts alone,
+with ``rcl`` and ``rmw_fastrtps`` null, for one whose rcl and rmw_fastrtps are at hand neither as
+a git ref nor as a built library (Lyrical: no such branch in the clones, no wheels).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-DISTRIBUTIONS = ("humble", "jazzy", "kilted")
+DISTRIBUTIONS = ("humble", "jazzy", "kilted", "lyrical")
 LOCALHOST_ONLY = "ROS_LOCALHOST_ONLY"
 DISCOVERY_RANGE = "ROS_AUTOMATIC_DISCOVERY_RANGE"
 #: where Fast DDS keeps its XML parser constants (moved out of rtps/ in 3.0)
@@ -186,6 +189,9 @@ def main() -> int:
     parser.add_argument("--rmw-fastrtps", type=Path, required=True, help="clone of rmw_fastrtps")
     parser.add_argument("--rmw-ref", action="append", default=[], help="DISTRO=GIT_REF")
     parser.add_argument("--rmw-library", action="append", default=[], help="DISTRO=librmw...so")
+    parser.add_argument(
+        "--profile-only", action="append", default=[], help="DISTRO: its Fast DDS facts alone"
+    )
     args = parser.parse_args()
     ros2, fast_dds, rcl = git_dir(args.ros2), git_dir(args.fast_dds), git_dir(args.rcl)
     rmw = git_dir(args.rmw_fastrtps)
@@ -197,13 +203,17 @@ def main() -> int:
     for distro in DISTRIBUTIONS:
         branch = shipped_fastdds(ros2, distro)
         fastdds.setdefault(branch, fastdds_facts(fast_dds, branch))
-        if distro in rcl_refs:
+        if distro in args.profile_only:
+            rcl_facts = rmw_facts = None
+        elif distro in rcl_refs:
             rcl_facts = rcl_source_facts(rcl, rcl_refs[distro])
         elif distro in rcl_libraries:
             rcl_facts = rcl_library_facts(Path(rcl_libraries[distro]))
         else:
             raise SystemExit(f"give --rcl-ref {distro}=REF or --rcl-library {distro}=librcl.so")
-        if distro in rmw_refs:
+        if distro in args.profile_only:
+            pass
+        elif distro in rmw_refs:
             rmw_facts = rmw_source_facts(rmw, rmw_refs[distro])
         elif distro in rmw_libraries:
             rmw_facts = rmw_library_facts(Path(rmw_libraries[distro]))
