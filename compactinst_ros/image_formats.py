@@ -295,7 +295,16 @@ def to_pipeline(image: np.ndarray, encoding: str) -> tuple[np.ndarray, str]:
     if key not in CONVERTED:
         raise _refusal(encoding)
     dtype, channels, code = CONVERTED[key]
-    samples = image.astype(np.dtype(dtype), copy=False)  # native byte order
+    if image.dtype.kind != "u" or image.itemsize != np.dtype(dtype).itemsize:
+        raise InputError(
+            f"'{encoding}' array has dtype {image.dtype}, not {np.dtype(dtype)}; read it with "
+            "array_from_buffer"
+        )
+    samples = image
+    if not (samples.dtype.isnative and samples.flags.aligned):
+        # OpenCV reads multi-byte samples in native order from aligned memory only; an odd
+        # ``step`` leaves the rows of a buffer view unaligned
+        samples = samples.astype(np.dtype(dtype))
     if channels == 1 and samples.ndim == 3:
         samples = samples[:, :, 0]
     out = samples if code is None else cv2.cvtColor(samples, code)

@@ -15,6 +15,8 @@ from compactinst_ros.image_formats import (
     compressed_format,
     compressed_image_size,
     decode_compressed,
+    image_from_buffer,
+    to_pipeline,
     to_rgb,
     validate_image,
 )
@@ -225,3 +227,50 @@ def test_over_limit_data_is_refused_before_decoding(payload, fmt: str, message: 
 def test_hostile_jpeg_headers_are_refused_in_bounded_time(body: bytes, message: str) -> None:
     with pytest.raises(InputError, match=message):
         decode_compressed(b"\xff\xd8" + body, "jpeg")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "red_at"),
+    [
+        ("bayer_rggb8", (0, 0)),
+        ("bayer_bggr8", (1, 1)),
+        ("bayer_gbrg8", (1, 0)),
+        ("bayer_grbg8", (0, 1)),
+    ],
+)
+def test_bayer_patterns_are_named_by_their_first_row(encoding: str, red_at: tuple) -> None:
+    """A red scene through each colour filter array: only the red sites see light, and every
+    pattern must demosaic to red (a wrong OpenCV code turns it blue or green)."""
+    mosaic = np.zeros((8, 8), np.uint8)
+    mosaic[red_at[0] :: 2, red_at[1] :: 2] = 200
+    image, out = image_from_buffer(mosaic.tobytes(), 8, 8, 8, encoding)
+    assert out == "rgb8"
+    np.testing.assert_array_equal(image[2:-2, 2:-2], np.broadcast_to([200, 0, 0], (4, 4, 3)))
+
+
+def test_16_bit_colour_is_converted_once_to_rgb8() -> None:
+    bgr16 = np.zeros((2, 3, 3), np.uint16)
+    bgr16[..., 0] = 65535  # blue
+    bgr16[..., 2] = 257 * 7  # red
+    image, encoding = image_from_buffer(bgr16.tobytes(), 2, 3, 18, "bgr16")
+    assert encoding == "rgb8"
+    np.testing.assert_array_equal(image, np.broadcast_to([7, 0, 255], (2, 3, 3)))
+    with pytest.raises(InputError, match="not uint16"):
+        to_pipeline(np.zeros((2, 3, 3), np.uint8), "bgr16")
+
+
+def test_converted_encodings_are_pointed_at_image_from_buffer() -> None:
+    """The pipeline takes its own encodings; the others are converted on arrival."""
+    for encoding in ("bayer_rggb8", "mono16", "nv12", "8UC3"):
+        with pytest.raises(InputError, match="image_from_buffer"):
+            validate_image(np.zeros((4, 4, 3), np.uint8), encoding)
+    with pytest.raises(InputError, match="depth encoding"):
+        validate_image(np.zeros((4, 4, 1), np.uint8), "16UC1")
+
+
+def test_nv12_planes_are_one_view_of_the_buffer() -> None:
+    """No copy for nv12's 1.5 rows per image row, padded or not."""
+    buf = np.arange(6 * 10, dtype=np.uint8).tobytes()  # 4x8 image, step 10, 6 plane rows
+    view = array_from_buffer(buf, 4, 8, 10, "nv12")
+    assert view.shape == (6, 8) and np.shares_memory(view, np.frombuffer(buf, np.uint8))
+    np.testing.assert_array_equal(view[5], np.arange(50, 58))
