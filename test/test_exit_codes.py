@@ -186,3 +186,15 @@ def test_interrupted_train_saves_its_last_state_and_exits_130(tmp_path) -> None:
     saved = load_checkpoint(run / "last.pt")
     assert 1 <= saved.step < 500 and saved.optimizer is not None
     assert time.monotonic() - started < 120
+
+
+def test_a_replay_mode_that_processed_no_frame_exits_1_with_its_reasons(capsys) -> None:
+    from compactinst_ros.eval.replay import replay_status
+
+    refused = "the node refused 30 frame(s) (not the queue's drops): encoding 'yuv9' unknown"
+    block = {"frames": {"sent": 30, "processed": 0}, "notes": [refused]}
+    assert replay_status({"modes": {"realtime": block}}) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "realtime: no frame was processed" in err and "encoding 'yuv9' unknown" in err
+    block["frames"]["processed"] = 1
+    assert replay_status({"modes": {"realtime": block}}) == 0

@@ -137,3 +137,34 @@ def test_the_published_outputs_give_back_the_result_they_came_from() -> None:
 
     assert labels(back.segments) == labels(result.segments)
     assert (back.meta.src_h, back.meta.src_w) == scene.panoptic.shape
+
+
+def test_realtime_names_the_frames_the_node_refused_and_their_reason(random_bundle, tmp_path):
+    """The first frame is whole (the bag opens), the others lack half their pixels: the node
+    refuses them, and the report says so with the node's own reason, not the queue's drops."""
+    from compactinst_ros.eval.bags import BagWriter, image_message
+
+    scenes = make_scenes(5, 48, 64, seed=3)
+    with BagWriter(tmp_path / "bag") as writer:
+        for k, scene in enumerate(scenes):
+            msg = image_message(scene.image, "bgr8", scene.stamp_ns)
+            if k:
+                msg.data = msg.data[: len(msg.data) // 2]
+            writer.write("/camera/image_raw", IMAGE, scene.stamp_ns, msg)
+    with ImageBag(tmp_path / "bag") as b:
+        block, facts = run_realtime(
+            b,
+            random_bundle,
+            "onnxruntime",
+            progress=False,
+            domain_id=next_domain(),
+            log_path=tmp_path / "node.log",
+            node_params={"ort_threads": "1"},
+        )
+    log = (tmp_path / "node.log").read_text()
+    refused = block["frames"].get("node_refused")  # some of the 4 may be replaced in the queue
+    assert block["frames"]["processed"] <= 1 and refused and refused >= 1, (block["frames"], log)
+    refusal = block["notes"][0]
+    assert refusal.startswith(f"the node refused {refused} frame(s) (not the queue's drops): ")
+    assert "fewer than height x step" in refusal, refusal  # the node's reason, from its report
+    assert facts["precision"] == "fp32", facts  # as the node runs it, not "unknown"
