@@ -37,6 +37,7 @@ from .bags import (
     ImageBag,
     bag_hash,
     camera_name,
+    is_depth_topic,
     open_output_bag,
 )
 from .groundtruth import GroundTruth
@@ -83,7 +84,7 @@ def open_cameras(
     """The cameras of ``spec`` (``all``: every image topic of the bag; else comma-separated
     topics), each with its frames; DataError where names collide or the kinds are mixed."""
     with ImageBag(path) as probe:
-        available = probe.image_topics
+        available = [t for t in probe.image_topics if not is_depth_topic(t)]  # not segmented
     topics = available if spec.strip() == "all" else [t.strip() for t in spec.split(",")]
     names = [camera_name(t) for t in topics]
     if len(set(names)) != len(names):

@@ -48,11 +48,12 @@ class Drive:
     gt_instances: Path | None = None
     gt_panoptic: Path | None = None
     gt_panoptic_dir: Path | None = None
+    gt_3d: Path | None = None
     tags: dict[str, str] = field(default_factory=dict)
 
 
 _DRIVE_KEYS = {f.name for f in fields(Drive)}
-_PATH_KEYS = ("bag", "gt_instances", "gt_panoptic", "gt_panoptic_dir")
+_PATH_KEYS = ("bag", "gt_instances", "gt_panoptic", "gt_panoptic_dir", "gt_3d")
 
 
 def load_manifest(path: str | Path) -> list[Drive]:
@@ -103,6 +104,7 @@ def drive_options(template: ReplayOptions, drive: Drive) -> ReplayOptions:
         gt_instances=drive.gt_instances,
         gt_panoptic=drive.gt_panoptic,
         gt_panoptic_dir=drive.gt_panoptic_dir,
+        gt_3d=drive.gt_3d,
         mode="lockstep",
         output_bag=None,
         overlays=0,
@@ -161,6 +163,7 @@ def replay_drive(pipeline: Pipeline | object, drive: Drive, options: ReplayOptio
                 warmup=options.warmup,
                 progress=False,
                 statistics=True,
+                gt_3d=options.gt_3d,
             )
             result["bag_info"] = bag_block(bag, options.bag)
     except Exception as exc:  # a drive's failure of any kind must not stop the fleet

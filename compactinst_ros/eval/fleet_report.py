@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .depth3d import merged_figures, summary_line
 from .groundtruth import read_json_object
 from .merge import merge_latency, merge_statistics
 from .report import _fmt, accuracy_rows, host_info, latency_table, now_iso
@@ -29,6 +30,9 @@ def merged_block(results: Sequence[dict]) -> tuple[dict, dict[str, list[float]]]
     frames["dropped"] = sum(b["frames"]["dropped"] for b in blocks)
     block = {"accuracy": merge_statistics(stats) if stats else None, "latency": latency}
     block["frames"] = frames
+    depth3d = merged_figures(blocks)
+    if depth3d is not None:
+        block["depth3d"] = depth3d
     return block, samples
 
 
@@ -248,6 +252,8 @@ def summary_text(report: dict) -> str:
         + "/".join(_fmt(s[p], 2) for p in ROW_PERCENTILES)
         + " ms",
     ]
+    if report["fleet"].get("depth3d"):
+        lines.append(f"fleet: {summary_line(report['fleet']['depth3d'])}")
     lines += [f"failed: {r['name']}: {r['error']}" for r in report["drives"] if r["status"] != "ok"]
     if run.get("partial"):
         lines.append(f"PARTIAL: {partial_text(run)}")

@@ -64,6 +64,7 @@ class ReplayOptions:
     gt_instances: Path | None = None
     gt_panoptic: Path | None = None
     gt_panoptic_dir: Path | None = None
+    gt_3d: Path | None = None  # objects3d.json: 3-D accuracy with the bag's depth (lockstep)
     match: str = "auto"
     out: Path = Path("out/replay")
     output_bag: Path | None = None  # None: no output bag
@@ -123,6 +124,8 @@ class ReplayOptions:
             notes.append("--match has no effect without --gt-instances or --gt-panoptic")
         if self.gt_panoptic is None and self.gt_panoptic_dir is not None:
             notes.append("--gt-panoptic-dir has no effect without --gt-panoptic")
+        if self.gt_3d is not None and (self.mode == "realtime" or self.cameras is not None):
+            notes.append("--gt-3d is evaluated in the one-camera lockstep only")
         return notes
 
     def load_ground_truth(self) -> GroundTruth | None:
@@ -194,9 +197,12 @@ def run_lockstep(
     warmup: int = 3,
     progress: bool = True,
     statistics: bool = False,
+    gt_3d: Path | None = None,
 ) -> dict:
     """Run every frame through ``pipeline`` (a Pipeline or any callable with its signature);
-    ``statistics`` adds the evaluator's sufficient statistics (for merging, ``merge.py``)."""
+    ``statistics`` adds the evaluator's sufficient statistics (for merging, ``merge.py``);
+    ``gt_3d`` (objects3d.json) adds the 3-D accuracy with the bag's depth (``depth3d.py``)."""
+    from .depth3d import open_evaluator
     from .metrics import Evaluator
 
     total = bag.count if max_frames is None else min(bag.count, max_frames)
@@ -204,6 +210,7 @@ def run_lockstep(
         stamps = [f.stamp_ns for f, _ in zip(bag.frames(), range(total), strict=False)]
         gt.match(stamps, match)
     evaluator = Evaluator(gt) if gt is not None else None
+    depth3d = open_evaluator(bag, gt_3d) if gt_3d is not None else None
     writer = open_output_bag(output_bag) if output_bag else None
     infos: StampMatcher[bytes] = StampMatcher(CAMERA_INFO_TOLERANCE_NS, max(1, bag.count))
     for stamp, raw in bag.camera_infos() if writer is not None else ():
@@ -231,6 +238,8 @@ def run_lockstep(
             processed += 1
             if evaluator is not None and evaluator.add(frame.index, result):
                 evaluated += 1
+            if depth3d is not None:
+                depth3d.add(frame.stamp_ns, result)
             if writer is not None:
                 writer.write(bag.topic, bag.msgtype, frame.bag_time_ns, frame.raw)
                 info = infos.match(frame.stamp_ns)
@@ -247,6 +256,8 @@ def run_lockstep(
         bar.close()
         if writer is not None:
             writer.close()
+        if depth3d is not None:
+            depth3d.source.close()
     wall = time.perf_counter() - start
     warm = min(warmup, max(processed - 1, 0))
     notes = [bag.damage] if bag.damage else []
@@ -279,6 +290,7 @@ def run_lockstep(
         "overlays": overlay_files,
         "notes": notes,
         **({"statistics": stats} if statistics and stats is not None else {}),
+        **(depth3d.blocks() if depth3d is not None else {}),
         **({"partial": True} if interrupted else {}),
     }
 
@@ -351,6 +363,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gt-panoptic-dir",
         type=Path,
         help="folder of the panoptic PNGs (default: the JSON path without .json)",
+    )
+    parser.add_argument(
+        "--gt-3d",
+        type=Path,
+        help="3-D ground truth (objects3d.json of 'synth --depth'): lift the instances with the "
+        "bag's registered depth and report the centroid error (lockstep; default: no 3-D)",
     )
     parser.add_argument(
         "--match",
@@ -443,9 +461,11 @@ def replay(options: ReplayOptions) -> dict:
     if options.output_bag is not None:
         report["output_bag"] = str(options.output_bag)
     if options.plots:
+        from .depth3d import depth3d_plots
         from .plots import write_plots
 
         report["plots"] = write_plots(report, options.out)
+        report["plots"] += depth3d_plots(report, options.out)
     write_report(report, options.out)
     return report
 
@@ -482,6 +502,7 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
                     options.max_frames,
                     options.warmup,
                     options.progress,
+                    gt_3d=options.gt_3d,
                 )
         if options.mode in ("realtime", "both") and not modes.get("lockstep", {}).get("partial"):
             block, model = run_realtime(

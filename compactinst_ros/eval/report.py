@@ -262,6 +262,10 @@ def summary_text(report: dict) -> str:
         acc = accuracy_rows(block.get("accuracy"))
         if acc:
             lines.append("accuracy: " + ", ".join(f"{k} {v}" for k, v in acc))
+        if block.get("depth3d"):
+            from .depth3d import summary_line
+
+            lines.append(summary_line(block["depth3d"]))
         lines.append(f"latency ms (warm-up {block['warmup_frames']} excluded):")
         lines.append(f"  {'stage':<12}{'mean':>9}{'p50':>9}{'p90':>9}{'p99':>9}")
         for stage, row in block["latency"].items():

@@ -11,6 +11,7 @@ import pytest
 
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.eval.bags import ImageBag, typestore
+from compactinst_ros.eval.cameras import open_cameras
 from compactinst_ros.train import synthetic, synthetic_depth
 from compactinst_ros.train.synthetic import (
     FIELD,
@@ -134,6 +135,12 @@ def test_bag_holds_colour_camera_info_registered_depth_and_stamped_3d_truth(tmp_
             np.testing.assert_allclose(array[png > 0], png[png > 0] / 1000.0, rtol=1e-6)
         entries = [i for i in truth["images"] if i.get("camera", camera) == camera]
         assert len(entries) == 2 and all(e["objects"] for e in entries)
+    opened = open_cameras(tmp_path / "d" / "bag", "all")  # replay --cameras all: colour only
+    try:
+        assert [c.name for c in opened] == list(cameras)
+    finally:
+        for c in opened:
+            c.bag.close()
 
 
 def test_depth_needs_a_bag_and_a_known_encoding(tmp_path):

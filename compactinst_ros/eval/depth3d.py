@@ -1,0 +1,354 @@
+"""3-D accuracy of a replay: each frame's instances lifted with the bag's registered depth and
+compared with a 3-D ground truth file (``compactinst synth --depth`` writes one, objects3d.json).
+
+Per frame (matched to the truth by header stamp, and camera where the truth names cameras):
+
+* the depth image nearest the frame's stamp within ``DEPTH_TOLERANCE_NS`` and both camera_infos
+  are taken from the bag; the instances are lifted as the node lifts them (``spatial.lift``);
+* predictions are paired one to one with the true objects by 2-D box IoU >= ``MATCH_IOU``,
+  highest score first (class-blind: the class is AP's business, this measures position);
+* a matched pair's error is the distance between the lifted centroid and the true one; the
+  relative error divides it by the true object's distance from the camera.
+
+The sufficient statistics are the per-pair errors and distances and the counts, so that
+``replay-fleet`` merges drives exactly (:func:`merge`): medians and percentiles are taken over
+all pairs, never averaged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import DataError, InputError
+from ..spatial import Intrinsics, LiftOptions, lift_depth
+
+if TYPE_CHECKING:
+    from ..structures import FrameResult
+    from .bags import BagFrame, ImageBag
+
+#: a depth image pairs with a colour frame when their stamps differ by at most this
+DEPTH_TOLERANCE_NS = 5_000_000
+#: 2-D box IoU at which a prediction and a true object are the same object
+MATCH_IOU = 0.5
+#: the plot of error against distance, under the replay's --out
+PLOT_NAME = "depth3d_error.png"
+
+
+def depth_topic_for(image_topic: str, topics: Sequence[str]) -> str | None:
+    """The registered depth topic of a colour ``image_topic``: an image topic in the same camera
+    namespace with a ``depth`` element (``/cam/image_raw`` -> ``/cam/depth/image_raw``,
+    ``/cam/aligned_depth_to_color/image_raw``); None when there is not exactly one."""
+    from .bags import is_depth_topic
+
+    base = image_topic.removesuffix("/compressed").rsplit("/", 1)[0]
+    found = [t for t in topics if t.startswith(base + "/") and is_depth_topic(t[len(base) :])]
+    return found[0] if len(found) == 1 else None
+
+
+def depth_metres(msg: object, msgtype: str) -> np.ndarray:
+    """(H, W) float32 metres, NaN where there is no return, of a deserialised depth message
+    (16UC1 millimetres, 32FC1 metres, or image_transport's compressedDepth)."""
+    from .. import image_formats
+    from .bags import COMPRESSED
+
+    if msgtype == COMPRESSED:
+        data = np.asarray(msg.data, np.uint8)
+        return image_formats.decode_compressed_depth(str(msg.format), data)
+    encoding = str(msg.encoding)
+    image = image_formats.array_from_buffer(
+        msg.data, int(msg.height), int(msg.width), int(msg.step), encoding
+    )
+    return image_formats.depth_to_metres(encoding, image)
+
+
+def intrinsics_of(raw: bytes) -> Intrinsics:
+    """The Intrinsics of a CDR-serialised sensor_msgs/CameraInfo."""
+    from .bags import CAMERA_INFO, typestore
+
+    info = typestore().deserialize_cdr(raw, CAMERA_INFO)
+    return Intrinsics.from_k(list(info.k), int(info.width), int(info.height))
+
+
+class DepthSource:
+    """A bag camera's registered depth and both camera_infos, looked up by the frame's stamp.
+
+    The depth messages are read as the replay advances (frames come in stamp order), holding
+    only those within the tolerance of the current frame; ``close`` ends the reading."""
+
+    def __init__(self, bag_path: str | Path, colour: ImageBag, depth_topic: str | None = None):
+        from .bags import ImageBag
+
+        topic = depth_topic or depth_topic_for(colour.topic, colour.image_topics)
+        if topic is None:
+            raise DataError(
+                f"bag '{bag_path}' has no depth topic beside {colour.topic} (image topics: "
+                f"{', '.join(colour.image_topics)}); record the registered depth "
+                "(e.g. /camera/depth/image_raw) to evaluate in 3-D"
+            )
+        self.topic = topic
+        self._colour_infos = dict(colour.camera_infos())
+        if not self._colour_infos:
+            raise DataError(
+                f"bag '{bag_path}' has no camera_info for {colour.topic}; record the camera's "
+                "camera_info (its K places the masks in 3-D)"
+            )
+        self._bag = ImageBag(bag_path, topic)
+        # Only a camera_info in the depth's own namespace describes the depth image (the bag's
+        # only camera_info may be the colour camera's).
+        own = self._bag.camera_info_topic
+        same = own is not None and own.rsplit("/", 1)[0] == topic.rsplit("/", 1)[0]
+        self._depth_infos = dict(self._bag.camera_infos()) if same else {}
+        self._reading = self._bag.frames()
+        self._held: list[BagFrame] = []  # read, not older than the last frame's tolerance
+
+    def close(self) -> None:
+        """Stop reading the depth topic."""
+        self._bag.close()
+
+    @staticmethod
+    def _nearest(stamps: Iterable[int], stamp: int) -> int | None:
+        best = min(stamps, key=lambda s: abs(s - stamp), default=None)
+        return best if best is not None and abs(best - stamp) <= DEPTH_TOLERANCE_NS else None
+
+    def for_frame(self, stamp_ns: int) -> tuple[np.ndarray, Intrinsics, Intrinsics | None] | None:
+        """(depth metres, colour K, depth K or None for the colour's) of the frame at
+        ``stamp_ns``; None when no depth image or colour camera_info lies within tolerance."""
+        from .bags import typestore
+
+        while not self._held or self._held[-1].stamp_ns <= stamp_ns + DEPTH_TOLERANCE_NS:
+            frame = next(self._reading, None)
+            if frame is None:
+                break
+            self._held.append(frame)
+        self._held = [f for f in self._held if f.stamp_ns >= stamp_ns - DEPTH_TOLERANCE_NS]
+        by_stamp = {f.stamp_ns: f for f in self._held}
+        near = self._nearest(by_stamp, stamp_ns)
+        colour = self._nearest(self._colour_infos, stamp_ns)
+        if near is None or colour is None:
+            return None
+        frame = by_stamp[near]
+        depth = depth_metres(typestore().deserialize_cdr(frame.raw, frame.msgtype), frame.msgtype)
+        own = self._nearest(self._depth_infos, near)
+        depth_k = intrinsics_of(self._depth_infos[own]) if own is not None else None
+        return depth, intrinsics_of(self._colour_infos[colour]), depth_k
+
+
+class Truth3D:
+    """objects3d.json: per image (by stamp, and camera where given) its objects' 3-D truth."""
+
+    def __init__(self, path: str | Path) -> None:
+        try:
+            data = json.loads(Path(path).read_text())
+            images = data["images"]
+            self._by_stamp = {
+                (img.get("camera"), int(img["stamp_ns"])): img["objects"] for img in images
+            }
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DataError(
+                f"3-D ground truth '{path}' cannot be read ({type(exc).__name__}: {exc}); pass "
+                "the objects3d.json of 'compactinst synth --bag --depth' (images with stamp_ns "
+                "and objects with bbox and centroid)"
+            ) from None
+        self.path = Path(path)
+        self.cameras = {camera for camera, _ in self._by_stamp}
+
+    def objects(self, stamp_ns: int, camera: str | None = None) -> list[dict] | None:
+        """The true objects of the frame at ``stamp_ns`` (None: the file has no such frame)."""
+        key = camera if camera in self.cameras else None
+        return self._by_stamp.get((key, stamp_ns))
+
+
+def box_iou(boxes: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """(N, M) IoU of x0, y0, x1, y1 boxes (x1, y1 exclusive)."""
+    lo = np.maximum(boxes[:, None, :2], truth[None, :, :2])
+    hi = np.minimum(boxes[:, None, 2:], truth[None, :, 2:])
+    inter = np.prod(np.clip(hi - lo, 0, None), axis=2)
+    area = lambda b: np.prod(b[:, 2:] - b[:, :2], axis=1)  # noqa: E731
+    return inter / (area(boxes)[:, None] + area(truth)[None, :] - inter)
+
+
+def match_boxes(boxes: np.ndarray, scores: np.ndarray, truth: np.ndarray) -> list[tuple[int, int]]:
+    """One-to-one (prediction, truth) pairs with IoU >= MATCH_IOU, highest score first, each
+    prediction taking the free truth it overlaps most."""
+    if len(boxes) == 0 or len(truth) == 0:
+        return []
+    iou = box_iou(boxes.astype(np.float64), truth.astype(np.float64))
+    taken = np.zeros(len(truth), bool)
+    pairs = []
+    for i in np.argsort(-scores, kind="stable"):
+        free = np.where(taken, -1.0, iou[i])
+        j = int(np.argmax(free))
+        if free[j] >= MATCH_IOU:
+            taken[j] = True
+            pairs.append((int(i), j))
+    return pairs
+
+
+@dataclass
+class Depth3DEvaluator:
+    """Accumulates the 3-D errors of a replay's frames (``add``), then summarises them."""
+
+    truth: Truth3D
+    source: DepthSource
+    camera: str | None = None
+    options: LiftOptions = field(default_factory=LiftOptions)
+    errors_m: list[float] = field(default_factory=list)
+    refused_reasons: set[str] = field(default_factory=set)
+    distances_m: list[float] = field(default_factory=list)
+    counts: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("frames", "no_truth", "no_depth", "refused", "objects", "matched", "no_support"), 0
+        )
+    )
+
+    def add(self, stamp_ns: int, result: FrameResult) -> None:
+        """Lift one replayed frame and score it against its truth."""
+        self.counts["frames"] += 1
+        objects = self.truth.objects(stamp_ns, self.camera)
+        if objects is None:
+            self.counts["no_truth"] += 1
+            return
+        self.counts["objects"] += len(objects)
+        inst = result.instances
+        try:
+            depth = self.source.for_frame(stamp_ns)
+            if depth is None:
+                self.counts["no_depth"] += 1
+                return
+            if result.instance_raster is None or len(inst) == 0 or not objects:
+                return
+            lifted = lift_depth(result.instance_raster, inst.ids, *depth, self.options)
+        except InputError as exc:  # a depth image or camera_info that cannot be used
+            self.counts["refused"] += 1
+            self.refused_reasons.add(str(exc))
+            return
+        truth_boxes = np.array([o["bbox"] for o in objects], np.float64)
+        truth_boxes[:, 2:] += truth_boxes[:, :2]
+        for i, j in match_boxes(inst.box, inst.score, truth_boxes):
+            self.counts["matched"] += 1
+            if not lifted.valid[i]:
+                self.counts["no_support"] += 1
+                continue
+            true = np.asarray(objects[j]["centroid"], np.float64)
+            self.errors_m.append(float(np.linalg.norm(lifted.centroid[i] - true)))
+            self.distances_m.append(float(objects[j]["distance"]))
+
+    def statistics(self) -> dict:
+        """The sufficient statistics (exactly mergeable): per-pair errors, distances, counts."""
+        return {
+            "errors_m": [round(e, 6) for e in self.errors_m],
+            "distances_m": [round(d, 6) for d in self.distances_m],
+            "refused_reasons": sorted(self.refused_reasons),
+            **self.counts,
+        }
+
+    def blocks(self) -> dict:
+        """The lockstep block's entries: ``depth3d`` (figures) and ``depth3d_statistics``."""
+        stats = self.statistics()
+        return {"depth3d": summarise(stats), "depth3d_statistics": stats}
+
+
+def summarise(stats: Mapping) -> dict:
+    """The 3-D figures of ``stats``: pairs, median and p90 error in metres and in % of the
+    object's distance (percentiles of the per-pair relative errors)."""
+    errors = np.asarray(stats["errors_m"], np.float64)
+    relative = errors / np.asarray(stats["distances_m"], np.float64) * 100.0
+    out: dict = {k: stats[k] for k in stats if k not in ("errors_m", "distances_m")}
+    out["refused_reasons"] = sorted(set(stats.get("refused_reasons", [])))
+    out["lifted"] = len(errors)
+    if len(errors):
+        out["centroid_error_m"] = {
+            "median": round(float(np.median(errors)), 4),
+            "p90": round(float(np.percentile(errors, 90)), 4),
+        }
+        out["centroid_error_pct"] = {
+            "median": round(float(np.median(relative)), 3),
+            "p90": round(float(np.percentile(relative, 90)), 3),
+        }
+    return out
+
+
+def merge(parts: Sequence[Mapping]) -> dict:
+    """The statistics of one evaluation over all ``parts`` (concatenated pairs, summed counts)."""
+    merged: dict = {"errors_m": [], "distances_m": []}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, list):
+                merged[key] = merged.get(key, []) + value
+            else:
+                merged[key] = merged.get(key, 0) + value
+    return merged
+
+
+def summary_line(figures: Mapping) -> str:
+    """``3-D: N matched, centroid error median A m (B %), p90 C m (D %)``."""
+    if not figures.get("lifted"):
+        refused = figures.get("refused_reasons") or []
+        return (
+            f"3-D: 0 matched with depth ({figures.get('matched', 0)} matched in 2-D, "
+            f"{figures.get('no_depth', 0)} frames without depth within "
+            f"{DEPTH_TOLERANCE_NS / 1e6:g} ms, {figures.get('refused', 0)} refused"
+            + (f": {refused[0]}" if refused else "")
+            + ")"
+        )
+    m, pct = figures["centroid_error_m"], figures["centroid_error_pct"]
+    return (
+        f"3-D: {figures['lifted']} matched, centroid error median {m['median']:.3f} m "
+        f"({pct['median']:.1f} %), p90 {m['p90']:.3f} m ({pct['p90']:.1f} %)"
+    )
+
+
+def plot(stats: Mapping, path: Path) -> Path | None:
+    """Scatter of the centroid error (m and %) against the true distance; None: no pairs."""
+    if not stats["errors_m"]:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    errors, distances = np.asarray(stats["errors_m"]), np.asarray(stats["distances_m"])
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    axes[0].scatter(distances, errors, s=8, alpha=0.6)
+    axes[0].set(xlabel="true distance (m)", ylabel="centroid error (m)")
+    axes[1].scatter(distances, errors / distances * 100.0, s=8, alpha=0.6)
+    axes[1].set(xlabel="true distance (m)", ylabel="centroid error (% of distance)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"3-D centroid error of {len(errors)} matched instances")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def open_evaluator(bag: ImageBag, gt_3d: str | Path) -> Depth3DEvaluator:
+    """The evaluator of a replay of ``bag``'s camera against the 3-D truth ``gt_3d``: the
+    depth topic beside the camera's, the truth's frames of this camera."""
+    from .bags import camera_name
+
+    truth = Truth3D(gt_3d)
+    return Depth3DEvaluator(truth, DepthSource(bag.path, bag), camera_name(bag.topic))
+
+
+def depth3d_plots(report: Mapping, out: Path) -> list[str]:
+    """The error-against-distance plot of a replay report's lockstep 3-D evaluation (names
+    relative to ``out``; none without one)."""
+    stats = report["modes"].get("lockstep", {}).get("depth3d_statistics")
+    if not stats or plot(stats, out / PLOT_NAME) is None:
+        return []
+    return [PLOT_NAME]
+
+
+def merged_figures(blocks: Sequence[Mapping]) -> dict | None:
+    """The 3-D figures of one evaluation over the frames of several lockstep blocks (the
+    drives of a fleet), from their statistics; None when none was evaluated in 3-D."""
+    parts = [b["depth3d_statistics"] for b in blocks if b.get("depth3d_statistics")]
+    return summarise(merge(parts)) if parts else None
