@@ -1,12 +1,15 @@
 """``compactinst precision-report BUNDLE --data DIR``: the bundle's precisions side by side on the
 CPU: mask AP and PQ, per-stage time measured in one run (the precisions alternate frame by
 frame, so machine load hits all alike), the 1080p end-to-end time, and the largest per-tensor
-error of the decoder outputs against FP32; a table (text + JSON) and a plot."""
+error of the decoder outputs against FP32; a table (text + JSON) and a plot. A row whose
+backend refuses to open (its acceptance check) is named with the reason, and the rows that ran
+are still reported."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -18,7 +21,7 @@ import numpy as np
 
 from ..backends.acceptance import graph_outputs, matched
 from ..bundle import DECODER_OUTPUTS, ModelBundle
-from ..errors import ConfigError
+from ..errors import BackendError, ConfigError
 from .evaluate import data_images, encoder_inputs, evaluate_bundle
 
 #: the 1080p camera of the end-to-end timing
@@ -101,6 +104,22 @@ def largest_error(reference: Sequence[dict], result: Sequence[dict]) -> dict[str
     }
 
 
+def open_rows(
+    bundle: ModelBundle, rows: Sequence[Variant], threads: int | None = None
+) -> tuple[dict, dict[str, str]]:
+    """A Pipeline per row that opens, and per row whose backend refuses (BackendError: e.g. its
+    acceptance check) the reason."""
+    from ..pipeline import Pipeline
+
+    pipes, refused = {}, {}
+    for row in rows:
+        try:
+            pipes[row.label] = Pipeline(bundle, row.backend, threads=threads, **row.overrides)
+        except BackendError as exc:
+            refused[row.label] = str(exc)
+    return pipes, refused
+
+
 def measure(
     bundle: ModelBundle,
     rows: Sequence[Variant],
@@ -108,12 +127,13 @@ def measure(
     camera: np.ndarray,
     rounds: int,
     threads: int | None = None,
-) -> dict[str, dict]:
-    """Per row: decoder-output errors against FP32 on ``tensors``, and the per-stage CPU times
-    (median and 10-90 % range, ms) over ``rounds`` frames, the rows alternating frame by frame."""
-    from ..pipeline import Pipeline
-
-    pipes = {r.label: Pipeline(bundle, r.backend, threads=threads, **r.overrides) for r in rows}
+) -> tuple[dict[str, dict], dict[str, str]]:
+    """Per row that opens: decoder-output errors against the first such row (FP32) on
+    ``tensors``, and the per-stage CPU times (median and 10-90 % range, ms) over ``rounds``
+    frames, the rows alternating frame by frame; and per refused row, the reason."""
+    pipes, refused = open_rows(bundle, rows, threads)
+    if not pipes:
+        return {}, refused
     try:
         outputs = {
             label: [graph_outputs(pipe.backend.run_decoder(pipe.backend.run_encoder(t))[0])
@@ -134,7 +154,7 @@ def measure(
                     for stage, ms in (("encoder", t1 - t0), ("decoder", t2 - t1),
                                       ("end_to_end_1080p", t3 - t2)):  # fmt: skip
                         times[label].setdefault(stage, []).append(ms * 1e3)
-        ref = outputs[rows[0].label]
+        ref = next(iter(outputs.values()))
         out = {}
         for label, pipe in pipes.items():
             enc_dec = np.add(times[label]["encoder"], times[label]["decoder"])
@@ -145,7 +165,7 @@ def measure(
                 "error": output_error(ref, outputs[label]),
                 "largest_error": largest_error(ref, outputs[label]),
             }
-        return out
+        return out, refused
     finally:
         for pipe in pipes.values():
             pipe.close()
@@ -238,9 +258,12 @@ def format_table(report: dict) -> str:
             f"{row['error']['pred_logits']:10.4f} {row['error']['pred_masks']:9.4f} "
             f"{row['largest_error']['pred_masks']:13.3f}"
         )
-    count = next(iter(bases.values()))["encoder"]["count"]
-    lines.append(f"times: medians of {count} alternating frames, speed-ups against the same "
-                 f"backend's fp32; err: {OUTPUT_ERROR_DOC}")  # fmt: skip
+    if bases:
+        count = next(iter(bases.values()))["encoder"]["count"]
+        lines.append(f"times: medians of {count} alternating frames, speed-ups against the same "
+                     f"backend's fp32; err: {OUTPUT_ERROR_DOC}")  # fmt: skip
+    for label, reason in report.get("refused", {}).items():
+        lines.append(f"{label}: refused, not measured: {reason}")
     return "\n".join(lines)
 
 
@@ -288,7 +311,8 @@ def precision_report(
     backends: Sequence[str] = ("onnxruntime",),
 ) -> dict:
     """Measure every precision of the bundle on ``backends``, write ``precision_report.json``,
-    ``.txt`` and ``.png`` into ``out``; returns the report."""
+    ``.txt`` and ``.png`` into ``out``; returns the report. A row whose backend refuses to open
+    is left out of the measurements and named in ``report["refused"]`` with the reason."""
     bundle = ModelBundle.load(bundle_path)
     rows = bundle_variants(bundle, backends)
     if len(rows) == 1:
@@ -299,8 +323,13 @@ def precision_report(
     tensors = encoder_inputs(bundle, data, 4)
     _, image, _ = next(data_images(data, 1))
     camera = cv2.resize(image, CAMERA_1080P[::-1], interpolation=cv2.INTER_LINEAR)
-    measured = measure(bundle, rows, tensors, camera, rounds, threads)
+    measured, refused = measure(bundle, rows, tensors, camera, rounds, threads)
+    if not measured:
+        raise BackendError("no row of the report opened: " + "; ".join(
+            f"{label}: {reason}" for label, reason in refused.items()))  # fmt: skip
     for row in rows:
+        if row.label in refused:
+            continue
         measured[row.label]["accuracy"] = evaluate_bundle(
             bundle.root, data, limit, row.backend, progress=progress, threads=threads,
             **row.overrides,
@@ -310,6 +339,7 @@ def precision_report(
         "fingerprint": bundle.fingerprint,
         "data": str(data),
         "rows": measured,
+        "refused": refused,
     }
     if "fp16" in bundle.precisions:
         report["fp16_on_cpu"] = fp16_emulation_agreement(bundle, tensors)
@@ -353,4 +383,8 @@ def run(args: argparse.Namespace) -> int:
         for stage, ops in agree["fp16_ops"].items():
             print(f"  ops ONNX Runtime's CPU provider runs in FP16 ({stage}): {ops or 'none'}")
     print(f"report: {Path(args.out) / 'precision_report.txt'}, .json, .png")
+    if report["refused"]:
+        print(f"incomplete: {len(report['refused'])} row(s) refused to open: "
+              f"{', '.join(report['refused'])} (the reasons are in the table)", file=sys.stderr)
+        return 1
     return 0
