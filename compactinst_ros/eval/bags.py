@@ -33,7 +33,7 @@ import cv2
 import numpy as np
 
 from ..errors import DataError, InputError
-from ..image_formats import array_from_buffer, check_encoding, compressed_format, decode_compressed
+from ..image_formats import decode_compressed, image_from_buffer
 from ..video import (
     COMPRESSED_VIDEO,
     FFMPEG_PACKET,
@@ -128,26 +128,32 @@ class BagFrame:
 
 
 def image_from_message(msg: object, msgtype: str) -> tuple[np.ndarray, str]:
-    """Array and encoding of a deserialised Image or CompressedImage message; compressed frames
-    are checked (format, magic bytes, header size) and decoded as the node does, to bgr8."""
+    """Array and encoding of a deserialised Image or CompressedImage message, as the pipeline
+    takes them: raw frames read as the node reads them (``image_formats.image_from_buffer``:
+    bayer, 16-bit, nv12 converted on arrival); compressed frames checked (format, magic bytes,
+    header size) and decoded as the node does, to bgr8."""
     if msgtype == COMPRESSED:
         return decode_compressed(np.asarray(msg.data, np.uint8), str(msg.format)), "bgr8"
-    encoding = str(msg.encoding)
-    image = array_from_buffer(msg.data, int(msg.height), int(msg.width), int(msg.step), encoding)
-    return image, encoding
+    return image_from_buffer(
+        msg.data,
+        int(msg.height),
+        int(msg.width),
+        int(msg.step),
+        str(msg.encoding),
+        bool(msg.is_bigendian),
+    )
 
 
 def readable(msg: object, msgtype: str) -> str | None:
-    """Why replay cannot decode frames like ``msg``, or None when it can (``image_formats``
-    and ``video`` decide, as for the frames themselves)."""
+    """Why replay cannot decode frames like ``msg``, or None when it can: a still frame is
+    decoded as replay decodes it (``image_formats`` decides), a video message needs a decoder
+    for its codec (its first packet need not be a keyframe)."""
     try:
-        if msgtype == IMAGE:
-            check_encoding(str(msg.encoding))
-        elif msgtype == COMPRESSED:
-            compressed_format(str(msg.format))
-        else:
+        if msgtype in VIDEO_TYPES:
             field = msg.format if msgtype == COMPRESSED_VIDEO else msg.encoding
             available_decoders(codec_of(str(field)))
+        else:
+            image_from_message(msg, msgtype)
     except InputError as exc:
         return str(exc).split(";", 1)[0]
     return None

@@ -5,22 +5,33 @@ that runs every camera's waiting frame as one batch (``start_round``, then ``fin
 camera is subscribed only while one of its own outputs has a subscriber (``IdleGate``), follows
 its own publishers' reliability, and counts its own drops and errors: a bad frame fails that
 camera's frame alone.
+
+Video transports (``input_transport`` ffmpeg or foxglove) are decoded in the subscription
+callback, packet by packet in arrival order, by one ``VideoStream`` per camera and transport:
+a picture depends on the ones before it, so no packet may be skipped the way the mailbox skips
+still frames. The decoded picture waits in the mailbox like any frame; the time spent decoding
+is its ``decode`` stage.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
 from rclpy.qos import ReliabilityPolicy, qos_policy_name_from_kind
 from sensor_msgs.msg import CompressedImage, Image
+from std_msgs.msg import Header
 
-from ..errors import InputError
+from .. import video
+from ..errors import ConfigError, InputError
+from ..image_formats import mono_note
 from ..labels import LabelSet
 from ..pipeline import PendingBatch, Pipeline
 from ..structures import INFERENCE, BatchItem, FrameResult
@@ -32,7 +43,7 @@ from .health import HealthMonitor
 from .idle import IdleGate
 from .params import INPUT_KINDS, CameraConfig, NodeConfig
 from .publishers import Publishers, output_set
-from .qos import frame_qos, matched_reliability, reliability_name
+from .qos import frame_qos, matched_reliability, reliability_name, stream_qos
 from .worker import Batcher, Frame, Round
 
 try:
@@ -42,6 +53,39 @@ except ImportError:  # Humble
 
 #: seconds between two log lines of one error reason (each reason has its own window)
 LOG_THROTTLE_S = 2.0
+#: video input kinds -> (message type name, ROS package, Python module)
+VIDEO_KINDS = {
+    "ffmpeg": (video.FFMPEG_PACKET, "ffmpeg_image_transport_msgs", "FFMPEGPacket"),
+    "foxglove": (video.COMPRESSED_VIDEO, "foxglove_msgs", "CompressedVideo"),
+}
+
+
+def message_type(kind: str) -> type:
+    """The ROS message class of input ``kind``; ConfigError naming the package to install when
+    a video transport's messages are missing."""
+    if kind == "raw":
+        return Image
+    if kind == "compressed":
+        return CompressedImage
+    _, package, name = VIDEO_KINDS[kind]
+    try:
+        module = importlib.import_module(f"{package}.msg")
+    except ImportError:
+        raise ConfigError(
+            f"input_transport:={kind} needs the {package} messages, which are not installed; "
+            f"apt install ros-$ROS_DISTRO-{package.replace('_', '-')} (or build {package})"
+        ) from None
+    return getattr(module, name)
+
+
+@dataclass
+class VideoPicture:
+    """A decoded video packet waiting in the mailbox: its header (CompressedVideo's stamp and
+    frame_id as a Header), the bgr8 picture and the ms its decoding took."""
+
+    header: Header
+    image: Any
+    decode_ms: float
 
 
 @dataclass
@@ -81,9 +125,14 @@ class Camera:
         self.several = camera.prefix != "~/"
         self.stats = FrameStats()
         self.throttle = ReasonThrottle(LOG_THROTTLE_S)
+        #: set by the first mono frame: logged once, then a WARN on every /diagnostics report
+        self.mono_note: str | None = None
         self.health = HealthMonitor(config.health)
         self.subs: dict[str, Any] = {}
         self.reliability: dict[str, ReliabilityPolicy] = {}
+        self.message_types = {kind: message_type(kind) for kind in self.kinds}
+        #: decoder state per video input kind, fresh on every (re-)start of the input
+        self.streams: dict[str, video.VideoStream] = {}
         self.gate: IdleGate | None = None
         self.active = False
         self.pubs: Publishers | None = Publishers(
@@ -147,6 +196,7 @@ class Camera:
     def _start_input(self) -> None:
         """Subscribe to the input transport(s) (and the camera_info), at the last known QoS."""
         default = self.config.input_reliability or ReliabilityPolicy.BEST_EFFORT
+        self.streams = {kind: video.VideoStream() for kind in self.kinds if kind in VIDEO_KINDS}
         for kind in self.kinds:
             self._subscribe(kind, self.reliability.get(kind, default))
         if self.camera_info is not None:
@@ -165,14 +215,17 @@ class Camera:
     def _subscribe(self, kind: str, reliability: ReliabilityPolicy) -> None:
         """(Re-)subscribe ``kind``; the new reader exists before the old one goes (fewer gaps)."""
         old = self.subs.pop(kind, None)
-        msg_type = Image if kind == "raw" else CompressedImage
         events = SubscriptionEventCallbacks(incompatible_qos=self._on_incompatible_qos)
         compressed = kind == "compressed"
+        if kind in VIDEO_KINDS:
+            callback = partial(self._on_video, kind=kind)
+        else:
+            callback = partial(self._on_image, compressed=compressed)
         self.subs[kind] = self.node.create_subscription(
-            msg_type,
+            self.message_types[kind],
             self.camera.topic(kind),
-            lambda msg: self._on_image(msg, compressed),
-            frame_qos(reliability),
+            callback,
+            stream_qos(reliability) if kind in VIDEO_KINDS else frame_qos(reliability),
             event_callbacks=events,
         )
         self.reliability[kind] = reliability
@@ -212,6 +265,31 @@ class Camera:
         self.health.stamp_age.tick(stamp_ns(msg.header.stamp), now_ns)
         self.stats.on_received(self.batcher.put(self.index, Frame(msg, compressed)))
 
+    def _on_video(self, msg: Any, kind: str) -> None:
+        """Decode a video packet now, in arrival order; a packet that gives no picture is a bad
+        input frame under its reason, packets a pts jump shows lost are counted as dropped."""
+        stream = self.streams.get(kind)
+        if not self.active or stream is None:
+            return
+        began = time.perf_counter()
+        msgtype = VIDEO_KINDS[kind][0]
+        lost = stream.lost
+        try:
+            image = stream.decode(video.packet_of(msg, msgtype))
+        except InputError as exc:
+            self.stats.on_received(False)  # received, then failed: a bad input frame
+            self.fail(exc)
+            return
+        finally:
+            if stream.lost > lost:
+                self.stats.on_dropped(stream.lost - lost)
+        if msgtype == video.COMPRESSED_VIDEO:
+            header = Header(stamp=msg.timestamp, frame_id=msg.frame_id)
+        else:
+            header = msg.header
+        decode_ms = (time.perf_counter() - began) * 1e3
+        self._on_image(VideoPicture(header, image, decode_ms), False)
+
     def prepare(self, pipeline: Pipeline, frame: Frame, start: float) -> Job | None:
         """Convert and validate the frame for the round that began at ``start``; None when it
         failed (counted, logged) or no output of this camera has a subscriber (skipped)."""
@@ -224,10 +302,16 @@ class Camera:
             if not any(wanted.values()):
                 self.stats.on_idle()
                 return None
-            if frame.compressed:
+            if isinstance(frame.msg, VideoPicture):  # decoded on arrival (``_on_video``)
+                image, encoding = frame.msg.image, "bgr8"
+                began -= frame.msg.decode_ms / 1e3  # its decode stage includes that decoding
+            elif frame.compressed:
                 image, encoding = convert.image_from_compressed(frame.msg)
             else:
                 image, encoding = convert.image_from_msg(frame.msg)
+                if self.mono_note is None and (note := mono_note(encoding)):
+                    self.mono_note = note
+                    self.log.warning(self._named(note))
             decoded = time.perf_counter()
             item = pipeline.prepare(image, encoding, output_set(wanted))
         except Exception as exc:
@@ -306,7 +390,7 @@ class Camera:
             publishers=publishers,
             input_timeout_s=self.config.input_timeout,
             loaded=loaded,
-            warnings=warnings,
+            warnings=[*warnings, *filter(None, [self.mono_note])],
             checks=checks,
         )
 

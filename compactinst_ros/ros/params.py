@@ -55,9 +55,15 @@ OUTPUTS = (
 BACKEND_CHOICES = ("auto", "tensorrt", "onnxruntime", "openvino")
 #: ``precision`` values; auto = the backend's default (onnxruntime fp32, tensorrt fp16)
 PRECISION_CHOICES = ("auto", *PRECISIONS)
-TRANSPORT_CHOICES = ("raw", "compressed", "both")
+TRANSPORT_CHOICES = ("raw", "compressed", "both", "ffmpeg", "foxglove")
 #: ``input_transport`` value -> the input kinds subscribed
-INPUT_KINDS = {"raw": ("raw",), "compressed": ("compressed",), "both": ("raw", "compressed")}
+INPUT_KINDS = {
+    "raw": ("raw",),
+    "compressed": ("compressed",),
+    "both": ("raw", "compressed"),
+    "ffmpeg": ("ffmpeg",),  # ffmpeg_image_transport's FFMPEGPacket (H.264 / H.265)
+    "foxglove": ("foxglove",),  # foxglove_msgs/CompressedVideo (H.264 / H.265)
+}
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,10 @@ PARAMETERS: dict[str, ParamSpec] = {
         example="[1,2,4]",
     ),
     "input_transport": ParamSpec(
-        "raw", "raw Image, <image_topic>/compressed, or both", choices=TRANSPORT_CHOICES
+        "raw",
+        "raw Image, <image_topic>/compressed, or both; video: <image_topic>/ffmpeg "
+        "(FFMPEGPacket) or <image_topic>/foxglove (CompressedVideo)",
+        choices=TRANSPORT_CHOICES,
     ),
     "input_reliability": ParamSpec(
         "auto",
@@ -279,9 +288,10 @@ class CameraConfig:
     parameter: str = "image_topic"
 
     def topic(self, kind: str) -> str:
-        """The input topic of transport ``kind``: ``raw`` or ``compressed``."""
+        """The input topic of transport ``kind`` (``raw``: the image topic, else image_transport's
+        ``<image_topic>/<kind>``: compressed, ffmpeg, foxglove)."""
         base = self.image_topic
-        return base if kind == "raw" else f"{base.rstrip('/')}/compressed"
+        return base if kind == "raw" else f"{base.rstrip('/')}/{kind}"
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,22 @@ def frame_qos(reliability: ReliabilityPolicy) -> QoSProfile:
     )
 
 
+#: packets a video input keeps while the callback is busy: each one is needed (a lost packet
+#: costs every picture up to the next keyframe), one second at 30 Hz
+STREAM_DEPTH = 30
+
+
+def stream_qos(reliability: ReliabilityPolicy) -> QoSProfile:
+    """``frame_qos`` for a video input (FFMPEGPacket, CompressedVideo): keep-last(STREAM_DEPTH),
+    since a packet overwritten in the reader's history would break its stream's decoding."""
+    return QoSProfile(
+        history=HistoryPolicy.KEEP_LAST,
+        depth=STREAM_DEPTH,
+        reliability=reliability,
+        durability=DurabilityPolicy.VOLATILE,
+    )
+
+
 def latched_qos() -> QoSProfile:
     """Transient-local depth 1 for label tables: late subscribers still get the last one."""
     return QoSProfile(

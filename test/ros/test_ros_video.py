@@ -1,0 +1,190 @@
+"""H.264 input over real DDS: ffmpeg_image_transport's FFMPEGPacket to a batched node of two
+cameras (one decoder state each), Foxglove's CompressedVideo to a single-camera node.
+
+The message packages have no wheel: ``interface_build`` compiles the fixtures' definitions once
+into cache prefixes and the nodes run with them on their paths. Frames are encoded with libx264
+as a live camera encoder does (no B-frames); a stream joined inside a GOP waits for a keyframe,
+and a pts gap (lost packets) waits for the next one, each counted and named on /diagnostics.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import importlib
+
+import pytest
+from interface_build import FFMPEG_IMAGE_TRANSPORT_MSGS, FOXGLOVE_MSGS, built_for_test
+from ros_domains import next_domain
+from ros_harness import Client, NodeProcess, cpu_node_params
+from test_ros_multicamera import statuses
+from test_ros_node import scene
+
+from compactinst_ros.ros.diagnostics import status_name
+
+pytest.importorskip("rclpy")
+pytest.importorskip("av", reason="the video extra (PyAV) is not installed")
+from diagnostic_msgs.msg import DiagnosticArray
+from sensor_msgs.msg import Image
+
+from compactinst_ros.video import encode
+
+#: a cold run compiles the two message packages (about 30 s on 2 cores); cached, about 10 s
+pytestmark = pytest.mark.slow
+
+NS = "/compactinst"
+FOX = "/fox/compactinst"
+CAMERAS = ("a", "b")
+GOP = 3
+#: 120x160 frames (even sides for yuv420p), keyframes at 0, 3, 6, 9, 12
+PACKETS = list(encode([scene(120, 160, seed % 4) for seed in range(14)], "libx264", GOP))
+
+
+@pytest.fixture(scope="session")
+def video_prefixes(request: pytest.FixtureRequest):
+    """The built ffmpeg_image_transport_msgs and foxglove_msgs prefixes (cached across runs)."""
+    return [built_for_test(p, request) for p in (FFMPEG_IMAGE_TRANSPORT_MSGS, FOXGLOVE_MSGS)]
+
+
+@pytest.fixture(scope="module")
+def ros(video_prefixes, random_bundle):
+    """(client, message modules, {camera: FFMPEGPacket publisher}, CompressedVideo publisher)."""
+    with contextlib.ExitStack() as stack:
+        for prefix in video_prefixes:
+            stack.enter_context(prefix.activated())
+        ffmpeg = importlib.import_module("ffmpeg_image_transport_msgs.msg")
+        foxglove = importlib.import_module("foxglove_msgs.msg")
+        domain = next_domain()
+        options = {"diagnostics_period": 0.25, "outputs": ["instance_mask"]}
+        batched = NodeProcess(
+            domain,
+            cpu_node_params(
+                random_bundle,
+                image_topics=[f"/{n}/image" for n in CAMERAS],
+                camera_names=list(CAMERAS),
+                input_transport="ffmpeg",
+                **options,
+            ),
+        )
+        single = NodeProcess(
+            domain,
+            cpu_node_params(
+                random_bundle, image_topic="/fox/image", input_transport="foxglove", **options
+            ),
+            namespace="/fox",
+        )
+        client = Client(domain)
+        try:
+            client.subscribe(DiagnosticArray, "/diagnostics")
+            outputs = [*(f"{NS}/{n}/instance_mask" for n in CAMERAS), f"{FOX}/instance_mask"]
+            for topic in outputs:
+                client.subscribe(Image, topic)
+            pubs = {n: client.publisher(ffmpeg.FFMPEGPacket, f"/{n}/image/ffmpeg") for n in CAMERAS}
+            fox = client.publisher(foxglove.CompressedVideo, "/fox/image/foxglove")
+            client.wait_for(
+                lambda: all(p.get_subscription_count() for p in [*pubs.values(), fox]),
+                60,
+                "both nodes subscribed to the video topics",
+            )
+            names = [status_name(NS, n) for n in CAMERAS] + [status_name(FOX)]
+            wanted = ["ffmpeg=reliable"] * 2 + ["foxglove=reliable"]
+            client.wait_for(
+                lambda: [last(client, n).get("input_reliability") for n in names] == wanted,
+                30,
+                "video inputs re-subscribed reliable (no packet lost in the switch)",
+            )
+            client.wait_for(lambda: all(client.matched(t) for t in outputs), 20, "outputs")
+            yield client, ffmpeg, foxglove, pubs, fox
+        finally:
+            client.close()
+            for node in (batched, single):
+                assert node.stop() == 0, node.log()
+
+
+def last(client: Client, name: str) -> dict:
+    """The newest report of status ``name`` ({} before its first)."""
+    found = statuses(client, max(0, len(client.received("/diagnostics")) - 12)).get(name)
+    return found[-1] if found else {}
+
+
+def ffmpeg_packet(msgs, index: int, sec: int):
+    data, key = PACKETS[index]
+    msg = msgs.FFMPEGPacket(width=160, height=120, encoding="h264;yuv420p;bgr8;bgr8")
+    msg.header.stamp.sec = sec
+    msg.header.frame_id = "camera"
+    msg.pts, msg.flags = index, int(key)
+    msg.data = array.array("B", data)
+    return msg
+
+
+def mask_at(client: Client, topic: str, sec: int):
+    """The instance mask of frame ``sec`` on ``topic`` (waiting for it)."""
+    mask = client.wait_for(lambda: client.stamped(topic, sec), 30, f"{topic} @{sec}")
+    assert (mask.height, mask.width) == (120, 160)
+    return mask
+
+
+def test_batched_node_decodes_each_camera_stream(ros) -> None:
+    """Camera a gets the stream from its start, camera b joins inside the first GOP: b's first
+    packets wait for the keyframe, a's all give outputs, each camera with its own decoder.
+    Frames are paced (the next after the outputs of the last) so the mailbox drops none."""
+    client, msgs, _, pubs, _ = ros
+    for index in range(6):
+        pubs["a"].publish(ffmpeg_packet(msgs, index, 100 + index))
+        if index >= 1:
+            pubs["b"].publish(ffmpeg_packet(msgs, index, 200 + index))
+        mask_at(client, f"{NS}/a/instance_mask", 100 + index)
+        if index >= GOP:
+            mask_at(client, f"{NS}/b/instance_mask", 200 + index)
+    b = client.wait_for(
+        lambda: (r := last(client, status_name(NS, "b"))) and int(r["input_errors"]) >= 2 and r,
+        20,
+        "camera b's packets before its keyframe counted",
+    )
+    assert int(b["input_errors"]) == 2
+    assert "waiting for a keyframe after the start of the stream" in b["last_error"]
+    assert not any(client.stamped(f"{NS}/b/instance_mask", s) for s in (201, 202))
+    a = last(client, status_name(NS, "a"))
+    assert (int(a["input_errors"]), int(a["frames_dropped"])) == (0, 0)
+
+
+def test_lost_packets_are_dropped_until_the_next_keyframe(ros) -> None:
+    client, msgs, _, pubs, _ = ros
+    before = client.wait_for(
+        lambda: (r := last(client, status_name(NS, "a"))) and r["frames_processed"] == "6" and r,
+        20,
+        "camera a settled after the first test's six frames",
+    )
+    for index in (6, 7, 10, 11, 12, 13):  # 8 and 9 lost (9 a keyframe); 12 is the next one
+        pubs["a"].publish(ffmpeg_packet(msgs, index, 300 + index))
+        if index not in (10, 11):
+            mask_at(client, f"{NS}/a/instance_mask", 300 + index)
+    report = client.wait_for(
+        lambda: (
+            (r := last(client, status_name(NS, "a")))
+            and int(r["input_errors"]) >= int(before["input_errors"]) + 2
+            and r
+        ),
+        20,
+        "the packets after the gap counted",
+    )
+    assert int(report["input_errors"]) == int(before["input_errors"]) + 2  # pts 10, 11
+    assert int(report["frames_dropped"]) == int(before["frames_dropped"]) + 2  # pts 8, 9 lost
+    assert "waiting for a keyframe after 2 lost packets (pts 7 -> 10)" in report["last_error"]
+    assert not any(client.stamped(f"{NS}/a/instance_mask", s) for s in (310, 311))
+
+
+def test_foxglove_compressed_video_gives_outputs(ros) -> None:
+    client, _, msgs, _, fox = ros
+    for index in range(4):
+        data, _ = PACKETS[index]
+        msg = msgs.CompressedVideo(frame_id="camera_fox", format="h264")
+        msg.timestamp.sec = 400 + index
+        msg.data = array.array("B", data)
+        fox.publish(msg)
+        mask = mask_at(client, f"{FOX}/instance_mask", 400 + index)
+        assert mask.header.frame_id == "camera_fox"
+    report = client.wait_for(
+        lambda: (r := last(client, status_name(FOX))) and int(r["frames_processed"]) >= 4 and r
+    )
+    assert int(report["input_errors"]) == 0
