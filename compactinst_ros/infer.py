@@ -17,9 +17,10 @@ from pathlib import Path
 
 import cv2
 
-from .errors import InputError
+from .errors import ConfigError, DataError, InputError
 from .image_formats import read_image
 from .labels import LabelSet
+from .resources import default_model
 from .structures import FrameResult, OutputSet, PostprocessOptions
 
 
@@ -56,6 +57,31 @@ def result_to_json(result: FrameResult, labels: LabelSet) -> dict:
     }
 
 
+#: the image files ``infer`` takes from a folder (and ``evaluate`` from a data set's)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The image files directly in ``folder`` (``IMAGE_SUFFIXES``), sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """IMAGE arguments as image files: a folder stands for its image files (``image_files``);
+    DataError for a folder that holds none."""
+    files: list[str] = []
+    for item in inputs:
+        path = Path(item)
+        if not path.is_dir():
+            files.append(item)
+            continue
+        found = image_files(path)
+        if not found:
+            raise DataError(f"folder {path} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+        files += [str(p) for p in found]
+    return files
+
+
 def output_stems(paths: Sequence[str | Path]) -> list[Path]:
     """One output stem per input, relative to the output folder, never two alike: the inputs'
     folders are mirrored below their common folder (a/0.jpg, b/0.jpg -> a/0, b/0), and where
@@ -72,8 +98,15 @@ def output_stems(paths: Sequence[str | Path]) -> list[Path]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst infer``."""
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (png, jpg, ...)")
-    parser.add_argument("--model", required=True, help="model bundle directory")
+    parser.add_argument(
+        "images",
+        nargs="+",
+        metavar="IMAGE",
+        help="image files (png, jpg, ...) or folders of them",
+    )
+    parser.add_argument(
+        "--model", help="model bundle directory (default: the embedded models/default)"
+    )
     parser.add_argument(
         "--backend", default="auto", help="auto, onnxruntime, tensorrt or openvino (default auto)"
     )
@@ -91,15 +124,18 @@ def run(args: argparse.Namespace) -> int:
     from .cli import warn
     from .pipeline import Pipeline
 
+    model = args.model or default_model()
+    if model is None:
+        raise ConfigError("no default model is installed; pass --model BUNDLE")
     out = Path(args.out)
     options = PostprocessOptions(score_threshold=args.score_threshold, overlay_alpha=args.alpha)
     backend_options = BackendOptions(threads=args.threads or None)
     unique: dict[Path, str] = {}
-    for p in args.images:  # a file named twice is segmented once
+    for p in expand_inputs(args.images):  # a file named twice is segmented once
         unique.setdefault(Path(p).resolve(), str(p))
     paths = list(unique.values())
     failed: list[str] = []
-    with Pipeline(args.model, args.backend, options, backend_options) as pipeline:
+    with Pipeline(model, args.backend, options, backend_options) as pipeline:
         labels = pipeline.bundle.labels
         info = pipeline.describe()
         caveat = model_caveat(pipeline.bundle)

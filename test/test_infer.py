@@ -131,3 +131,20 @@ def test_a_bundle_without_int8_ranges_still_runs_fp32(tmp_path: Path, capsys) ->
     assert "int8" not in bundle.precisions and "fp16" in bundle.precisions
     with pytest.raises(BundleError, match=r"int8_ranges\.encoder\.json .* is missing.*quantize"):
         bundle.stage_graph("encoder", "int8", "cpu")
+
+
+def test_a_folder_is_its_images_and_the_model_defaults_to_models_default(tmp_path, capsys):
+    """As replay does, infer runs the embedded model without --model; a folder argument
+    stands for the images in it (it was refused as "no such file")."""
+    for name in ("b.png", "a.jpg"):
+        cv2.imwrite(str(tmp_path / name), np.full((48, 64, 3), 100, np.uint8))
+    (tmp_path / "notes.txt").write_text("not an image")
+    out = tmp_path / "out"
+    assert main(["infer", "--out", str(out), str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "model compactinst_demo" in printed
+    assert "[1/2]" in printed and "[2/2]" in printed and "notes.txt" not in printed
+    assert {p.name for p in out.glob("*.json")} == {"a.json", "b.json"}
+    (tmp_path / "empty").mkdir()
+    assert main(["infer", "--out", str(out), str(tmp_path / "empty")]) == 1
+    assert "holds no images" in capsys.readouterr().err

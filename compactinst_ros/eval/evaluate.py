@@ -17,14 +17,13 @@ import numpy as np
 from ..bundle import PRECISIONS
 from ..errors import ConfigError, DataError
 from ..image_formats import read_image
+from ..infer import IMAGE_SUFFIXES, image_files
 from ..preprocess import letterbox
 from ..progress import Progress
 from ..structures import FrameMeta, PostprocessOptions
 
 if TYPE_CHECKING:
     from ..bundle import ModelBundle
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
 #: AP needs low-scoring detections too (COCO ranks up to 100 per image); PQ uses the defaults.
 AP_SCORE_THRESHOLD = 0.05
@@ -100,7 +99,7 @@ def data_images(data: str | Path, limit: int) -> Iterator[tuple[str, np.ndarray,
                 yield f"{root.name}#{i}", image, encoding
         return
     folder = root / "images" if (root / "images").is_dir() else root
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    files = image_files(folder)
     if not files:
         raise ConfigError(f"{folder} holds no images ({', '.join(IMAGE_SUFFIXES)})")
     for path in files[:limit]:
