@@ -10,10 +10,13 @@ PACKAGE = "compactinst_ros"
 # vehicle TensorRT comes with JetPack 6.1/6.2; pycuda is built there from source (extra "cuda").
 # Nothing here imports torch at run time.
 RUNTIME = ["numpy>=1.21", "opencv-python-headless>=4.5", "onnxruntime>=1.12", "pyyaml>=5.4"]
-# A ROS machine's Python packages are built against its apt numpy 1.x (Humble on Ubuntu 22.04:
-# 1.21.5; Jazzy on 24.04: 1.26.4); numpy 2 from pip would shadow it and break them. opencv
-# 4.12+ needs numpy 2, and onnxruntime after 1.12 needs numpy 1.21.6, so on Python 3.10 the
-# extra stays on releases that take 1.21.5 (test/launch/test_vehicle_install.py resolves it).
+# A ROS machine's Python packages are built against its apt numpy (Humble on Ubuntu 22.04,
+# Python 3.10: 1.21.5; Jazzy on 24.04, Python 3.12: 1.26.4; Lyrical on 26.04, Python 3.14:
+# 2.3); a numpy of the other major from pip would shadow it and break them. So below Python 3.13
+# the extra keeps numpy below 2 (opencv 4.12+ needs numpy 2; onnxruntime after 1.12 needs
+# numpy 1.21.6, so on Python 3.10 it stays on 1.12), and from 3.13 on it leaves numpy 2 alone.
+# constraints/<distro>.txt pins each distribution's apt numpy exactly
+# (test/launch/test_vehicle_install.py resolves every one with pip for aarch64).
 #: the FP16 graphs are derived on the vehicle from the FP32 stages; the converter's version is
 #: pinned because the derived bytes (their recorded sha256) depend on it (onnx 1.17, the newest
 #: that takes Humble's numpy 1.21.5, gives the same bytes as 1.23)
@@ -25,8 +28,8 @@ FAST = ["numba>=0.56"]
 #: failed the acceptance check on the default model; 2024.6, 2025.0, 2025.3 and 2026.4 pass it
 OPENVINO = ["openvino>=2024.6"]
 VEHICLE = [
-    "numpy>=1.21,<2",
-    "opencv-python-headless>=4.5,<4.12",
+    'numpy>=1.21,<2; python_version < "3.13"',
+    'opencv-python-headless>=4.5,<4.12; python_version < "3.13"',
     'onnxruntime>=1.12,<1.13; python_version < "3.11"',
     *FP16_DERIVATION,
 ]

@@ -1,9 +1,11 @@
-"""The vehicle install keeps the ROS machine's apt numpy 1.x: pip's resolver, run for real.
+"""The vehicle install keeps the ROS machine's apt numpy (1.x on Humble and Jazzy, 2.3 on
+Lyrical): pip's resolver, run for real.
 
 ``pip install '.[vehicle]'`` is resolved (``--dry-run --report``) for the vehicle's platform:
-aarch64, the distro's Python, its apt numpy pinned by a constraint. pip evaluates environment
-markers with the interpreter it runs on, so each case needs that Python version here (skips
-otherwise), and it needs PyPI (skips, naming it, when PyPI is unreachable).
+aarch64, the distro's Python, its apt numpy pinned by constraints/<distro>.txt. pip evaluates
+environment markers with the interpreter it runs on, so each case needs a Python here whose
+markers match the distro's (skips otherwise), and it needs PyPI (skips, naming it, when PyPI is
+unreachable).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 
 REPO = Path(__file__).resolve().parents[2]
-HUMBLE_CONSTRAINTS = REPO / "constraints" / "humble-jetpack6.txt"
+CONSTRAINTS = REPO / "constraints"
 #: manylinux tags a Jetson on Ubuntu 22.04 (glibc 2.35) or 24.04 (glibc 2.39) accepts
 AARCH64_TAGS = ["manylinux2014_aarch64"] + [f"manylinux_2_{v}_aarch64" for v in range(17, 40)]
 
@@ -48,9 +50,12 @@ def _pypi_reachable() -> bool:
     return True
 
 
-def resolve(python: str, constraints: Path, tmp_path: Path, requirement: str) -> dict[str, str]:
-    """name -> version that pip would install for ``requirement`` on aarch64 with ``python``."""
-    version = subprocess.run(
+def resolve(
+    python: str, constraints: Path, tmp_path: Path, requirement: str, version: str | None = None
+) -> dict[str, str]:
+    """name -> version that pip would install for ``requirement`` on aarch64 with ``python``,
+    for wheels of Python ``version`` (default: ``python``'s own)."""
+    version = version or subprocess.run(
         [python, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
         capture_output=True,
         text=True,
@@ -74,10 +79,18 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize(
-    ("distro", "python_version", "apt_numpy"),
-    [("humble", "3.10", "1.21.5"), ("jazzy", "3.12", "1.26.4")],
+    ("distro", "python_version", "constraints", "apt_numpy"),
+    [
+        ("humble", "3.10", "humble-jetpack6.txt", "1.21.5"),  # JetPack 6.1/6.2, Ubuntu 22.04
+        ("jazzy", "3.12", "jazzy-noble.txt", "1.26.4"),  # JetPack 7.2, Ubuntu 24.04
+        ("lyrical", "3.13", "lyrical-resolute.txt", "2.3"),  # Ubuntu 26.04: Python 3.14
+    ],
 )
-def test_vehicle_extra_keeps_the_apt_numpy(tmp_path, distro, python_version, apt_numpy):
+def test_vehicle_extra_keeps_the_apt_numpy(
+    tmp_path, distro, python_version, constraints, apt_numpy
+):
+    """Lyrical's Python is 3.14, whose wheels are resolved; pip runs on a 3.13 (the extra's
+    markers read the same from 3.13 on) where no 3.14 is at hand."""
     python = _interpreter(python_version)
     if python is None:
         pytest.skip(
@@ -86,21 +99,19 @@ def test_vehicle_extra_keeps_the_apt_numpy(tmp_path, distro, python_version, apt
         )
     if not _pypi_reachable():
         pytest.skip("PyPI (pypi.org:443) is unreachable; this check resolves against it")
-    if distro == "humble":
-        constraints = HUMBLE_CONSTRAINTS
-        assert f"numpy=={apt_numpy}" in constraints.read_text().split()
-    else:
-        constraints = tmp_path / "apt-numpy.txt"
-        constraints.write_text(f"numpy=={apt_numpy}\n")
-    resolved = resolve(python, constraints, tmp_path, f"{REPO}[vehicle]")
-    assert resolved["numpy"] == apt_numpy
-    assert _release(resolved["opencv-python-headless"]) < (4, 12)
+    pins = CONSTRAINTS / constraints
+    wheels = "3.14" if distro == "lyrical" else python_version
+    resolved = resolve(python, pins, tmp_path, f"{REPO}[vehicle]", wheels)
+    assert resolved["numpy"] == apt_numpy or resolved["numpy"].startswith(f"{apt_numpy}.")
+    numpy_2 = distro == "lyrical"  # no cap: opencv 4.12+, which needs numpy 2, is fine there
+    assert (_release(resolved["opencv-python-headless"]) >= (4, 12)) == numpy_2
     assert "onnxruntime" in resolved
     # the FP16 graphs are derived on the vehicle: the converter the recorded hashes came from,
     # and an onnx that gives the same bytes (1.17 and later; 1.17 takes numpy 1.21.5)
     assert resolved["onnxconverter-common"] == "1.16.0"
     assert _release(resolved["onnx"]) >= (1, 17)
-    # without the constraints file the extra alone still keeps numpy below 2
+    # without the constraints file the extra alone keeps numpy's major: below 2 before Lyrical
     unpinned = tmp_path / "none.txt"
     unpinned.write_text("")
-    assert _release(resolve(python, unpinned, tmp_path, f"{REPO}[vehicle]")["numpy"]) < (2,)
+    alone = resolve(python, unpinned, tmp_path, f"{REPO}[vehicle]", wheels)["numpy"]
+    assert (_release(alone) >= (2,)) == numpy_2
