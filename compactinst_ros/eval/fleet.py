@@ -11,12 +11,14 @@ and options: a rerun replays only the drives that are missing. Ray is optional (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -157,7 +159,7 @@ def replay_drive(pipeline: Pipeline | object, drive: Drive, options: ReplayOptio
             block = run_lockstep(
                 bag,
                 pipeline,
-                gt,
+                gt.for_topic(bag.topic) if gt is not None else None,
                 options.match,
                 max_frames=options.max_frames,
                 warmup=options.warmup,
@@ -211,24 +213,45 @@ def import_ray() -> Any:
     return ray
 
 
-def connect(ray: Any, address: str) -> bool:
-    """Join or start the Ray cluster at ``address``; True when this call started it."""
+def connect(ray: Any, address: str, quiet: bool = False) -> bool:
+    """Join or start the Ray cluster at ``address``; True when this call started it. ``quiet``
+    holds back what Ray's start prints (its token-authentication line comes from native code,
+    on file descriptor 2), unless the start fails."""
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address == "local":
-        ray.init(
-            address="local",
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        options = {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
     elif address == "auto" or address.startswith("ray://"):
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        options = {}
     else:
         raise ConfigError(f"--address {address} is unknown; use {ADDRESS_HELP}")
+    with held_stderr(quiet):
+        ray.init(address=address, log_to_driver=False, configure_logging=False, **options)
     return True
+
+
+@contextlib.contextmanager
+def held_stderr(hold: bool) -> Iterator[None]:
+    """With ``hold``, what the block writes to file descriptor 2 (native code included) is
+    dropped when it succeeds and written out when it raises; without, nothing changes."""
+    if not hold:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            held.seek(0)
+            sys.stderr.write(held.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 class FleetProgress:
@@ -331,7 +354,7 @@ def replay_fleet(options: FleetOptions) -> dict:
     interrupted = False
     start = time.perf_counter()
     if todo:
-        started = connect(ray, options.address)
+        started = connect(ray, options.address, quiet=not options.progress)
         try:
             workers, model = _run_on_ray(ray, options, drives, per_drive, todo, results, paths)
         except KeyboardInterrupt:  # Ctrl-C: the report of the drives done (they are cached)

@@ -145,3 +145,20 @@ def test_cache_key_follows_files_model_and_options(tmp_path) -> None:
     assert cache_key(drive_options(stricter, drive), "model-a") != key
     os.utime(bag / "bag_0.mcap", ns=(1, 1))  # the bag was rewritten
     assert cache_key(drive_options(template, drive), "model-a") != key
+
+
+def test_quiet_holds_back_what_native_code_prints_unless_the_block_fails(capfd) -> None:
+    """Ray's start prints its token-authentication line from C++ on descriptor 2: --quiet
+    keeps it out, but a failing start still shows what it printed."""
+    from compactinst_ros.eval.fleet import held_stderr
+
+    with held_stderr(True):
+        os.write(2, b"Token authentication is enabled\n")
+    assert capfd.readouterr().err == ""
+    with pytest.raises(RuntimeError), held_stderr(True):
+        os.write(2, b"why the start failed\n")
+        raise RuntimeError("start failed")
+    assert capfd.readouterr().err == "why the start failed\n"
+    with held_stderr(False):
+        os.write(2, b"shown\n")
+    assert capfd.readouterr().err == "shown\n"
