@@ -40,6 +40,9 @@ TRAIN = ["torch==2.13.0", "onnx>=1.15", "scipy>=1.10", "pycocotools>=2.0.7"]
 # calibration ranges) writes the Q/DQ graphs. Needed wherever a non-FP32 precision runs.
 PRECISION = [*FP16_DERIVATION, "onnxruntime>=1.32"]
 EVAL = ["rosbags>=0.10.4", "pycocotools>=2.0.7", "matplotlib>=3.7", "scipy>=1.10"]
+# H.264/H.265 camera streams (ffmpeg_image_transport, Foxglove), live and in bags: PyAV, whose
+# wheels bring FFmpeg; only machines that take video inputs need it.
+VIDEO = ["av>=14"]
 # `compactinst replay-fleet` runs drives on a Ray cluster; the node never imports it.
 FLEET = ["ray>=2.60"]
 # On a machine without a ROS install, the ROS 2 client library and messages come from PyPI.
@@ -101,12 +104,13 @@ setup(
         "cuda": CUDA,
         "train": TRAIN,
         "eval": EVAL,
+        "video": VIDEO,
         "precision": PRECISION,
         "fleet": EVAL + FLEET,
         "ros": ROS_WHEELS,
         "fast": FAST,
         "openvino": OPENVINO,
-        "dev": DEV + FAST + OPENVINO + TRAIN + EVAL + PRECISION + FLEET + ROS_WHEELS,
+        "dev": DEV + FAST + OPENVINO + TRAIN + EVAL + VIDEO + PRECISION + FLEET + ROS_WHEELS,
     },
     zip_safe=True,
     maintainer="compactinst_ros maintainers",
