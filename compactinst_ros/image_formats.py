@@ -95,8 +95,6 @@ SEMI_PLANAR: dict[str, int | None] = {
 #: Depth encodings: encoding -> sample type (16UC1 in millimetres, 32FC1 in metres, REP 118).
 DEPTH_ENCODINGS: dict[str, type] = {"16UC1": np.uint16, "32FC1": np.float32}
 
-#: Encodings a single-channel camera publishes: a colour model sees grey RGB and does poorly.
-MONO_ENCODINGS = frozenset(("mono8", "mono16", "8uc1"))
 
 #: Largest accepted frame side; larger frames are refused before any allocation.
 MAX_SIDE = 16384
@@ -195,6 +193,19 @@ def to_rgb(image: np.ndarray, encoding: str) -> np.ndarray:
     return cv2.cvtColor(np.ascontiguousarray(image), code)
 
 
+def mono_note(encoding: str) -> str | None:
+    """The warning for a single-channel camera (mono8, mono16, 8UC1: a message's encoding or
+    the pipeline's after conversion), None for colour. The models are trained on colour
+    images; grey RGB costs them most of their accuracy, so the node and replay say so once."""
+    if encoding.lower() not in ("mono8", "mono16", "8uc1"):
+        return None
+    return (
+        "the input is single-channel (mono): the model was trained on colour images and its "
+        "accuracy will be low (demo bag: mask AP 2.6 in mono8 against 67.0 in bgr8); subscribe "
+        "to the camera's colour image (its debayered image_color) if it has one"
+    )
+
+
 def _sample_layout(encoding: str) -> tuple[np.dtype, int]:
     """(sample type, channels) of a packed encoding; InputError naming the accepted ones."""
     key = encoding.lower()
@@ -281,10 +292,14 @@ def array_from_buffer(
 def to_pipeline(image: np.ndarray, encoding: str) -> tuple[np.ndarray, str]:
     """An ``array_from_buffer`` array as the pipeline takes it, and its encoding: the array
     itself for ``ENCODINGS`` and the 8UCn names, else one conversion to rgb8 (mono8 for mono16)
-    with cv_bridge's OpenCV code and 16-to-8-bit scaling; InputError for other encodings."""
+    with cv_bridge's OpenCV code and 16-to-8-bit scaling. Depth (16UC1, 32FC1) stays as it is,
+    for ``depth_to_metres``: the pipeline refuses it, naming the fix. InputError for other
+    encodings."""
     key = encoding.lower()
     if key in ENCODINGS:
         return image, key
+    if encoding.upper() in DEPTH_ENCODINGS:
+        return image, encoding.upper()
     if key in CV_TYPE_ALIASES:
         return image, CV_TYPE_ALIASES[key]
     if key in SEMI_PLANAR:
@@ -325,6 +340,52 @@ def image_from_buffer(
     ``to_pipeline`` (zero-copy for the pipeline's own encodings, one conversion otherwise)."""
     raw = array_from_buffer(data, height, width, step, encoding, is_bigendian)
     return to_pipeline(raw, encoding)
+
+
+#: colour filter letter -> bgr8 channel, for ``encode_bgr8``'s mosaics
+_BGR_INDEX = {"b": 0, "g": 1, "r": 2}
+
+
+def encode_bgr8(bgr: np.ndarray, encoding: str) -> tuple[bytes, int]:
+    """(data, step) a camera publishing ``encoding`` sends for the HxWx3 bgr8 scene ``bgr``:
+    no row padding, little-endian. Bayer is the scene sampled through the filter pattern, 16-bit
+    encodings hold 257 x the 8-bit values (so cv_bridge's scaling gives them back), mono is
+    OpenCV's grey, YUV is OpenCV's BT.601 limited range (nv24 keeps every pixel's chroma).
+    The inverse of ``image_from_buffer`` up to what the encoding drops, for synthetic input."""
+    key = encoding.lower()
+    h, w = bgr.shape[:2]
+    if key.startswith("bayer_"):
+        pattern = key[len("bayer_") : len("bayer_") + 4]
+        mosaic = np.empty((h, w), bgr.dtype)
+        for site, letter in enumerate(pattern):
+            dy, dx = divmod(site, 2)
+            mosaic[dy::2, dx::2] = bgr[dy::2, dx::2, _BGR_INDEX[letter]]
+        samples = mosaic
+    elif key in ("mono8", "mono16", "8uc1"):
+        samples = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    elif key in ("nv12", "nv21"):
+        i420 = cv2.cvtColor(bgr, cv2.COLOR_BGR2YUV_I420).reshape(-1)
+        luma, quarter = i420[: h * w], (h // 2) * (w // 2)
+        chroma = np.stack((i420[h * w : h * w + quarter], i420[h * w + quarter :]), axis=1)
+        return luma.tobytes() + (chroma if key == "nv12" else chroma[:, ::-1]).tobytes(), w
+    elif key == "nv24":  # I420 of the scene at twice the size: each pixel's own chroma
+        big = cv2.resize(bgr, (2 * w, 2 * h), interpolation=cv2.INTER_NEAREST)
+        i420 = cv2.cvtColor(big, cv2.COLOR_BGR2YUV_I420).reshape(-1)
+        luma = i420[: 4 * h * w].reshape(2 * h, 2 * w)[::2, ::2]
+        chroma = np.stack((i420[4 * h * w : 5 * h * w], i420[5 * h * w :]), axis=1)
+        return luma.tobytes() + chroma.tobytes(), w
+    else:
+        channel_order = key.removesuffix("8").removesuffix("16")
+        codes = {"rgb": cv2.COLOR_BGR2RGB, "rgba": cv2.COLOR_BGR2RGBA, "bgra": cv2.COLOR_BGR2BGRA}
+        if key in CV_TYPE_ALIASES:
+            channel_order = CV_TYPE_ALIASES[key].removesuffix("8")
+        if channel_order not in ("bgr", *codes):
+            raise InputError(f"encode_bgr8 does not write '{encoding}'")
+        samples = bgr if channel_order == "bgr" else cv2.cvtColor(bgr, codes[channel_order])
+    if key.endswith("16"):
+        samples = samples.astype("<u2") * np.uint16(257)
+    samples = np.ascontiguousarray(samples)
+    return samples.tobytes(), samples.nbytes // h
 
 
 #: OpenCV's BT.601 limited-range YUV -> RGB integer coefficients (its NV12/UYVY conversions),

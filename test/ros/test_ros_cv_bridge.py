@@ -29,6 +29,7 @@ from compactinst_ros.image_formats import (
     ENCODINGS,
     SEMI_PLANAR,
     to_rgb,
+    validate_image,
 )
 from compactinst_ros.ros.convert import image_from_msg, image_msg
 from compactinst_ros.structures import RASTER_ENCODINGS
@@ -193,14 +194,13 @@ def test_semi_planar_yuv_matches_opencv(encoding: str, padding: int) -> None:
         ("nv12", 5, 8, 60, "even width and height"),
         ("nv12", 4, 8, 40, "fewer than 3/2 x height x step"),
         ("nv24", 4, 8, 100, "more than 3 x height x step"),
-        ("16UC1", 4, 8, 64, "depth encoding"),
         ("32SC1", 4, 8, 128, "publish one of"),
     ],
 )
 def test_unusable_frames_name_the_problem(
     encoding: str, height: int, width: int, size: int, message_part: str
 ) -> None:
-    step = width * 4 if encoding == "32SC1" else width * (2 if encoding == "16UC1" else 1)
+    step = width * 4 if encoding == "32SC1" else width
     with pytest.raises(InputError, match=message_part):
         image_from_msg(message(bytes(size), height, width, step, encoding))
 
@@ -223,6 +223,17 @@ def test_short_step_is_refused_as_by_cv_bridge() -> None:
         bridge_convert(data, height, width, step, "rgb8", 0)
     with pytest.raises(InputError, match="smaller than width x channels"):
         image_from_msg(message(data, height, width, step, "rgb8"))
+
+
+def test_depth_on_the_colour_input_is_refused_naming_the_fix() -> None:
+    """A depth topic remapped onto the colour input reads as its samples (the 3-D lifting reads
+    them so), and the pipeline refuses them, saying where depth belongs."""
+    depth = np.arange(32, dtype=np.uint16).reshape(4, 8)
+    image, encoding = image_from_msg(message(depth.tobytes(), 4, 8, 16, "16UC1"))
+    assert encoding == "16UC1"
+    np.testing.assert_array_equal(image[:, :, 0], depth)
+    with pytest.raises(InputError, match="depth encoding; the node segments colour images"):
+        validate_image(image, encoding)
 
 
 RASTERS = {
