@@ -22,6 +22,7 @@ import numpy as np
 
 from ..bundle import PRECISIONS, ModelBundle, model_caveat
 from ..errors import ConfigError, Interrupted
+from ..image_formats import mono_note
 from ..progress import Progress
 from ..resources import default_model
 from ..ros.camera_info import StampMatcher
@@ -483,6 +484,11 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
                     f"scored against the GT of {bag.topic} only (the GT holds the cameras "
                     f"{', '.join(cameras)}; --cameras all replays and scores every camera)"
                 )
+        if bag.msgtype == bags.IMAGE:  # a mono camera: said once, before the figures it explains
+            first = next(iter(bag.frames()), None)
+            msg = first and bags.typestore().deserialize_cdr(first.raw, first.msgtype)
+            note = mono_note(str(msg.encoding)) if msg else None
+            scope += [note] if note else []
         report = {
             "created": now_iso(),
             "command": options.command_line,
