@@ -11,7 +11,9 @@ the names their Python files define.
 
 Get the wheel with ``pip download --no-deps tensorrt-cu12-bindings==10.3.0`` (1.1 MB). The
 TensorRT 11 fixture comes the same way from ``tensorrt-cu12-bindings==11.4.0.106`` (1.3 MB,
-``..._manylinux_2_28_x86_64.whl``), the newest 11.x on PyPI when it was written.
+``..._manylinux_2_28_x86_64.whl``), the newest 11.x on PyPI when it was written, and the
+TensorRT 10.16 one (JetPack 7.2's release, built for CUDA 13) from
+``tensorrt-cu13-bindings==10.16.1.11`` (1.3 MB, ``..._manylinux_2_28_x86_64.whl``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Every TensorRT and pycuda name our GPU code uses exists in the real TensorRT 10.3 (JetPack
-6.1/6.2), TensorRT 11.x (``pip install tensorrt`` on x86) and pycuda wheels, checked without a
-GPU; the names TensorRT 11 removed (weak typing) are in neither our code nor the stand-in.
+6.1/6.2), TensorRT 10.16 (JetPack 7.2 on Orin, CUDA 13), TensorRT 11.x (``pip install tensorrt``
+on x86) and pycuda wheels, checked without a GPU; the names TensorRT 11 removed (weak typing)
+are in neither our code nor the stand-in.
 
 The fixtures in test/fixtures/api were written by scripts/api_names.py from the wheels named on
 their first line. Names are matched whole or as a suffix of a registered string, because the
@@ -75,6 +76,7 @@ def load_names(name: str) -> frozenset[str]:
 #: TensorRT version -> the names its Python bindings register: every version the builder claims.
 TRT_VERSIONS = {
     "10.3": load_names("tensorrt-10.3.0.txt"),
+    "10.16": load_names("tensorrt-10.16.1.11.txt"),
     "11.4": load_names("tensorrt-11.4.0.106.txt"),
 }
 TRT_NAMES = TRT_VERSIONS["10.3"]
@@ -139,7 +141,7 @@ def test_fixtures_know_the_tensorrt_10_api_and_not_the_removed_one() -> None:
 
 
 def test_fixtures_know_the_strongly_typed_api_in_both_versions() -> None:
-    """What the strongly typed builder uses is in TensorRT 10.3 and 11.x."""
+    """What the strongly typed builder uses is in TensorRT 10.3, 10.16 and 11.x."""
     for names in TRT_VERSIONS.values():
         for name in (
             "NetworkDefinitionCreationFlag", "STRONGLY_TYPED", "TF32", "clear_flag", "parse",
@@ -156,6 +158,7 @@ def test_what_tensorrt_11_removed_is_in_10_3_and_not_in_11() -> None:
     import tensorrt_emu
 
     for name in tensorrt_emu.REMOVED_IN_TRT11:
+        assert registered(name, TRT_VERSIONS["10.16"]), name  # the last 10.x has them all
         if name != "FP4":  # new in 10.8 as a flag, removed again in 11
             assert registered(name, TRT_NAMES), name
         if name not in STILL_DATA_TYPES:
@@ -238,10 +241,11 @@ def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api(versi
     ("stand_in", "names"),
     [
         ("tensorrt_emu.py", TRT_NAMES),
+        ("tensorrt_emu.py", TRT_VERSIONS["10.16"]),
         ("tensorrt_emu.py", TRT_11_NAMES),
         ("pycuda_emu.py", PYCUDA_NAMES),
     ],
-    ids=["tensorrt-10.3", "tensorrt-11.4", "pycuda"],
+    ids=["tensorrt-10.3", "tensorrt-10.16", "tensorrt-11.4", "pycuda"],
 )
 def test_stand_ins_offer_only_real_api_names(stand_in: str, names: frozenset[str]) -> None:
     """The emulation tests' stand-ins (test/gpu/emu) must not invent API: every public method,
