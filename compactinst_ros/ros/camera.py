@@ -15,6 +15,7 @@ is its ``decode`` stage.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 import traceback
@@ -38,11 +39,12 @@ from ..structures import INFERENCE, BatchItem, FrameResult
 from ..tracking import InstanceTracker
 from . import convert
 from .camera_info import CameraInfoRelay, stamp_ns
+from .depth import DepthInput
 from .diagnostics import BatchStats, FrameStats, ReasonThrottle, health_status, input_facts
 from .health import HealthMonitor
 from .idle import IdleGate
 from .params import INPUT_KINDS, CameraConfig, NodeConfig
-from .publishers import Publishers, output_set
+from .publishers import Publishers, output_set, vision_msgs
 from .qos import frame_qos, matched_reliability, reliability_name, stream_qos
 from .worker import Batcher, Frame, Round
 
@@ -153,6 +155,30 @@ class Camera:
                 config.output_reliability,
                 camera.prefix,
             )
+        self.depth: DepthInput | None = None
+        if camera.depth_topic and vision_msgs is None:
+            self.log.warning(
+                self._named(
+                    "vision_msgs is not installed: ~/detections_3d is off (install "
+                    "ros-<distro>-vision-msgs to enable it)"
+                )
+            )
+        elif camera.depth_topic:
+            self.depth = DepthInput(
+                node,
+                camera.depth_topic,
+                config.depth_tolerance_ms,
+                self.camera_info.matcher if self.camera_info is not None else None,
+                config.output_reliability,
+                vision_msgs,
+                camera.prefix,
+            )
+
+    def _listened(self) -> bool:
+        """Whether an output of this camera, ~/detections_3d included, has a subscriber."""
+        return (self.pubs is not None and self.pubs.listened()) or (
+            self.depth is not None and self.depth.wanted()
+        )
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -170,7 +196,7 @@ class Camera:
         """Subscribe while one of this camera's outputs has a subscriber (``IdleGate``)."""
         assert self.pubs is not None
         self.active = True
-        self.gate = IdleGate(self.node, self.pubs.listened, self._start_input, self._stop_input)
+        self.gate = IdleGate(self.node, self._listened, self._start_input, self._stop_input)
 
     def deactivate(self) -> None:
         """Unsubscribe and discard a waiting frame (counted as dropped)."""
@@ -192,6 +218,9 @@ class Camera:
         if self.camera_info is not None:
             self.camera_info.destroy()
             self.camera_info = None
+        if self.depth is not None:
+            self.depth.destroy()
+            self.depth = None
 
     def _start_input(self) -> None:
         """Subscribe to the input transport(s) (and the camera_info), at the last known QoS."""
@@ -201,6 +230,8 @@ class Camera:
             self._subscribe(kind, self.reliability.get(kind, default))
         if self.camera_info is not None:
             self.camera_info.start()
+        if self.depth is not None:
+            self.depth.start()
         self.batcher.expect(self.index, True)
 
     def _stop_input(self) -> None:
@@ -211,6 +242,8 @@ class Camera:
         self.subs.clear()
         if self.camera_info is not None:
             self.camera_info.stop()
+        if self.depth is not None:
+            self.depth.stop()
 
     def _subscribe(self, kind: str, reliability: ReliabilityPolicy) -> None:
         """(Re-)subscribe ``kind``; the new reader exists before the old one goes (fewer gaps)."""
@@ -299,7 +332,8 @@ class Camera:
         began = time.perf_counter()
         try:
             wanted = pubs.wanted()
-            if not any(wanted.values()):
+            depth_wanted = self.depth is not None and self.depth.wanted()
+            if not any(wanted.values()) and not depth_wanted:
                 self.stats.on_idle()
                 return None
             if isinstance(frame.msg, VideoPicture):  # decoded on arrival (``_on_video``)
@@ -313,7 +347,10 @@ class Camera:
                     self.mono_note = note
                     self.log.warning(self._named(note))
             decoded = time.perf_counter()
-            item = pipeline.prepare(image, encoding, output_set(wanted))
+            outputs = output_set(wanted)
+            if depth_wanted:  # ~/detections_3d lifts the instances
+                outputs = dataclasses.replace(outputs, instance=True)
+            item = pipeline.prepare(image, encoding, outputs)
         except Exception as exc:
             self.fail(exc)
             return None
@@ -330,6 +367,8 @@ class Camera:
             inferred = time.perf_counter()
             header = job.frame.msg.header
             pubs.publish(header, result, job.wanted)
+            if self.depth is not None:
+                self.depth.publish(header, result)
             if self.camera_info is not None:
                 self.camera_info.publish(header, result.meta.src_h, result.meta.src_w)
             done = time.perf_counter()
@@ -380,6 +419,8 @@ class Camera:
         checks = [self.health.check(report["to_output"], report["processed"], state == "active")]
         if self.camera_info is not None:
             checks.append(self.camera_info.check())
+        if self.depth is not None:
+            checks.append(self.depth.check())
         if failure is not None:
             checks.append(([(DiagnosticStatus.ERROR, failure)], {}))
         camera = {"camera": self.camera.name} if self.several else {}

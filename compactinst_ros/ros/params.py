@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +174,19 @@ PARAMETERS: dict[str, ParamSpec] = {
     "camera_info_tolerance_ms": ParamSpec(
         1.0, "largest stamp difference of a matching camera_info, ms", None, (0.0, 1000.0)
     ),
+    "depth_topic": ParamSpec(
+        "",
+        "registered depth Image (16UC1 mm, 32FC1 m) for ~/detections_3d; needs "
+        "camera_info_topic; empty = off",
+    ),
+    "depth_topics": ParamSpec(
+        [],
+        "one depth Image topic per image_topics entry ('' = none for it); empty = none",
+        example="[/front/depth/image_raw,/rear/depth/image_raw]",
+    ),
+    "depth_tolerance_ms": ParamSpec(
+        20.0, "largest stamp difference of a depth image paired with a frame, ms", None, (0.0, 1e3)
+    ),
     "overlay_jpeg_quality": ParamSpec(80, "JPEG quality of ~/overlay/compressed", None, (1, 100)),
     "expected_rate": ParamSpec(
         0.0, "expected output rate, Hz; 0 = the measured input rate", None, (0.0, 1000.0)
@@ -286,6 +299,8 @@ class CameraConfig:
     prefix: str = "~/"
     #: the parameter its topics come from, for error messages
     parameter: str = "image_topic"
+    #: registered depth Image topic ("" = no 3-D for this camera)
+    depth_topic: str = ""
 
     def topic(self, kind: str) -> str:
         """The input topic of transport ``kind`` (``raw``: the image topic, else image_transport's
@@ -310,6 +325,7 @@ class NodeConfig:
     input_timeout: float
     diagnostics_period: float
     camera_info_tolerance_ms: float
+    depth_tolerance_ms: float
     overlay_jpeg_quality: int
     health: HealthLimits
     tracking: bool = True
@@ -446,6 +462,35 @@ def camera_configs(values: dict[str, Any]) -> tuple[CameraConfig, ...]:
     )
 
 
+def with_depth_topics(
+    values: dict[str, Any], cameras: tuple[CameraConfig, ...]
+) -> tuple[CameraConfig, ...]:
+    """``cameras`` with their depth topics (``depth_topic`` for one camera, ``depth_topics`` one
+    per camera); ConfigError names a mismatch and its fix."""
+    depths = list(values["depth_topics"])
+    if not depths and values["depth_topic"]:
+        depths = [values["depth_topic"]]
+        if len(cameras) > 1:
+            raise ConfigError(
+                f"parameter depth_topic='{values['depth_topic']}' is for one camera; with "
+                f"{len(cameras)} cameras give one per camera in depth_topics, e.g. "
+                f"depth_topics:={PARAMETERS['depth_topics'].example}"
+            )
+    _check_single(values, "depth_topic", "depth_topics", depths)
+    if not depths:
+        return cameras
+    _same_length("depth_topics", depths, list(cameras), PARAMETERS["depth_topics"].example)
+    for camera, depth in zip(cameras, depths, strict=True):
+        if depth and not camera.camera_info_topic:
+            raise ConfigError(
+                f"depth topic '{depth}' needs the camera's camera_info (its K places the masks "
+                "in 3-D); set camera_info_topic (camera_info_topics with several cameras)"
+            )
+    return tuple(
+        replace(camera, depth_topic=depth) for camera, depth in zip(cameras, depths, strict=True)
+    )
+
+
 def read_config(values: dict[str, Any]) -> NodeConfig:
     """Validate parameter values; ConfigError names the parameter, the value and the fix."""
     for name, spec in PARAMETERS.items():
@@ -459,7 +504,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
     options = PostprocessOptions(
         **{name: type(PARAMETERS[name].default)(values[name]) for name in PostprocessOptions.BOUNDS}
     )
-    cameras = camera_configs(values)
+    cameras = with_depth_topics(values, camera_configs(values))
     return NodeConfig(
         model=_model_path(values["model"]),
         backend=values["backend"],
@@ -478,6 +523,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         diagnostics_period=float(values["diagnostics_period"]),
         tracking=bool(values["tracking"]),
         camera_info_tolerance_ms=float(values["camera_info_tolerance_ms"]),
+        depth_tolerance_ms=float(values["depth_tolerance_ms"]),
         overlay_jpeg_quality=int(values["overlay_jpeg_quality"]),
         health=HealthLimits(
             expected_rate=float(values["expected_rate"]),

@@ -1,0 +1,202 @@
+"""A camera's registered depth input and its 3-D output ``~/detections_3d``.
+
+The depth image (``16UC1`` mm, ``32FC1`` m; registered to the colour camera) is paired with each
+frame by stamp within ``depth_tolerance_ms``; the frame's instances are lifted with it
+(``spatial.lift_depth``: eroded masks, percentile depth, inlier band) using the colour
+camera_info's K and, for a depth of another size, the depth's own camera_info (``<depth
+namespace>/camera_info``). ``~/detections_3d`` (vision_msgs/Detection3DArray) carries one
+detection per lifted instance with the 2-D detection's id (the instance / track id), class id
+and score; it is published only while subscribed. A frame without depth within the tolerance
+still gets its 2-D outputs: its 3-D is skipped and counted, as are refused depth images (wrong
+encoding, a size that no camera_info explains), with the reason on /diagnostics.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image
+
+from ..errors import InputError
+from ..spatial import Instances3D, Intrinsics, lift_depth
+from ..structures import FrameResult
+from . import convert
+from .camera_info import StampMatcher, stamp_ns
+from .qos import frame_qos
+
+#: depth images held for pairing (a few frames of a 30 Hz camera behind the colour stream)
+DEPTH_KEEP = 30
+
+
+def intrinsics(info: CameraInfo) -> Intrinsics:
+    """The Intrinsics of a CameraInfo message."""
+    return Intrinsics.from_k(list(info.k), int(info.width), int(info.height))
+
+
+def detections_3d_msg(
+    header: Any, result: FrameResult, lifted: Instances3D, vision_msgs: Any
+) -> Any:
+    """vision_msgs/Detection3DArray: per lifted instance ``id`` = the 2-D detection's id,
+    class_id = label id, score, the centroid as the pose and the box centre, the extent as the
+    box size (camera optical frame, metres)."""
+    out = vision_msgs.Detection3DArray()
+    out.header = header
+    inst = result.instances
+    for i in range(len(lifted)):
+        if not lifted.valid[i]:
+            continue
+        det = vision_msgs.Detection3D()
+        det.header = header
+        det.id = str(int(inst.ids[i]))
+        hyp = vision_msgs.ObjectHypothesisWithPose()
+        hyp.hypothesis.class_id = str(int(inst.label_id[i]))
+        hyp.hypothesis.score = float(inst.score[i])
+        x, y, z = (float(v) for v in lifted.centroid[i])
+        hyp.pose.pose.position.x, hyp.pose.pose.position.y, hyp.pose.pose.position.z = x, y, z
+        det.results.append(hyp)
+        det.bbox.center.position = hyp.pose.pose.position
+        sx, sy, sz = (float(v) for v in lifted.extent[i])
+        det.bbox.size.x, det.bbox.size.y, det.bbox.size.z = sx, sy, sz
+        out.detections.append(det)
+    return out
+
+
+class DepthInput:
+    """Subscribes to a camera's depth image and its camera_info; lifts and publishes each
+    frame's instances (``publish``) and reports pairing on /diagnostics (``check``)."""
+
+    def __init__(
+        self,
+        node: Node,
+        topic: str,
+        tolerance_ms: float,
+        colour_infos: StampMatcher[CameraInfo] | None,
+        reliability: ReliabilityPolicy,
+        vision_msgs: Any,
+        prefix: str = "~/",
+    ) -> None:
+        self.node = node
+        self.topic = topic
+        self.info_topic = f"{topic.rstrip('/').rsplit('/', 1)[0]}/camera_info"
+        self.colour_infos = colour_infos
+        self.vision_msgs = vision_msgs
+        tolerance_ns = int(tolerance_ms * 1e6)
+        self.frames: StampMatcher[Image] = StampMatcher(tolerance_ns, DEPTH_KEEP)
+        self.infos: StampMatcher[CameraInfo] = StampMatcher(tolerance_ns, DEPTH_KEEP)
+        self.pub = node.create_publisher(
+            vision_msgs.Detection3DArray, f"{prefix}detections_3d", frame_qos(reliability)
+        )
+        self._subs: list[Any] = []
+        self._lock = threading.Lock()
+        self.counts = {"paired": 0, "no_depth": 0, "refused": 0}
+        self._reported = dict(self.counts)
+        self.last_problem = ""
+        self.depth_age_ms: float | None = None
+
+    def start(self) -> None:
+        """Subscribe (best effort matches reliable and best-effort drivers alike)."""
+        if not self._subs:
+            qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+            self._subs = [
+                self.node.create_subscription(Image, self.topic, self._on_depth, qos),
+                self.node.create_subscription(CameraInfo, self.info_topic, self._on_info, qos),
+            ]
+
+    def stop(self) -> None:
+        """Unsubscribe (the camera is idle or inactive)."""
+        for sub in self._subs:
+            self.node.destroy_subscription(sub)
+        self._subs = []
+
+    def _on_depth(self, msg: Image) -> None:
+        self.frames.add(stamp_ns(msg.header.stamp), msg)
+
+    def _on_info(self, msg: CameraInfo) -> None:
+        self.infos.add(stamp_ns(msg.header.stamp), msg)
+
+    def wanted(self) -> bool:
+        """Whether ``~/detections_3d`` has a subscriber (the frame then needs its instances)."""
+        return self.pub.get_subscription_count() > 0
+
+    def _lift(self, header: Any, result: FrameResult) -> Instances3D | None:
+        """The frame's instances in 3-D; None (counted, the reason kept) when they cannot be."""
+        stamp = stamp_ns(header.stamp)
+        depth = self.frames.match(stamp)
+        if depth is None:
+            self._count(
+                "no_depth",
+                f"no depth image on {self.topic} within {self.frames.tolerance_ns / 1e6:g} ms of "
+                "the frame's stamp; check that the depth camera runs and is stamped with the "
+                "colour frames' clock, or raise depth_tolerance_ms",
+            )
+            return None
+        colour = self.colour_infos.match(stamp) if self.colour_infos is not None else None
+        try:
+            if colour is None:
+                raise InputError(
+                    "no camera_info for the frame: set camera_info_topic (its K places the "
+                    "masks in 3-D)"
+                )
+            own = self.infos.match(stamp_ns(depth.header.stamp))
+            lifted = lift_depth(
+                result.instance_raster,
+                result.instances.ids,
+                convert.depth_from_msg(depth),
+                intrinsics(colour),
+                intrinsics(own) if own is not None else None,
+            )
+        except InputError as exc:
+            self._count("refused", f"depth refused: {exc}")
+            return None
+        age = (stamp - stamp_ns(depth.header.stamp)) / 1e6
+        with self._lock:
+            self.counts["paired"] += 1
+            self.depth_age_ms = age
+        return lifted
+
+    def _count(self, kind: str, problem: str) -> None:
+        with self._lock:
+            self.counts[kind] += 1
+            self.last_problem = problem
+
+    def publish(self, header: Any, result: FrameResult) -> None:
+        """Lift the frame's instances and publish them when ``~/detections_3d`` is wanted."""
+        if not self.wanted() or result.instance_raster is None:
+            return
+        lifted = self._lift(header, result)
+        if lifted is not None:
+            self.pub.publish(detections_3d_msg(header, result, lifted, self.vision_msgs))
+
+    def check(self) -> tuple[list[tuple[bytes, str]], dict[str, object]]:
+        """/diagnostics problems (WARN for frames without 3-D since the last check), the pairing
+        rate and the depth's age (frame stamp - depth stamp of the last pair, ms)."""
+        with self._lock:
+            counts, new = dict(self.counts), {}
+            for kind in ("no_depth", "refused"):
+                new[kind] = counts[kind] - self._reported[kind]
+            self._reported = counts
+            tried = sum(counts.values())
+            values: dict[str, object] = {
+                "depth_topic": self.topic,
+                "depth_paired": counts["paired"],
+                "depth_missing": counts["no_depth"],
+                "depth_refused": counts["refused"],
+                "depth_pairing_rate": round(counts["paired"] / tried, 4) if tried else None,
+                "depth_age_ms": None if self.depth_age_ms is None else round(self.depth_age_ms, 3),
+                "depth_last_problem": self.last_problem,
+            }
+        problems = [
+            (DiagnosticStatus.WARN, f"{n} frame(s) without 3-D: {kind.replace('_', ' ')}")
+            for kind, n in new.items()
+            if n
+        ]
+        return problems, values
+
+    def destroy(self) -> None:
+        """Unsubscribe and remove the publisher."""
+        self.stop()
+        self.node.destroy_publisher(self.pub)

@@ -1,0 +1,181 @@
+"""~/detections_3d over real DDS: a depth camera's frames paired by stamp, lifted, counted.
+
+vision_msgs is built by ``interface_build`` (as for ~/detections) and the node runs with that
+prefix on its paths. The random-weight model at score threshold 0 yields instances anywhere, so
+the depth is a plane: every instance must lift to it.
+"""
+
+from __future__ import annotations
+
+import array
+import importlib
+
+import numpy as np
+import pytest
+from interface_build import VISION_MSGS, built_for_test
+from ros_domains import next_domain
+from ros_harness import Client, NodeProcess
+from ros_messages import raster_from_image
+from test_ros_node import image_msg, scene
+
+from compactinst_ros.errors import ConfigError
+from compactinst_ros.ros.params import PARAMETERS, read_config
+
+pytest.importorskip("rclpy")
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image
+
+#: a cold run compiles vision_msgs (about 20-30 s on 2 cores); cached runs take seconds
+pytestmark = pytest.mark.slow
+
+NS = "/compactinst"
+TOPIC = "/cam/image_raw"
+INFO = "/cam/camera_info"
+DEPTH = "/cam/depth/image_raw"
+H, W = 120, 160
+FX, CX, CY = 100.0, 79.5, 59.5
+PLANE_M = 4.0
+
+
+def camera_info(sec: int) -> CameraInfo:
+    msg = CameraInfo(height=H, width=W, distortion_model="plumb_bob")
+    msg.k = [FX, 0.0, CX, 0.0, FX, CY, 0.0, 0.0, 1.0]
+    msg.header.stamp.sec = sec
+    return msg
+
+
+def depth_msg(sec: int, encoding: str) -> Image:
+    """A plane PLANE_M ahead, as 16UC1 millimetres or 32FC1 metres, with a NaN/0 hole."""
+    if encoding == "16UC1":
+        depth = np.full((H, W), PLANE_M * 1000, np.uint16)
+        depth[:10] = 0
+    else:
+        depth = np.full((H, W), PLANE_M, np.float32)
+        depth[:10] = np.nan
+    msg = Image(height=H, width=W, encoding=encoding, step=W * depth.itemsize)
+    msg.header.stamp.sec = sec
+    msg.data = array.array("B", depth.tobytes())
+    return msg
+
+
+@pytest.fixture(scope="module")
+def vision_msgs_prefix(request: pytest.FixtureRequest):
+    """The built vision_msgs prefix (cached across runs); skips only if the toolchain is missing."""
+    return built_for_test(VISION_MSGS, request)
+
+
+@pytest.fixture(scope="module")
+def depth_node(vision_msgs_prefix, random_bundle):
+    """(vision_msgs.msg, client, {topic: publisher}) with a node taking colour, info and depth."""
+    with vision_msgs_prefix.activated():
+        msgs = importlib.import_module("vision_msgs.msg")
+        domain = next_domain()
+        node = NodeProcess(
+            domain,
+            {
+                "model": random_bundle,
+                "backend": "onnxruntime",
+                "ort_threads": 1,
+                "score_threshold": 0.0,
+                "max_instances": 10,
+                "image_topic": TOPIC,
+                "camera_info_topic": INFO,
+                "depth_topic": DEPTH,
+                "outputs": ["instance_mask"],
+                "diagnostics_period": 0.25,
+            },
+        )
+        client = Client(domain)
+        try:
+            reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+            client.subscribe(msgs.Detection3DArray, f"{NS}/detections_3d", reliable)
+            client.subscribe(Image, f"{NS}/instance_mask", reliable)
+            client.subscribe(DiagnosticArray, "/diagnostics")
+            pubs = {
+                TOPIC: client.publisher(Image, TOPIC),
+                INFO: client.publisher(CameraInfo, INFO),
+                DEPTH: client.publisher(Image, DEPTH),
+            }
+            client.wait_for(
+                lambda: (
+                    all(client.matched(t) for t in client.subs)
+                    and all(p.get_subscription_count() for p in pubs.values())
+                ),
+                60,
+                f"the node's subscriptions and publishers (log {node.log_path})",
+            )
+            yield msgs, client, pubs
+        finally:
+            client.close()
+            code = node.stop()
+            assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
+
+
+def _send(pubs, sec: int, encoding: str | None) -> None:
+    """Camera_info and (unless ``encoding`` is None) depth first, then the colour frame."""
+    pubs[INFO].publish(camera_info(sec))
+    if encoding is not None:
+        pubs[DEPTH].publish(depth_msg(sec, encoding))
+    pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
+
+
+@pytest.mark.parametrize("encoding", ["16UC1", "32FC1"])
+def test_instances_lift_to_the_depth_plane_with_the_2d_ids(depth_node, encoding):
+    msgs, client, pubs = depth_node
+    sec = {"16UC1": 501, "32FC1": 502}[encoding]
+    client.wait_for(lambda: client.matched(f"{NS}/detections_3d"), 10, "detections_3d")
+    _send(pubs, sec, encoding)
+    topics = (f"{NS}/detections_3d", f"{NS}/instance_mask")
+    client.wait_for(lambda: all(client.stamped(t, sec) for t in topics), 30, "3-D outputs")
+    dets = client.stamped(topics[0], sec)
+    raster = raster_from_image(client.stamped(topics[1], sec))
+    assert isinstance(dets, msgs.Detection3DArray)
+    assert len(dets.detections) > 0, "the random model at score_threshold 0 must yield instances"
+    ids = set(np.unique(raster[raster > 0]).tolist())
+    assert {int(d.id) for d in dets.detections} <= ids
+    for det in dets.detections:
+        centre = det.results[0].pose.pose.position
+        assert centre.z == pytest.approx(PLANE_M, abs=1e-3)
+        ys, xs = np.nonzero(raster == int(det.id))
+        # the eroded mask's mean stays inside the instance's box
+        assert (xs.min() - CX) * PLANE_M / FX <= centre.x <= (xs.max() - CX) * PLANE_M / FX
+        assert (ys.min() - CY) * PLANE_M / FX <= centre.y <= (ys.max() - CY) * PLANE_M / FX
+        assert det.bbox.size.z == pytest.approx(0.0, abs=1e-3)  # a plane has no depth extent
+
+
+def test_a_frame_without_depth_keeps_its_2d_outputs_and_is_counted(depth_node):
+    _, client, pubs = depth_node
+    sec = 503
+    before = int(client.latest_diagnostics().get("depth_missing", "0"))
+    _send(pubs, sec, None)
+    client.wait_for(lambda: client.stamped(f"{NS}/instance_mask", sec), 30, "2-D output")
+    client.wait_for(
+        lambda: int(client.latest_diagnostics().get("depth_missing", "0")) > before,
+        10,
+        "the missing depth counted on /diagnostics",
+    )
+    facts = client.latest_diagnostics()
+    assert client.stamped(f"{NS}/detections_3d", sec) is None
+    assert "no depth image on /cam/depth/image_raw" in facts["depth_last_problem"]
+    assert 0.0 < float(facts["depth_pairing_rate"]) < 1.0
+    assert float(facts["depth_age_ms"]) == 0.0
+
+
+def test_depth_parameters_are_checked_with_their_fix():
+    values = {name: spec.default for name, spec in PARAMETERS.items()} | {"model": "/m"}
+    one = read_config(values | {"depth_topic": DEPTH, "camera_info_topic": INFO})
+    assert one.cameras[0].depth_topic == DEPTH and one.depth_tolerance_ms == 20.0
+    with pytest.raises(ConfigError, match="set camera_info_topic"):
+        read_config(values | {"depth_topic": DEPTH})
+    several = values | {
+        "image_topics": ["/a/image", "/b/image"],
+        "camera_names": ["a", "b"],
+        "camera_info_topics": ["/a/info", "/b/info"],
+    }
+    cameras = read_config(several | {"depth_topics": ["/a/depth", ""]}).cameras
+    assert [c.depth_topic for c in cameras] == ["/a/depth", ""]
+    with pytest.raises(ConfigError, match="one per camera in depth_topics"):
+        read_config(several | {"depth_topic": DEPTH})
+    with pytest.raises(ConfigError, match="depth_topics has 1 entries"):
+        read_config(several | {"depth_topics": ["/a/depth"]})
