@@ -179,3 +179,76 @@ def test_depth_parameters_are_checked_with_their_fix():
         read_config(several | {"depth_topic": DEPTH})
     with pytest.raises(ConfigError, match="depth_topics has 1 entries"):
         read_config(several | {"depth_topics": ["/a/depth"]})
+
+
+CAMERAS = {"left": 3.0, "front": 5.0, "right": 7.0}  # each camera sees its own plane
+
+
+@pytest.fixture(scope="module")
+def batched_node(vision_msgs_prefix, random_bundle):
+    """(client, {camera: {topic: publisher}}) with one batched node of three RGB-D cameras."""
+    with vision_msgs_prefix.activated():
+        msgs = importlib.import_module("vision_msgs.msg")
+        domain = next_domain()
+        node = NodeProcess(
+            domain,
+            {
+                "model": random_bundle,
+                "backend": "onnxruntime",
+                "ort_threads": 1,
+                "score_threshold": 0.0,
+                "max_instances": 10,
+                "image_topics": [f"/{c}/image_raw" for c in CAMERAS],
+                "camera_names": list(CAMERAS),
+                "camera_info_topics": [f"/{c}/camera_info" for c in CAMERAS],
+                "depth_topics": [f"/{c}/depth/image_raw" for c in CAMERAS],
+                "outputs": ["instance_mask"],
+                "diagnostics_period": 0.25,
+            },
+        )
+        client = Client(domain)
+        try:
+            reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+            pubs = {}
+            for camera in CAMERAS:
+                client.subscribe(msgs.Detection3DArray, f"{NS}/{camera}/detections_3d", reliable)
+                pubs[camera] = {
+                    TOPIC: client.publisher(Image, f"/{camera}/image_raw"),
+                    INFO: client.publisher(CameraInfo, f"/{camera}/camera_info"),
+                    DEPTH: client.publisher(Image, f"/{camera}/depth/image_raw"),
+                }
+            every = [p for topics in pubs.values() for p in topics.values()]
+            client.wait_for(
+                lambda: (
+                    all(client.matched(t) for t in client.subs)
+                    and all(p.get_subscription_count() for p in every)
+                ),
+                60,
+                f"the node's subscriptions and publishers (log {node.log_path})",
+            )
+            yield client, pubs
+        finally:
+            client.close()
+            code = node.stop()
+            assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
+
+
+def test_three_cameras_in_the_batched_node_each_pair_with_their_own_depth(batched_node):
+    client, pubs = batched_node
+    sec = 601
+    for camera, plane in CAMERAS.items():
+        topics = pubs[camera]
+        topics[INFO].publish(camera_info(sec))
+        depth = depth_msg(sec, "32FC1")
+        values = np.frombuffer(bytes(depth.data), np.float32) * np.float32(plane / PLANE_M)
+        depth.data = array.array("B", values.tobytes())
+        topics[DEPTH].publish(depth)
+    for camera in CAMERAS:  # one round: the three frames share the stamp
+        pubs[camera][TOPIC].publish(image_msg(scene(H, W, 7), "bgr8", sec=sec))
+    outputs = {c: f"{NS}/{c}/detections_3d" for c in CAMERAS}
+    client.wait_for(lambda: all(client.stamped(t, sec) for t in outputs.values()), 30, "3-D")
+    for camera, plane in CAMERAS.items():
+        dets = client.stamped(outputs[camera], sec).detections
+        assert dets, camera
+        depths = {round(d.results[0].pose.pose.position.z, 3) for d in dets}
+        assert depths == {plane}, (camera, depths)
