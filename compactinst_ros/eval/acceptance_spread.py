@@ -460,8 +460,8 @@ def format_table(report: dict) -> str:
 
 
 def write_plot(report: dict, path: Path) -> Path:
-    """One panel per decision statistic: each row's worst case, healthy and broken apart, and
-    the recorded limit."""
+    """One panel per decision statistic: each row's worst case, healthy and broken apart (filled:
+    the broken engines the statistic is set to refuse), and the recorded limit."""
     from .plots import _pyplot, _save
 
     plt = _pyplot()
@@ -470,10 +470,13 @@ def write_plot(report: dict, path: Path) -> Path:
     colours = {"healthy": "tab:green", "broken": "tab:red", "other graph": "tab:gray"}
     for ax, key in zip(axes, keys, strict=True):
         for i, group in enumerate(colours):
-            values = [worst(r, key) for r in report["rows"].values() if r["group"] == group]
-            values = [v for v in values if v is not None]
-            jitter = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else [0.0]
-            ax.scatter(np.add(i, jitter), values, s=14, color=colours[group], label=group)
+            rows = [r for r in report["rows"].values()
+                    if r["group"] == group and worst(r, key) is not None]  # fmt: skip
+            jitter = np.linspace(-0.15, 0.15, len(rows)) if len(rows) > 1 else [0.0]
+            filled = [group != "broken" or r["kind"] in REFUSES[key] for r in rows]
+            ax.scatter(np.add(i, jitter), [worst(r, key) for r in rows], s=16, label=group,
+                       color=[colours[group] if f else "none" for f in filled],
+                       edgecolors=colours[group])  # fmt: skip
         limit = getattr(acceptance.DECISION_TOLERANCE, acceptance.DECISION_METRICS[key][1])
         ax.axhline(limit, color="black", linestyle="--", linewidth=1, label="limit")
         ax.set_xticks(range(len(colours)), [g.replace(" ", "\n") for g in colours])
