@@ -213,4 +213,4 @@ def test_realtime_replay_of_cameras_through_the_cli(camera_set, random_bundle, t
     with ImageBag(out / "output_bag", "/compactinst/left/instance_mask") as outputs:
         assert outputs.count == block["cameras"]["left"]["frames"]["processed"]
         assert "/compactinst/rear/instance_mask" in outputs.image_topics
-        assert "/compactinst_replay/left/image" in outputs.image_topics
+        assert "/left/image_raw" in outputs.image_topics  # the input keeps its recorded name

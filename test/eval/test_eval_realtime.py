@@ -49,7 +49,7 @@ def test_realtime_reports_drops_when_the_node_is_slower_than_the_bag(random_bund
         assert outputs.count >= 1
         assert set(outputs.image_topics) >= {
             "/compactinst/instance_mask",
-            "/compactinst_replay/image",
+            "/camera/image_raw",  # the input keeps its recorded topic name
         }
 
 
@@ -168,3 +168,28 @@ def test_realtime_names_the_frames_the_node_refused_and_their_reason(random_bund
     assert refusal.startswith(f"the node refused {refused} frame(s) (not the queue's drops): ")
     assert "fewer than height x step" in refusal, refusal  # the node's reason, from its report
     assert facts["precision"] == "fp32", facts  # as the node runs it, not "unknown"
+
+
+def test_the_output_bag_keeps_the_input_s_recorded_topic(tmp_path) -> None:
+    """The player publishes on its own topic, but the output bag records the input under the
+    recorded bag's topic, so that it replays as the input bag did."""
+    from compactinst_ros.eval.bags import open_output_bag
+
+    bag = scene_bag(make_scenes(2, 48, 64), tmp_path / "bag", "mcap")
+    writer = open_output_bag(tmp_path / "out")
+    with ImageBag(bag) as b:
+        recorder = realtime.Recorder(
+            next_domain(),
+            b.msgtype,
+            writer,
+            realtime.RASTERS,
+            bag_topics=(b.topic, b.camera_info_topic),
+        )
+        try:
+            for frame in b.frames():
+                recorder.publish(frame)
+        finally:
+            recorder.close()
+            writer.close()
+    with ImageBag(tmp_path / "out") as outputs:
+        assert outputs.image_topics == ["/camera/image_raw"] and outputs.count == 2
