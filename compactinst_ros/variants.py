@@ -18,14 +18,22 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 
 from .errors import BundleError
 
 #: operators that get Q/DQ in the TensorRT graph: TensorRT fuses Q/DQ into convolutions and matrix
 #: products; elsewhere (normalisation, softmax, elementwise) a Q/DQ pair only adds rounding
 QUANTIZED_OPS = ("Conv", "MatMul")
+#: normalisations: an FP16 graph computes them in FP32 (a Cast to float before, back to half
+#: after). A strongly typed TensorRT network computes a layer in its input's type, and a mean and
+#: variance over hundreds of half values lose what the CPU reference (float) keeps
+NORM_OPS = ("LayerNormalization", "InstanceNormalization", "GroupNormalization")
+#: the steps a LayerNormalization becomes in the TensorRT graphs (``decompose_layer_norms``)
+LAYER_NORM_STEPS = ("ReduceMean", "Sub", "Pow", "ReduceMeanVar", "AddEps", "Sqrt", "Div", "Mul",
+                    "Add")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,12 @@ class Int8Target:
     #: operators with constant weights that ONNX Runtime's quantize_dynamic then makes integer
     #: products, their input's range taken per run (no calibration)
     dynamic_ops: tuple[str, ...] = ()
+    #: whether Conv biases become INT32 Q/DQ (ONNX Runtime's default): TensorRT's dequantize
+    #: layer takes only INT8/FP8/INT4 inputs, so its graph keeps them float
+    quantize_bias: bool = True
+    #: the TensorRT importer's rules: LayerNormalization decomposed, MatMul weights quantized on
+    #: their output-channel axis or per tensor (``tensorrt_form``)
+    tensorrt_form: bool = False
 
 
 #: the TensorRT graph (its rule: symmetric s8 everywhere) and the fastest x86 CPU graph (u8
@@ -57,7 +71,8 @@ class Int8Target:
 #: fused x86 kernels saturate 16-bit sums on CPUs without VNNI, so their outputs, and with them
 #: the layers the sensitivity pass kept in FP32, depended on the machine that calibrated.
 INT8_TARGETS = {
-    "tensorrt": Int8Target("tensorrt", "s8", True, QUANTIZED_OPS, cpu_kernels=False),
+    "tensorrt": Int8Target("tensorrt", "s8", True, QUANTIZED_OPS, cpu_kernels=False,
+                           quantize_bias=False, tensorrt_form=True),
     "cpu": Int8Target("cpu", "u8", False, ("Conv", "Relu"), cpu_kernels=True,
                       dynamic_ops=("MatMul",)),
 }
@@ -123,16 +138,69 @@ def _fix_casts(model: onnx.ModelProto) -> int:
     return fixed
 
 
+def decompose_layer_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """``model`` with every LayerNormalization written out as ReduceMean, Sub, Pow, ReduceMean,
+    Add, Sqrt, Div, Mul, Add (same output name), and the names of the nodes that replaced them.
+
+    Why: onnx-tensorrt's LayerNormalization importer (10.1-GA) calls setComputePrecision, which
+    a strongly typed network rejects; whether TensorRT 10.3's parser guards that call is not in
+    any source we can read. The written-out form imports on every parser, and TensorRT's builder
+    fuses it back into one normalisation layer. Opset 17 graphs (``axes`` attributes)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    nodes, added, inits = [], [], []
+    for node in graph.node:
+        if node.op_type != "LayerNormalization":
+            nodes.append(node)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        axis = int(attrs.get("axis", -1))
+        if axis >= 0:
+            raise BundleError(f"LayerNormalization '{node.name}': axis {axis} must be negative "
+                              "to be written out without the input's rank; re-export the model")
+        prefix = node.name or f"node_of_{node.output[0]}"
+        name = {step: f"{prefix}/{step}" for step in LAYER_NORM_STEPS}
+        out = {step: f"{name[step]}_output_0" for step in LAYER_NORM_STEPS}
+        two, eps = f"{prefix}/two", f"{prefix}/epsilon"
+        inits += [numpy_helper.from_array(np.array(2.0, np.float32), two),
+                  numpy_helper.from_array(np.array(attrs.get("epsilon", 1e-5), np.float32), eps)]
+        axes = list(range(axis, 0))
+        x, scale = node.input[0], node.input[1]
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else ""
+        out["Add" if bias else "Mul"] = node.output[0]
+        steps = [
+            ("ReduceMean", [x], {"axes": axes, "keepdims": 1}),
+            ("Sub", [x, out["ReduceMean"]], {}),
+            ("Pow", [out["Sub"], two], {}),
+            ("ReduceMeanVar", [out["Pow"]], {"axes": axes, "keepdims": 1}),
+            ("AddEps", [out["ReduceMeanVar"], eps], {}),
+            ("Sqrt", [out["AddEps"]], {}),
+            ("Div", [out["Sub"], out["Sqrt"]], {}),
+            ("Mul", [out["Div"], scale], {}),
+        ] + ([("Add", [out["Mul"], bias], {})] if bias else [])
+        for step, inputs, kwargs in steps:
+            op = {"ReduceMeanVar": "ReduceMean", "AddEps": "Add"}.get(step, step)
+            nodes.append(helper.make_node(op, inputs, [out[step]], name=name[step], **kwargs))
+            added.append(name[step])
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(inits)
+    return model, added
+
+
 def fp16_graph(model: onnx.ModelProto, islands: Iterable[str] = ()) -> onnx.ModelProto:
-    """``model`` with FP16 tensors and weights, FP32 I/O, and the nodes named in ``islands``
-    (the range analysis' FP32 layers, ``precision.check_bundle``) kept in FP32."""
+    """``model`` with FP16 tensors and weights, FP32 I/O, its layer norms written out
+    (``decompose_layer_norms``), every normalisation in FP32 (``NORM_OPS``), and the nodes named
+    in ``islands`` (the range analysis' FP32 layers, ``precision.check_bundle``) kept in FP32."""
     _import_tools("fp16")
     from onnxconverter_common import float16
 
+    model, decomposed = decompose_layer_norms(model)
+    norms = [n.name for n in model.graph.node if n.op_type in NORM_OPS and n.name]
     with warnings.catch_warnings():  # it warns about every weight it clamps to the FP16 range
         warnings.simplefilter("ignore")
         typed = float16.convert_float_to_float16(
-            model, keep_io_types=True, node_block_list=sorted(islands)
+            model, keep_io_types=True, node_block_list=sorted({*islands, *decomposed, *norms})
         )
     _fix_casts(typed)
     return typed
@@ -193,6 +261,8 @@ def quantize(
     # temporary file it then deletes: it gets a copy, so the caller's model stays usable
     given = onnx.ModelProto()
     given.CopyFrom(model)
+    if target.tensorrt_form:
+        given, _ = decompose_layer_norms(given)
     root = logging.getLogger()  # the quantizer logs a pre-processing hint on every call
     level = root.level
     root.setLevel(logging.ERROR)
@@ -213,6 +283,7 @@ def quantize(
                 extra_options={
                     "ActivationSymmetric": target.symmetric_activations,
                     "WeightSymmetric": True,
+                    "QuantizeBias": target.quantize_bias,
                 },
                 calibration_cache_path=ranges_path,
             )
@@ -227,9 +298,67 @@ def quantize(
                     nodes_to_exclude=list(exclude),
                 )
                 out = dynamic
-            return onnx.load(str(out))
+            typed = onnx.load(str(out))
     finally:
         root.setLevel(level)
+    if target.tensorrt_form:
+        per_tensor_off_axis_weights(typed)
+    return typed
+
+
+def matmul_output_axis(rank: int, index: int) -> int:
+    """The output-channel axis of a MatMul's input ``index`` of ``rank`` >= 2: the columns of B
+    (input 1, its last axis), the rows of A (input 0, its second last)."""
+    return rank - 1 if index == 1 else rank - 2
+
+
+def per_tensor_off_axis_weights(model: onnx.ModelProto) -> list[str]:
+    """Re-quantize per tensor (in place) every MatMul weight whose per-channel scales lie on
+    another axis than its output channels; returns those MatMuls' names.
+
+    ONNX Runtime puts a MatMul weight's scales on axis 1 whichever input it is: right for B
+    (its columns are the outputs), the reduction axis for A, whose scales then cannot be
+    factored out of an INT8 GEMM's sums, so TensorRT cannot run it as one."""
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    made_by = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, int] = {}
+    for n in graph.node:
+        for name in n.input:
+            readers[name] = readers.get(name, 0) + 1
+    changed = []
+    for node in graph.node:
+        if node.op_type != "MatMul":
+            continue
+        for index, name in enumerate(node.input[:2]):
+            dq = made_by.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits:
+                continue
+            weight, scale = inits[dq.input[0]], inits.get(dq.input[1])
+            if scale is None or len(scale.dims) == 0 or len(weight.dims) < 2:
+                continue
+            axis_attr = next((a for a in dq.attribute if a.name == "axis"), None)
+            axis = (axis_attr.i if axis_attr is not None else 1) % len(weight.dims)
+            inits_of_dq = [x for x in dq.input if x in inits]
+            if axis == matmul_output_axis(len(weight.dims), index) or any(
+                readers[x] > 1 for x in inits_of_dq
+            ):
+                continue
+            q = numpy_helper.to_array(weight).astype(np.float32)
+            shape = [1] * q.ndim
+            shape[axis] = -1
+            values = q * numpy_helper.to_array(scale).reshape(shape)
+            step = float(np.abs(values).max()) / 127 or 1.0
+            requantized = np.clip(np.rint(values / step), -127, 127).astype(np.int8)
+            weight.CopyFrom(numpy_helper.from_array(requantized, weight.name))
+            scale.CopyFrom(numpy_helper.from_array(np.array(step, np.float32), scale.name))
+            if len(dq.input) > 2 and dq.input[2] in inits:
+                point = inits[dq.input[2]]
+                point.CopyFrom(numpy_helper.from_array(np.array(0, np.int8), point.name))
+            if axis_attr is not None:
+                dq.attribute.remove(axis_attr)
+            changed.append(node.name)
+    return changed
 
 
 def int8_graph(

@@ -5,6 +5,10 @@ The FP16 and INT8 graphs are derived from the FP32 stages at load (bundle.json `
 which needs onnx, onnxconverter-common and ONNX Runtime's quantization tools. A vehicle has
 TensorRT but not those: derive here, then copy the bundle with its ``typed/`` folder, where each
 graph is named by its sha256 and checked against bundle.json before it is used.
+
+``--record`` re-derives the typed graphs from the recipe bundle.json keeps (FP32 islands, INT8
+ranges, layers left in FP32), records their sha256 and re-writes the golden cases on the same
+images: what a change of the derivation (variants.py) needs, without calibrating again.
 """
 
 from __future__ import annotations
@@ -12,7 +16,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..bundle import INT8_GRAPHS, ModelBundle, write_typed_graph
+from ..bundle import (
+    INT8_GRAPHS,
+    METADATA_FILE,
+    ModelBundle,
+    read_golden,
+    write_golden,
+    write_typed_graph,
+)
 
 
 def derive_all(bundle: ModelBundle, precisions: tuple[str, ...] | None = None) -> list[Path]:
@@ -26,6 +37,31 @@ def derive_all(bundle: ModelBundle, precisions: tuple[str, ...] | None = None) -
     return written
 
 
+def record(root: Path) -> ModelBundle:
+    """Re-derive the typed graphs of the bundle at ``root`` from its recorded recipe, record
+    their sha256 and re-write its golden cases (same images); returns the reloaded bundle."""
+    import json
+
+    from .quantize import Int8Result, golden_cases, write_variants
+
+    bundle = ModelBundle.load(root, with_variants=False)  # the recorded hashes are the old ones
+    recipe = json.loads((bundle.root / METADATA_FILE).read_text()).get("variants", {})
+    fp16, int8 = recipe.get("fp16"), recipe.get("int8")
+    islands = {n: e["fp32_islands"] for n, e in fp16["stages"].items()} if fp16 else None
+    result, ranges, calibration, pre_process = None, {}, {}, []
+    if int8:
+        stages = int8["stages"]
+        result = Int8Result({}, {n: e["fp32_layers"] for n, e in stages.items()}, {}, 0.0)
+        ranges = {n: bundle.root / e["ranges"] for n, e in stages.items()}
+        calibration = int8["calibration"]
+        pre_process = [n for n, e in stages.items() if e.get("pre_process")]
+    bundle = write_variants(bundle, islands, result, ranges, calibration, pre_process)
+    images = [case.image for case in read_golden(bundle.root, "fp32")]
+    if images:
+        write_golden(bundle.root, golden_cases(bundle, images))
+    return bundle
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst derive``."""
     parser.add_argument("bundle", type=Path, help="model bundle folder with precision variants")
@@ -35,10 +71,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("fp16", "int8"),
         help="precision to write, repeatable (default: every variant the bundle has)",
     )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="re-derive from the recorded recipe, record the graphs' sha256 in bundle.json and "
+        "re-write the golden cases (after the derivation changed; no files written to typed/)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Derive and write the typed graphs; print each file."""
+    """Derive and write the typed graphs; print each file (``--record``: re-record them)."""
+    if args.record:
+        bundle = record(args.bundle)
+        for precision, variant in bundle.variants.items():
+            for stage, entry in variant["stages"].items():
+                print(f"{precision} {stage}: {entry['sha256']}")
+        return 0
     bundle = ModelBundle.load(args.bundle)
     written = derive_all(bundle, tuple(args.precision) if args.precision else None)
     if not written:
