@@ -31,8 +31,8 @@ from ..errors import BackendError, ConfigError, DataError
 from ..progress import Progress
 from ..ros.diagnostics import batch_status_name
 from .bags import (
-    COMPRESSED,
     OUTPUT_NS,
+    TRANSPORTS,
     BagFrame,
     ImageBag,
     bag_hash,
@@ -362,7 +362,7 @@ def run_cameras(
     params = {
         "model": str(Path(model).resolve()),
         "backend": backend,
-        "input_transport": "compressed" if msgtype == COMPRESSED else "raw",
+        "input_transport": TRANSPORTS[msgtype],
         "input_reliability": "reliable",
         **(node_params or {}),
     }
@@ -388,7 +388,6 @@ def run_cameras(
                 bag_ns=f"{OUTPUT_NS}/{camera.name}",
                 lock=lock,
                 player=f"compactinst_replay_{camera.name}",
-                bag_topics=(camera.bag.topic, camera.bag.camera_info_topic),
                 extra_status=(
                     batch_status_name(f"{namespace}{OUTPUT_NS}")
                     if batched and camera is cameras[0]

@@ -43,11 +43,11 @@ from ..structures import FrameMeta, FrameResult, Instances, Segments
 from .bags import (
     BAG_OUTPUTS,
     CAMERA_INFO,
-    COMPRESSED,
     IMAGE,
     JOINT_STATE,
     OUTPUT_NS,
     POINTCLOUD2,
+    TRANSPORTS,
     BagFrame,
     BagWriter,
     ImageBag,
@@ -197,29 +197,25 @@ class Recorder:
         lock: threading.Lock | None = None,
         player: str = "compactinst_replay",
         extra_status: str | None = None,
-        bag_topics: tuple[str, str | None] | None = None,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+        from sensor_msgs.msg import CameraInfo
+
+        from ..ros.camera import message_type
 
         self.rclpy = rclpy
         self.context = Context()  # rclpy.context.Context: the module path every distro has
         rclpy.init(context=self.context, domain_id=domain_id)
         self.node = rclpy.create_node(player, context=self.context)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        # the output bag records the input and its camera_info under the recorded bag's own
-        # topics (``bag_topics``), so that it replays as the input bag did
-        self.bag_input, self.bag_info = bag_topics or (input_topic, info_topic)
-        self.bag_info = self.bag_info or info_topic
-        self.bag_ns = bag_ns
-        self.input_topic = input_topic + ("/compressed" if msgtype == COMPRESSED else "")
-        self.pub = self.node.create_publisher(
-            CompressedImage if msgtype == COMPRESSED else Image, self.input_topic, reliable
-        )
+        self.bag_input, self.info_topic, self.bag_ns = input_topic, info_topic, bag_ns
+        transport = TRANSPORTS[msgtype]  # the node subscribes <image_topic>/<transport>
+        self.input_topic = input_topic + ("" if transport == "raw" else f"/{transport}")
+        self.pub = self.node.create_publisher(message_type(transport), self.input_topic, reliable)
         self.infos: StampMatcher[bytes] = StampMatcher(
             CAMERA_INFO_TOLERANCE_NS, max(1, len(camera_infos))
         )
@@ -345,7 +341,7 @@ class Recorder:
             if self.writer is not None:
                 self.writer.write(self.bag_input, frame.msgtype, frame.bag_time_ns, frame.raw)
                 if info is not None:
-                    self.writer.write(self.bag_info, CAMERA_INFO, frame.bag_time_ns, info)
+                    self.writer.write(self.info_topic, CAMERA_INFO, frame.bag_time_ns, info)
         if info is not None:
             self.info_pub.publish(cdr_with_stamp(info, stamp))
         self.pub.publish(cdr_with_stamp(frame.raw, stamp))
@@ -484,7 +480,7 @@ def run_realtime(
         "model": str(Path(model).resolve()),
         "backend": backend,
         "image_topic": INPUT_TOPIC,
-        "input_transport": "compressed" if bag.msgtype == COMPRESSED else "raw",
+        "input_transport": TRANSPORTS[bag.msgtype],
         "input_reliability": "reliable",
         **({"camera_info_topic": INPUT_CAMERA_INFO} if camera_infos else {}),
         **(node_params or {}),
@@ -500,14 +496,7 @@ def run_realtime(
     try:
         node_name = namespace + OUTPUT_NS  # the node's default name, in the replay's namespace
         recorder = Recorder(
-            domain_id,
-            bag.msgtype,
-            writer,
-            outputs,
-            camera_infos,
-            node_name,
-            keep=gt is not None,
-            bag_topics=(bag.topic, bag.camera_info_topic),
+            domain_id, bag.msgtype, writer, outputs, camera_infos, node_name, keep=gt is not None
         )
         _wait(recorder.node_ready, ready_timeout, node, "the node to load the model and subscribe")
         time.sleep(0.5)  # let the node see our output subscriptions too

@@ -20,6 +20,8 @@ from ros_harness import Client, NodeProcess, cpu_node_params
 from test_ros_multicamera import statuses
 from test_ros_node import scene
 
+from compactinst_ros.eval.bags import ImageBag, write_video_bag
+from compactinst_ros.eval.realtime import run_realtime
 from compactinst_ros.ros.diagnostics import status_name
 
 pytest.importorskip("rclpy")
@@ -27,7 +29,7 @@ pytest.importorskip("av", reason="the video extra (PyAV) is not installed")
 from diagnostic_msgs.msg import DiagnosticArray
 from sensor_msgs.msg import Image
 
-from compactinst_ros.video import encode
+from compactinst_ros.video import COMPRESSED_VIDEO, encode
 
 #: a cold run compiles the two message packages (about 30 s on 2 cores); cached, about 10 s
 pytestmark = pytest.mark.slow
@@ -188,3 +190,34 @@ def test_foxglove_compressed_video_gives_outputs(ros) -> None:
         lambda: (r := last(client, status_name(FOX))) and int(r["frames_processed"]) >= 4 and r
     )
     assert int(report["input_errors"]) == 0
+
+
+def test_realtime_replay_sends_a_video_bag_to_the_node(video_prefixes, random_bundle, tmp_path):
+    """``replay --mode realtime`` publishes the recorded packets on <image_topic>/<transport>
+    and points the node at that transport: every packet decodes, none is refused. The bag is
+    CompressedVideo, whose stamp (the first field, as a Header's) is patched like a Header's;
+    FFMPEGPacket bags take the same path."""
+    msgtype = COMPRESSED_VIDEO
+    frames = [(1_000_000_000 + i * 100_000_000, scene(96, 128, i % 4)) for i in range(6)]
+    path = write_video_bag(tmp_path / "bag", frames, msgtype=msgtype)
+    with contextlib.ExitStack() as stack:
+        for prefix in video_prefixes:
+            stack.enter_context(prefix.activated())
+        with ImageBag(path) as bag:
+            block, _ = run_realtime(
+                bag,
+                random_bundle,
+                "onnxruntime",
+                rate=2.0,
+                warmup=0,
+                drain_s=8.0,  # the node's first frame after loading takes seconds on 2 busy cores
+                progress=False,
+                domain_id=next_domain(),
+                log_path=tmp_path / "node.log",
+                node_params={"ort_threads": "1"},
+            )
+    log = (tmp_path / "node.log").read_text()
+    assert block["frames"]["sent"] == 6, log
+    assert block["frames"]["processed"] >= 1, (block["frames"], block["notes"], log)
+    assert block["node_exit_code"] == 0, log
+    assert "bad input frame" not in log, log
