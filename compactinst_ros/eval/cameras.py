@@ -388,6 +388,7 @@ def run_cameras(
                 bag_ns=f"{OUTPUT_NS}/{camera.name}",
                 lock=lock,
                 player=f"compactinst_replay_{camera.name}",
+                bag_topics=(camera.bag.topic, camera.bag.camera_info_topic),
                 extra_status=(
                     batch_status_name(f"{namespace}{OUTPUT_NS}")
                     if batched and camera is cameras[0]

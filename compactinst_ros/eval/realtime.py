@@ -197,6 +197,7 @@ class Recorder:
         lock: threading.Lock | None = None,
         player: str = "compactinst_replay",
         extra_status: str | None = None,
+        bag_topics: tuple[str, str | None] | None = None,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -212,7 +213,11 @@ class Recorder:
         rclpy.init(context=self.context, domain_id=domain_id)
         self.node = rclpy.create_node(player, context=self.context)
         reliable = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
-        self.bag_input, self.info_topic, self.bag_ns = input_topic, info_topic, bag_ns
+        # the output bag records the input and its camera_info under the recorded bag's own
+        # topics (``bag_topics``), so that it replays as the input bag did
+        self.bag_input, self.bag_info = bag_topics or (input_topic, info_topic)
+        self.bag_info = self.bag_info or info_topic
+        self.bag_ns = bag_ns
         transport = TRANSPORTS[msgtype]  # the node subscribes <image_topic>/<transport>
         self.input_topic = input_topic + ("" if transport == "raw" else f"/{transport}")
         self.pub = self.node.create_publisher(message_type(transport), self.input_topic, reliable)
@@ -341,7 +346,7 @@ class Recorder:
             if self.writer is not None:
                 self.writer.write(self.bag_input, frame.msgtype, frame.bag_time_ns, frame.raw)
                 if info is not None:
-                    self.writer.write(self.info_topic, CAMERA_INFO, frame.bag_time_ns, info)
+                    self.writer.write(self.bag_info, CAMERA_INFO, frame.bag_time_ns, info)
         if info is not None:
             self.info_pub.publish(cdr_with_stamp(info, stamp))
         self.pub.publish(cdr_with_stamp(frame.raw, stamp))
@@ -496,7 +501,14 @@ def run_realtime(
     try:
         node_name = namespace + OUTPUT_NS  # the node's default name, in the replay's namespace
         recorder = Recorder(
-            domain_id, bag.msgtype, writer, outputs, camera_infos, node_name, keep=gt is not None
+            domain_id,
+            bag.msgtype,
+            writer,
+            outputs,
+            camera_infos,
+            node_name,
+            keep=gt is not None,
+            bag_topics=(bag.topic, bag.camera_info_topic),
         )
         _wait(recorder.node_ready, ready_timeout, node, "the node to load the model and subscribe")
         time.sleep(0.5)  # let the node see our output subscriptions too
