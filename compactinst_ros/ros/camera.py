@@ -171,6 +171,7 @@ class Camera:
                 self.camera_info.matcher if self.camera_info is not None else None,
                 config.output_reliability,
                 vision_msgs,
+                labels,
                 camera.prefix,
             )
 

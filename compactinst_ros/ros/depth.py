@@ -1,4 +1,4 @@
-"""A camera's registered depth input and its 3-D output ``~/detections_3d``.
+"""A camera's registered depth input and its 3-D outputs ``~/detections_3d`` and ``~/markers_3d``.
 
 The depth image (``16UC1`` mm, ``32FC1`` m; registered to the colour camera) is paired with each
 frame by stamp within ``depth_tolerance_ms``; the frame's instances are lifted with it
@@ -6,9 +6,11 @@ frame by stamp within ``depth_tolerance_ms``; the frame's instances are lifted w
 camera_info's K and, for a depth of another size, the depth's own camera_info (``<depth
 namespace>/camera_info``). ``~/detections_3d`` (vision_msgs/Detection3DArray) carries one
 detection per lifted instance with the 2-D detection's id (the instance / track id), class id
-and score; it is published only while subscribed. A frame without depth within the tolerance
-still gets its 2-D outputs: its 3-D is skipped and counted, as are refused depth images (wrong
-encoding, a size that no camera_info explains), with the reason on /diagnostics.
+and score; ``~/markers_3d`` (visualization_msgs/MarkerArray, where installed) draws each as a
+box with a "<class> <distance> m" caption in rviz. Each is published only while subscribed. A
+frame without depth within the tolerance still gets its 2-D outputs: its 3-D is skipped and
+counted, as are refused depth images (wrong encoding, a size that no camera_info explains),
+with the reason on /diagnostics.
 """
 
 from __future__ import annotations
@@ -16,18 +18,28 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
 
 from ..errors import InputError
+from ..labels import LabelSet
+from ..palette import palette_colours
 from ..spatial import Instances3D, Intrinsics, lift_depth
 from ..structures import FrameResult
 from . import convert
 from .camera_info import StampMatcher, stamp_ns
 from .qos import frame_qos
 
+try:
+    import visualization_msgs.msg as visualization_msgs
+except ImportError:  # an install without rviz's messages: no ~/markers_3d
+    visualization_msgs = None
+
+#: smallest marker box side, m (a flat instance still shows)
+MIN_MARKER_M = 0.05
 #: depth images held for pairing (a few frames of a 30 Hz camera behind the colour stream)
 DEPTH_KEEP = 30
 
@@ -65,6 +77,44 @@ def detections_3d_msg(
     return out
 
 
+def markers_msg(header: Any, result: FrameResult, lifted: Instances3D, labels: LabelSet) -> Any:
+    """visualization_msgs/MarkerArray for rviz: a DELETEALL (the last frame's go), then per
+    lifted instance a box at its centroid with its extent, in the instance's overlay colour, and
+    a caption "<class> <distance> m" above it (ids = the instance ids)."""
+    out = visualization_msgs.MarkerArray()
+    clear = visualization_msgs.Marker(action=visualization_msgs.Marker.DELETEALL)
+    clear.header = header
+    out.markers.append(clear)
+    inst = result.instances
+    names = dict(zip(labels.ids, labels.names, strict=True))
+    colours = palette_colours(inst.ids) / 255.0
+    for i in np.flatnonzero(lifted.valid):
+        x, y, z = (float(v) for v in lifted.centroid[i])
+        size = np.maximum(lifted.extent[i], MIN_MARKER_M)
+        box = visualization_msgs.Marker(
+            ns="instances", id=int(inst.ids[i]), type=visualization_msgs.Marker.CUBE
+        )
+        box.header = header
+        box.pose.position.x, box.pose.position.y, box.pose.position.z = x, y, z
+        box.pose.orientation.w = 1.0
+        box.scale.x, box.scale.y, box.scale.z = (float(v) for v in size)
+        r, g, b = (float(c) for c in colours[i])
+        box.color.r, box.color.g, box.color.b, box.color.a = r, g, b, 0.5
+        text = visualization_msgs.Marker(
+            ns="captions", id=int(inst.ids[i]), type=visualization_msgs.Marker.TEXT_VIEW_FACING
+        )
+        text.header = header
+        text.pose.position.x, text.pose.position.z = x, z
+        text.pose.position.y = y - float(size[1]) / 2 - 0.1  # above: y points down
+        text.pose.orientation.w = 1.0
+        text.scale.z = 0.25
+        text.color.r = text.color.g = text.color.b = text.color.a = 1.0
+        label = int(inst.label_id[i])
+        text.text = f"{names.get(label, label)} {float(lifted.distance[i]):.1f} m"
+        out.markers += [box, text]
+    return out
+
+
 class DepthInput:
     """Subscribes to a camera's depth image and its camera_info; lifts and publishes each
     frame's instances (``publish``) and reports pairing on /diagnostics (``check``)."""
@@ -77,6 +127,7 @@ class DepthInput:
         colour_infos: StampMatcher[CameraInfo] | None,
         reliability: ReliabilityPolicy,
         vision_msgs: Any,
+        labels: LabelSet,
         prefix: str = "~/",
     ) -> None:
         self.node = node
@@ -84,12 +135,18 @@ class DepthInput:
         self.info_topic = f"{topic.rstrip('/').rsplit('/', 1)[0]}/camera_info"
         self.colour_infos = colour_infos
         self.vision_msgs = vision_msgs
+        self.labels = labels
         tolerance_ns = int(tolerance_ms * 1e6)
         self.frames: StampMatcher[Image] = StampMatcher(tolerance_ns, DEPTH_KEEP)
         self.infos: StampMatcher[CameraInfo] = StampMatcher(tolerance_ns, DEPTH_KEEP)
         self.pub = node.create_publisher(
             vision_msgs.Detection3DArray, f"{prefix}detections_3d", frame_qos(reliability)
         )
+        self.markers = None
+        if visualization_msgs is not None:
+            self.markers = node.create_publisher(
+                visualization_msgs.MarkerArray, f"{prefix}markers_3d", frame_qos(reliability)
+            )
         self._subs: list[Any] = []
         self._lock = threading.Lock()
         self.counts = {"paired": 0, "no_depth": 0, "refused": 0}
@@ -118,9 +175,13 @@ class DepthInput:
     def _on_info(self, msg: CameraInfo) -> None:
         self.infos.add(stamp_ns(msg.header.stamp), msg)
 
+    def _markers_wanted(self) -> bool:
+        return self.markers is not None and self.markers.get_subscription_count() > 0
+
     def wanted(self) -> bool:
-        """Whether ``~/detections_3d`` has a subscriber (the frame then needs its instances)."""
-        return self.pub.get_subscription_count() > 0
+        """Whether ``~/detections_3d`` or ``~/markers_3d`` has a subscriber (the frame then
+        needs its instances)."""
+        return self.pub.get_subscription_count() > 0 or self._markers_wanted()
 
     def _lift(self, header: Any, result: FrameResult) -> Instances3D | None:
         """The frame's instances in 3-D; None (counted, the reason kept) when they cannot be."""
@@ -164,12 +225,16 @@ class DepthInput:
             self.last_problem = problem
 
     def publish(self, header: Any, result: FrameResult) -> None:
-        """Lift the frame's instances and publish them when ``~/detections_3d`` is wanted."""
+        """Lift the frame's instances once and publish the 3-D outputs that are subscribed."""
         if not self.wanted() or result.instance_raster is None:
             return
         lifted = self._lift(header, result)
-        if lifted is not None:
+        if lifted is None:
+            return
+        if self.pub.get_subscription_count() > 0:
             self.pub.publish(detections_3d_msg(header, result, lifted, self.vision_msgs))
+        if self._markers_wanted():
+            self.markers.publish(markers_msg(header, result, lifted, self.labels))
 
     def check(self) -> tuple[list[tuple[bytes, str]], dict[str, object]]:
         """/diagnostics problems (WARN for frames without 3-D since the last check), the pairing
@@ -200,3 +265,5 @@ class DepthInput:
         """Unsubscribe and remove the publisher."""
         self.stop()
         self.node.destroy_publisher(self.pub)
+        if self.markers is not None:
+            self.node.destroy_publisher(self.markers)

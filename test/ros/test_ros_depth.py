@@ -25,6 +25,7 @@ pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
+from visualization_msgs.msg import Marker, MarkerArray
 
 #: a cold run compiles vision_msgs (about 20-30 s on 2 cores); cached runs take seconds
 pytestmark = pytest.mark.slow
@@ -90,6 +91,7 @@ def depth_node(vision_msgs_prefix, random_bundle):
         try:
             reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
             client.subscribe(msgs.Detection3DArray, f"{NS}/detections_3d", reliable)
+            client.subscribe(MarkerArray, f"{NS}/markers_3d", reliable)
             client.subscribe(Image, f"{NS}/instance_mask", reliable)
             client.subscribe(DiagnosticArray, "/diagnostics")
             pubs = {
@@ -112,6 +114,13 @@ def depth_node(vision_msgs_prefix, random_bundle):
             assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
 
 
+def markers_of(client: Client, sec: int) -> list | None:
+    """The markers of the MarkerArray of the frame stamped ``sec`` (None: not received)."""
+    arrays = client.received(f"{NS}/markers_3d")
+    found = [a.markers for a in arrays if a.markers and a.markers[0].header.stamp.sec == sec]
+    return found[-1] if found else None
+
+
 def _send(pubs, sec: int, encoding: str | None) -> None:
     """Camera_info and (unless ``encoding`` is None) depth first, then the colour frame."""
     pubs[INFO].publish(camera_info(sec))
@@ -128,6 +137,7 @@ def test_instances_lift_to_the_depth_plane_with_the_2d_ids(depth_node, encoding)
     _send(pubs, sec, encoding)
     topics = (f"{NS}/detections_3d", f"{NS}/instance_mask")
     client.wait_for(lambda: all(client.stamped(t, sec) for t in topics), 30, "3-D outputs")
+    markers = client.wait_for(lambda: markers_of(client, sec), 10, "~/markers_3d")
     dets = client.stamped(topics[0], sec)
     raster = raster_from_image(client.stamped(topics[1], sec))
     assert isinstance(dets, msgs.Detection3DArray)
@@ -142,6 +152,17 @@ def test_instances_lift_to_the_depth_plane_with_the_2d_ids(depth_node, encoding)
         assert (xs.min() - CX) * PLANE_M / FX <= centre.x <= (xs.max() - CX) * PLANE_M / FX
         assert (ys.min() - CY) * PLANE_M / FX <= centre.y <= (ys.max() - CY) * PLANE_M / FX
         assert det.bbox.size.z == pytest.approx(0.0, abs=1e-3)  # a plane has no depth extent
+    assert markers[0].action == Marker.DELETEALL  # the last frame's boxes go
+    boxes = {m.id: m for m in markers if m.type == Marker.CUBE}
+    captions = {m.id: m.text for m in markers if m.type == Marker.TEXT_VIEW_FACING}
+    assert set(boxes) == set(captions) == {int(d.id) for d in dets.detections}
+    for det in dets.detections:
+        box = boxes[int(det.id)]
+        assert box.pose.position.z == pytest.approx(PLANE_M, abs=1e-3)
+        assert box.header.frame_id == dets.header.frame_id
+        centre = det.results[0].pose.pose.position
+        distance = float(np.linalg.norm([centre.x, centre.y, centre.z]))
+        assert captions[int(det.id)].endswith(f" {distance:.1f} m")
 
 
 def test_a_frame_without_depth_keeps_its_2d_outputs_and_is_counted(depth_node):
@@ -252,3 +273,12 @@ def test_three_cameras_in_the_batched_node_each_pair_with_their_own_depth(batche
         assert dets, camera
         depths = {round(d.results[0].pose.pose.position.z, 3) for d in dets}
         assert depths == {plane}, (camera, depths)
+
+
+def test_rviz_config_shows_the_3d_markers():
+    from ros_harness import REPO
+
+    from compactinst_ros.ros.rviz_config import rviz_topics
+
+    topics = rviz_topics((REPO / "rviz" / "compactinst.rviz").read_text())
+    assert f"{NS}/markers_3d" in topics.values()
