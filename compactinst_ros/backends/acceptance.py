@@ -1,14 +1,16 @@
 """Acceptance of a newly built engine: its outputs on the bundle's golden inputs must agree with
-the typed graph's CPU outputs (``ModelBundle.golden_cases``) within the precision's tolerances.
+the typed graph's CPU outputs (``ModelBundle.golden_cases``) within the tolerances.
 
-The decoder is judged as the post-processing reads it (docs/postprocess.md), each golden query
-against its engine query (``nearest_queries``: near-tied proposals may swap places): mask IoU
-with the masks binarised at logit 0 and class probabilities (softmax over K+1, as instance
-selection and the semantic rule take them), both over the queries the default post-processing
-could show, and the semantic class at mask resolution over all queries (``class_maps`` with its
-void floor). Any other output (the encoder's features, where the golden file holds them) is
-compared by its largest error relative to the reference's range. Pure numpy: the TensorRT side
-(running the engine) lives in trt_build.py.
+The decoder is judged by the decisions the post-processing makes from it (docs/postprocess.md),
+each golden query against its engine query (``nearest_queries``: near-tied proposals may swap
+places): over the segments either side shows, a low percentile of their mask IoU, a high
+percentile of their class probability difference and the score change of any segment only one
+side shows; over all queries, the semantic class at mask resolution (``class_maps`` with its
+void floor); and no inf or NaN (``frame_statistics``). The limits are derived from the measured
+spread of healthy implementations and broken engines (``eval/acceptance_spread.py``, docs/gpu.md).
+Any other output (the encoder's features, where the golden file holds them) is compared by its
+largest error relative to the reference's range. Pure numpy: the TensorRT side (running the
+engine) lives in trt_build.py.
 """
 
 from __future__ import annotations
