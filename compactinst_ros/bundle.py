@@ -59,9 +59,9 @@ import numpy as np
 
 from .errors import BundleError
 from .labels import LabelSet
+from .resources import METADATA_FILE, default_model
 
 BUNDLE_FORMAT = 1
-METADATA_FILE = "bundle.json"
 STAGE_ORDER = ("encoder", "decoder")
 DECODER_OUTPUTS = ("pred_logits", "pred_masks")
 #: name of the stage graphs' symbolic batch axis (dim 0 of every stage input and output)
@@ -493,8 +493,6 @@ def _parse_variants(
 def default_bundle_path() -> Path | None:
     """The embedded default model (models/default) of this checkout or installed package; None
     when there is none (see resources.py for where it is searched)."""
-    from .resources import default_model
-
     return default_model()
 
 

@@ -17,6 +17,8 @@ PACKAGE = "compactinst_ros"
 FASTDDS_PROFILE = Path("config") / "fastdds_shm.xml"
 LOOPBACK_PROFILE = Path("config") / "fastdds_loopback.xml"
 DEFAULT_MODEL = Path("models") / "default"
+#: the metadata file of every model bundle folder (bundle.py reads it)
+METADATA_FILE = "bundle.json"
 
 
 def search_roots() -> list[Path]:
@@ -48,7 +50,5 @@ def loopback_profile() -> Path | None:
 
 def default_model() -> Path | None:
     """The embedded default model bundle folder (models/default), None when not installed."""
-    from .bundle import METADATA_FILE
-
     found = find_file(DEFAULT_MODEL / METADATA_FILE)
     return found.parent if found is not None else None

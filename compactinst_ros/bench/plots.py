@@ -1,17 +1,14 @@
-"""Matplotlib figures for the benches: latency and speed-up vs resolution, and the roofline."""
+"""Matplotlib figures for the benches: latency and speed-up vs resolution, the cost model; the
+roofline draws its own (``roofline.plot_roofline``) with the headless ``pyplot`` here."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .devices import Device
-    from .roofline import Kernel
+from types import ModuleType
 
 
-def _pyplot():
+def pyplot() -> ModuleType:
     """Headless pyplot (imported lazily: matplotlib is an ``eval`` extra)."""
     import matplotlib
 
@@ -27,7 +24,7 @@ def plot_latency(rows: Sequence[dict], baseline: str, path: Path, title: str) ->
     ``rows`` are bench records with keys ``config``, ``size`` ([H, W]), ``backend``, ``median_ms``
     and ``speedup``.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, (ax_l, ax_s) = plt.subplots(1, 2, figsize=(11, 4.2))
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
@@ -54,55 +51,9 @@ def plot_latency(rows: Sequence[dict], baseline: str, path: Path, title: str) ->
     plt.close(fig)
 
 
-def plot_roofline(kernels: Sequence[Kernel], device: Device, path: Path) -> None:
-    """Kernels as points (size ~ time) under the bandwidth slope and both FP16 ceilings."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 5))
-    bw = device.bandwidth_gbs * 1e9
-    xs = [10 ** (e / 10) for e in range(-30, 51)]
-    for peak, ridge, label, colour in (
-        (device.tensor_tflops * 1e12, device.tensor_ridge, "tensor-core FP16", "tab:orange"),
-        (device.cuda_tflops * 1e12, device.cuda_ridge, "CUDA-core FP16", "tab:blue"),
-    ):
-        ax.plot(
-            xs,
-            [min(peak, bw * x) / 1e12 for x in xs],
-            color=colour,
-            label=f"{label} roof (ridge {ridge:.0f} FLOP/B)",
-        )
-    total = sum(k.time_s for k in kernels) or 1.0
-    for is_tensor, colour, label in (
-        (True, "tab:orange", "TC kernels"),
-        (False, "tab:blue", "CUDA-only kernels"),
-    ):
-        pts = [k for k in kernels if k.is_tensor == is_tensor and k.dram_bytes > 0 and k.time_s]
-        ax.scatter(
-            [max(k.flops / k.dram_bytes, 1e-3) for k in pts],
-            [max(k.flops / k.time_s / 1e12, 1e-6) for k in pts],
-            s=[10 + 400 * k.time_s / total for k in pts],
-            color=colour,
-            alpha=0.6,
-            edgecolors="k",
-            linewidths=0.3,
-            label=label,
-        )
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="arithmetic intensity (FLOP / DRAM byte)",
-        ylabel="performance (TFLOP/s)",
-        title=f"decoder roofline on {device.name}",
-    )
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def plot_costmodel(rows: Sequence[dict], path: Path) -> None:
     """Predicted decoder speed-up vs resolution, one line per device and config."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5))
     series: dict[tuple[str, str], list[dict]] = {}
     for r in rows:

@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -200,6 +201,53 @@ def format_table(summary: dict[str, dict[str, float]], device: Device) -> str:
     return "\n".join(lines)
 
 
+def plot_roofline(kernels: Sequence[Kernel], device: Device, path: Path) -> None:
+    """Kernels as points (size ~ time) under the bandwidth slope and both FP16 ceilings."""
+    from .plots import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    bw = device.bandwidth_gbs * 1e9
+    xs = [10 ** (e / 10) for e in range(-30, 51)]
+    for peak, ridge, label, colour in (
+        (device.tensor_tflops * 1e12, device.tensor_ridge, "tensor-core FP16", "tab:orange"),
+        (device.cuda_tflops * 1e12, device.cuda_ridge, "CUDA-core FP16", "tab:blue"),
+    ):
+        ax.plot(
+            xs,
+            [min(peak, bw * x) / 1e12 for x in xs],
+            color=colour,
+            label=f"{label} roof (ridge {ridge:.0f} FLOP/B)",
+        )
+    total = sum(k.time_s for k in kernels) or 1.0
+    for is_tensor, colour, label in (
+        (True, "tab:orange", "TC kernels"),
+        (False, "tab:blue", "CUDA-only kernels"),
+    ):
+        pts = [k for k in kernels if k.is_tensor == is_tensor and k.dram_bytes > 0 and k.time_s]
+        ax.scatter(
+            [max(k.flops / k.dram_bytes, 1e-3) for k in pts],
+            [max(k.flops / k.time_s / 1e12, 1e-6) for k in pts],
+            s=[10 + 400 * k.time_s / total for k in pts],
+            color=colour,
+            alpha=0.6,
+            edgecolors="k",
+            linewidths=0.3,
+            label=label,
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="arithmetic intensity (FLOP / DRAM byte)",
+        ylabel="performance (TFLOP/s)",
+        title=f"decoder roofline on {device.name}",
+    )
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst roofline``."""
     parser.add_argument("csv", type=Path, help="Nsight Compute CSV (ncu --csv --log-file ...)")
@@ -240,8 +288,6 @@ def run(args: argparse.Namespace) -> int:
             "kernels": [asdict(k) | {"is_tensor": k.is_tensor} for k in kernels],
         }
         (args.out / "roofline.json").write_text(json.dumps(record, indent=1))
-        from .plots import plot_roofline
-
         plot_roofline(kernels, device, args.out / "roofline.png")
         print(f"wrote {args.out / 'roofline.json'} and {args.out / 'roofline.png'}")
     return 0

@@ -24,15 +24,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import dds_env
 from ..errors import BackendError, ConfigError, DataError
 from ..progress import Progress
 from ..ros.diagnostics import batch_status_name
 from .bags import (
+    COMPRESSED,
     OUTPUT_NS,
-    TRANSPORTS,
     BagFrame,
     ImageBag,
     bag_hash,
@@ -41,7 +41,8 @@ from .bags import (
     open_output_bag,
 )
 from .groundtruth import GroundTruth
-from .merge import merge_latency, merge_statistics
+from .merge import merge_latency
+from .metrics import merge_statistics
 from .realtime import (
     RASTERS,
     SCORED_OUTPUTS,
@@ -57,10 +58,6 @@ from .realtime import (
     summarise,
     use_in_this_process,
 )
-from .report import now_iso
-
-if TYPE_CHECKING:
-    from .replay import ReplayOptions
 
 PACINGS = ("lockstep", "realtime")
 #: where the player publishes camera ``{}``'s frames and camera_info
@@ -362,7 +359,7 @@ def run_cameras(
     params = {
         "model": str(Path(model).resolve()),
         "backend": backend,
-        "input_transport": TRANSPORTS[msgtype],
+        "input_transport": "compressed" if msgtype == COMPRESSED else "raw",
         "input_reliability": "reliable",
         **(node_params or {}),
     }
@@ -492,47 +489,3 @@ def cameras_bag_block(cameras: Sequence[Camera], path: str | Path) -> dict:
         "duration_s": round(max(c.bag.duration_s for c in cameras), 3),
         "cameras": {c.name: {"topic": c.bag.topic, "frames": c.bag.count} for c in cameras},
     }
-
-
-def replay_cameras(options: ReplayOptions, gt: GroundTruth | None) -> dict:
-    """The multi-camera replay of ``options`` (its ``cameras``): bag, model and modes, each mode
-    through fresh node(s); the output bag is written by the realtime mode."""
-    from .replay import score_parameter
-
-    cameras = open_cameras(options.bag, options.cameras or "all", options.max_frames)
-    try:
-        if gt is not None:
-            attach_ground_truth(cameras, gt, options.match)
-        report: dict = {
-            "created": now_iso(),
-            "command": options.command_line,
-            "bag": cameras_bag_block(cameras, options.bag),
-        }
-        modes: dict[str, dict] = {}
-        pacings = PACINGS if options.mode == "both" else (options.mode,)
-        for pacing in pacings:
-            block, facts = run_cameras(
-                cameras,
-                options.model,
-                options.backend,
-                pacing=pacing,
-                rate=options.rate,
-                batched=options.batched,
-                output_bag=options.output_bag if pacing == pacings[-1] else None,
-                warmup=options.warmup,
-                progress=options.progress,
-                domain_id=options.domain_id,
-                node_params=score_parameter(options),
-                match=options.match,
-            )
-            report.setdefault("model", facts)
-            damage = [c.bag.damage for c in cameras if c.bag.damage]
-            block["notes"][:0] = damage
-            modes[pacing] = block
-        if damage:
-            report["bag"]["damage"] = "; ".join(damage)
-    finally:
-        for camera in cameras:
-            camera.bag.close()
-    report["modes"] = modes
-    return report

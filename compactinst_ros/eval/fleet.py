@@ -371,7 +371,17 @@ def replay_fleet(options: FleetOptions) -> dict:
         if len(missing) == len(drives):
             raise Interrupted("no drive had finished; nothing was written")
         run.update(partial=True, not_replayed=missing, replayed=len(todo) - len(missing))
-    report = fleet_report([r for r in results if r is not None], model, options, run)
+    report = fleet_report(
+        [r for r in results if r is not None],
+        model,
+        run,
+        out=options.out,
+        command=options.command_line,
+        manifest=options.manifest,
+        baseline=options.baseline,
+        regression_threshold=options.regression_threshold,
+        plots=options.plots,
+    )
     return report
 
 

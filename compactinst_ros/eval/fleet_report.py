@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .depth3d import merged_figures, summary_line
 from .groundtruth import read_json_object
-from .merge import merge_latency, merge_statistics
+from .merge import merge_latency
+from .metrics import merge_statistics
 from .report import _fmt, accuracy_rows, host_info, latency_table, now_iso
-
-if TYPE_CHECKING:
-    from .fleet import FleetOptions
 
 #: the span of the rows' latency columns and of the CDF plot: the whole Pipeline call
 SPAN = "inference"
@@ -120,8 +117,21 @@ def load_baseline(path: Path) -> dict:
     )  # fmt: skip
 
 
-def fleet_report(results: list[dict], model: dict, options: FleetOptions, run: dict) -> dict:
-    """Build, write (report.json, report.md, plots under ``options.out``) and return the report."""
+def fleet_report(
+    results: list[dict],
+    model: dict,
+    run: dict,
+    *,
+    out: Path,
+    command: str,
+    manifest: Path,
+    baseline: Path | None = None,
+    regression_threshold: float = 1.0,
+    plots: bool = True,
+) -> dict:
+    """Build, write (report.json, report.md, plots under ``out``) and return the report;
+    ``baseline``: an earlier report.json whose drives' AP/PQ drops by more than
+    ``regression_threshold`` points are flagged."""
     from .plots import ap_by_tag, latency_cdf_by_tag
     from .report import write_report
 
@@ -134,8 +144,8 @@ def fleet_report(results: list[dict], model: dict, options: FleetOptions, run: d
     report: dict = {
         "kind": "fleet",
         "created": now_iso(),
-        "command": options.command_line,
-        "manifest": str(options.manifest),
+        "command": command,
+        "manifest": str(manifest),
         "model": model,
         "host": host_info(),
         "run": run,
@@ -144,27 +154,27 @@ def fleet_report(results: list[dict], model: dict, options: FleetOptions, run: d
         "tags": tags,
         "drives": rows,
     }
-    if options.baseline is not None:
-        baseline = load_baseline(options.baseline)
-        comparison = compare(rows, baseline, options.regression_threshold)
-        comparison["path"] = str(options.baseline)
+    if baseline is not None:
+        earlier = load_baseline(baseline)
+        comparison = compare(rows, earlier, regression_threshold)
+        comparison["path"] = str(baseline)
         comparison["fleet"] = {
             f"d{k}": None
-            if summary.get(k) is None or baseline["summary"].get(k) is None
-            else round(summary[k] - baseline["summary"][k], 3)
+            if summary.get(k) is None or earlier["summary"].get(k) is None
+            else round(summary[k] - earlier["summary"][k], 3)
             for k in ("AP", "PQ", "p50")
         }
         report["baseline"] = comparison
-    if options.plots and covered:
-        out = Path(options.out)
+    if plots and covered:
+        out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        plots = []
+        written = []
         if tags:
-            plots.append(Path(ap_by_tag(tags, out / "ap_by_tag.png")).name)
+            written.append(Path(ap_by_tag(tags, out / "ap_by_tag.png")).name)
             cdf = latency_cdf_by_tag(tag_samples, SPAN, out / "latency_cdf_by_tag.png")
-            plots.append(Path(cdf).name)
-        report["plots"] = plots
-    write_report(report, options.out, markdown(report))
+            written.append(Path(cdf).name)
+        report["plots"] = written
+    write_report(report, out, markdown(report))
     return report
 
 

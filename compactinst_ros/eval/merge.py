@@ -1,5 +1,7 @@
 """Exact merging of replays: the figures of one replay over the frames of many bags, built from
 each bag's sufficient statistics (``Evaluator.statistics``) instead of averaging their figures.
+The accuracy part is ``metrics.merge_statistics`` (the figures of statistics, of one replay or
+many); this module adds the latency part.
 
 * mask AP: pycocotools' ``accumulate`` over every part's per-image evaluations (computed where
   the part was replayed, ``metrics.coco_evaluation``), images taken part by part, exactly as
@@ -13,41 +15,8 @@ each bag's sufficient statistics (``Evaluator.statistics``) instead of averaging
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, fields
 
-from .metrics import PanopticQuality, SemanticIoU, mask_ap_of
 from .report import latency_stats
-from .tracking_metrics import TrackingCounts
-
-
-def merge_statistics(parts: Sequence[Mapping]) -> dict:
-    """The accuracy block (as ``Evaluator.result``) of one replay over all ``parts``' frames."""
-    frames = sum(len(p["image_ids"]) for p in parts)
-    out: dict = {"frames_evaluated": frames}
-    coco = [p["coco"] for p in parts if p.get("coco")]
-    out["mask_ap"] = mask_ap_of(coco) if coco else None
-    categories: dict[int, bool] = {}
-    for part in parts:
-        categories.update({int(c): bool(t) for c, t in part["categories"].items()})
-    panoptic = [p["panoptic"] for p in parts if p.get("panoptic") is not None]
-    out["panoptic"] = None
-    if panoptic and frames:
-        pq = PanopticQuality(categories)
-        for state in panoptic:
-            pq.absorb(state)
-        out["panoptic"] = pq.result()
-    semantic = [p["semantic"] for p in parts if p.get("semantic") is not None]
-    out["semantic"] = None
-    if semantic and frames:
-        miou = SemanticIoU(tuple(sorted({c for s in semantic for c in s["class_ids"]})))
-        for block in semantic:
-            miou.absorb(block["class_ids"], block["confusion"])
-        out["semantic"] = miou.result()
-    tracking = [p["tracking"] for p in parts if p.get("tracking")]
-    if tracking:
-        names = [f.name for f in fields(TrackingCounts)]
-        out["tracking"] = asdict(TrackingCounts(*(sum(t[n] for t in tracking) for n in names)))
-    return out
 
 
 def merge_latency(blocks: Sequence[Mapping]) -> tuple[dict, dict[str, list[float]]]:

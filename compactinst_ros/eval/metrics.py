@@ -28,14 +28,14 @@ import contextlib
 import copy
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import DataError
 from ..structures import FrameResult, Instances
-from .tracking_metrics import TrackingAccumulator
+from .tracking_metrics import TrackingAccumulator, TrackingCounts
 
 if TYPE_CHECKING:
     from .groundtruth import GroundTruth
@@ -419,8 +419,6 @@ class Evaluator:
         """Metrics in percent: mask_ap, panoptic (PQ/SQ/RQ), semantic (mIoU); None if absent;
         with GT track ids, ``tracking``: CLEAR-MOT counts of the instance ids (id switches).
         ``statistics``: this evaluator's ``statistics()`` where already computed."""
-        from .merge import merge_statistics
-
         return merge_statistics([statistics or self.statistics()])
 
 
@@ -429,3 +427,34 @@ def semantic_from_panoptic(raster: np.ndarray, segments: dict[int, int]) -> np.n
     ids = np.array([0, *segments], np.int64)
     labels = np.array([0, *segments.values()], np.int64)
     return labels[_index_of(raster.ravel().astype(np.int64), ids)].reshape(raster.shape)
+
+
+def merge_statistics(parts: Sequence[Mapping]) -> dict:
+    """The accuracy block (as ``Evaluator.result``) of one replay over all ``parts``' frames,
+    from their sufficient statistics (``Evaluator.statistics``): exact, see ``merge.py``."""
+    frames = sum(len(p["image_ids"]) for p in parts)
+    out: dict = {"frames_evaluated": frames}
+    coco = [p["coco"] for p in parts if p.get("coco")]
+    out["mask_ap"] = mask_ap_of(coco) if coco else None
+    categories: dict[int, bool] = {}
+    for part in parts:
+        categories.update({int(c): bool(t) for c, t in part["categories"].items()})
+    panoptic = [p["panoptic"] for p in parts if p.get("panoptic") is not None]
+    out["panoptic"] = None
+    if panoptic and frames:
+        pq = PanopticQuality(categories)
+        for state in panoptic:
+            pq.absorb(state)
+        out["panoptic"] = pq.result()
+    semantic = [p["semantic"] for p in parts if p.get("semantic") is not None]
+    out["semantic"] = None
+    if semantic and frames:
+        miou = SemanticIoU(tuple(sorted({c for s in semantic for c in s["class_ids"]})))
+        for block in semantic:
+            miou.absorb(block["class_ids"], block["confusion"])
+        out["semantic"] = miou.result()
+    tracking = [p["tracking"] for p in parts if p.get("tracking")]
+    if tracking:
+        names = [f.name for f in fields(TrackingCounts)]
+        out["tracking"] = asdict(TrackingCounts(*(sum(t[n] for t in tracking) for n in names)))
+    return out

@@ -43,18 +43,18 @@ from ..structures import FrameMeta, FrameResult, Instances, Segments
 from .bags import (
     BAG_OUTPUTS,
     CAMERA_INFO,
+    COMPRESSED,
     IMAGE,
     JOINT_STATE,
     OUTPUT_NS,
     POINTCLOUD2,
-    TRANSPORTS,
     BagFrame,
     BagWriter,
     ImageBag,
     open_output_bag,
 )
 from .groundtruth import GroundTruth
-from .merge import merge_statistics
+from .metrics import merge_statistics
 from .report import latency_stats
 
 #: input topic the player publishes on (the node is pointed at it by parameter)
@@ -204,9 +204,7 @@ class Recorder:
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from sensor_msgs.msg import CameraInfo
-
-        from ..ros.camera import message_type
+        from sensor_msgs.msg import CameraInfo, CompressedImage, Image
 
         self.rclpy = rclpy
         self.context = Context()  # rclpy.context.Context: the module path every distro has
@@ -218,9 +216,10 @@ class Recorder:
         self.bag_input, self.bag_info = bag_topics or (input_topic, info_topic)
         self.bag_info = self.bag_info or info_topic
         self.bag_ns = bag_ns
-        transport = TRANSPORTS[msgtype]  # the node subscribes <image_topic>/<transport>
-        self.input_topic = input_topic + ("" if transport == "raw" else f"/{transport}")
-        self.pub = self.node.create_publisher(message_type(transport), self.input_topic, reliable)
+        self.input_topic = input_topic + ("/compressed" if msgtype == COMPRESSED else "")
+        self.pub = self.node.create_publisher(
+            CompressedImage if msgtype == COMPRESSED else Image, self.input_topic, reliable
+        )
         self.infos: StampMatcher[bytes] = StampMatcher(
             CAMERA_INFO_TOLERANCE_NS, max(1, len(camera_infos))
         )
@@ -485,7 +484,7 @@ def run_realtime(
         "model": str(Path(model).resolve()),
         "backend": backend,
         "image_topic": INPUT_TOPIC,
-        "input_transport": TRANSPORTS[bag.msgtype],
+        "input_transport": "compressed" if bag.msgtype == COMPRESSED else "raw",
         "input_reliability": "reliable",
         **({"camera_info_topic": INPUT_CAMERA_INFO} if camera_infos else {}),
         **(node_params or {}),

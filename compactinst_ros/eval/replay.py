@@ -29,6 +29,7 @@ from ..ros.camera_info import StampMatcher
 from ..structures import STAGES, OutputSet, PostprocessOptions
 from . import bags
 from .bags import BagFrame, BagWriter, ImageBag, bag_hash, open_output_bag
+from .cameras import PACINGS, attach_ground_truth, cameras_bag_block, open_cameras, run_cameras
 from .groundtruth import MATCH_MODES, GroundTruth
 from .realtime import CAMERA_INFO_TOLERANCE_NS, run_realtime
 from .report import (
@@ -447,9 +448,7 @@ def replay(options: ReplayOptions) -> dict:
     """Run one replay; returns the report (also written under ``options.out``)."""
     gt = options.load_ground_truth()
     if options.cameras is not None:
-        from .cameras import replay_cameras
-
-        report = replay_cameras(options, gt)
+        report = _replay_cameras(options, gt)
     else:
         report = _replay_camera(options, gt)
     caveat = model_caveat(ModelBundle.load(options.model, verify_hashes=False))
@@ -534,6 +533,50 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
     for block in modes.values():
         block["notes"][:0] = scope
     report["warnings"] = scope
+    report["modes"] = modes
+    return report
+
+
+def _replay_cameras(options: ReplayOptions, gt: GroundTruth | None) -> dict:
+    """The multi-camera replay of ``options`` (its ``cameras``): bag, model and modes, each mode
+    through fresh node(s); the output bag is written by the realtime mode."""
+    cameras = open_cameras(options.bag, options.cameras or "all", options.max_frames)
+    try:
+        if gt is not None:
+            attach_ground_truth(cameras, gt, options.match)
+        report: dict = {
+            "created": now_iso(),
+            "command": options.command_line,
+            "bag": cameras_bag_block(cameras, options.bag),
+        }
+        modes: dict[str, dict] = {}
+        pacings = PACINGS if options.mode == "both" else (options.mode,)
+        for pacing in pacings:
+            block, facts = run_cameras(
+                cameras,
+                options.model,
+                options.backend,
+                pacing=pacing,
+                rate=options.rate,
+                batched=options.batched,
+                output_bag=options.output_bag if pacing == pacings[-1] else None,
+                warmup=options.warmup,
+                progress=options.progress,
+                domain_id=options.domain_id,
+                node_params=score_parameter(options),
+                match=options.match,
+            )
+            report.setdefault("model", facts)
+            damage = [c.bag.damage for c in cameras if c.bag.damage]
+            block["notes"][:0] = damage
+            modes[pacing] = block
+            if block.get("partial"):  # Ctrl-C: no further mode
+                break
+        if damage:
+            report["bag"]["damage"] = "; ".join(damage)
+    finally:
+        for camera in cameras:
+            camera.bag.close()
     report["modes"] = modes
     return report
 

@@ -15,8 +15,7 @@ from eval_helpers import Scene, make_scenes, oracle_result, write_gt
 from compactinst_ros.errors import DataError
 from compactinst_ros.eval.fleet import cache_key, drive_options, load_manifest
 from compactinst_ros.eval.groundtruth import GroundTruth
-from compactinst_ros.eval.merge import merge_statistics
-from compactinst_ros.eval.metrics import Evaluator, SemanticIoU
+from compactinst_ros.eval.metrics import Evaluator, SemanticIoU, merge_statistics
 from compactinst_ros.eval.replay import ReplayOptions
 from compactinst_ros.eval.tracking_metrics import TrackingAccumulator
 
