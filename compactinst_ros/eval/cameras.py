@@ -31,8 +31,8 @@ from ..errors import BackendError, ConfigError, DataError
 from ..progress import Progress
 from ..ros.diagnostics import batch_status_name
 from .bags import (
-    COMPRESSED,
     OUTPUT_NS,
+    TRANSPORTS,
     BagFrame,
     ImageBag,
     bag_hash,
@@ -359,7 +359,7 @@ def run_cameras(
     params = {
         "model": str(Path(model).resolve()),
         "backend": backend,
-        "input_transport": "compressed" if msgtype == COMPRESSED else "raw",
+        "input_transport": TRANSPORTS[msgtype],
         "input_reliability": "reliable",
         **(node_params or {}),
     }

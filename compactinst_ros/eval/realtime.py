@@ -43,11 +43,11 @@ from ..structures import FrameMeta, FrameResult, Instances, Segments
 from .bags import (
     BAG_OUTPUTS,
     CAMERA_INFO,
-    COMPRESSED,
     IMAGE,
     JOINT_STATE,
     OUTPUT_NS,
     POINTCLOUD2,
+    TRANSPORTS,
     BagFrame,
     BagWriter,
     ImageBag,
@@ -204,7 +204,9 @@ class Recorder:
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.qos import QoSProfile, ReliabilityPolicy
-        from sensor_msgs.msg import CameraInfo, CompressedImage, Image
+        from sensor_msgs.msg import CameraInfo
+
+        from ..ros.camera import message_type
 
         self.rclpy = rclpy
         self.context = Context()  # rclpy.context.Context: the module path every distro has
@@ -216,10 +218,9 @@ class Recorder:
         self.bag_input, self.bag_info = bag_topics or (input_topic, info_topic)
         self.bag_info = self.bag_info or info_topic
         self.bag_ns = bag_ns
-        self.input_topic = input_topic + ("/compressed" if msgtype == COMPRESSED else "")
-        self.pub = self.node.create_publisher(
-            CompressedImage if msgtype == COMPRESSED else Image, self.input_topic, reliable
-        )
+        transport = TRANSPORTS[msgtype]  # the node subscribes <image_topic>/<transport>
+        self.input_topic = input_topic + ("" if transport == "raw" else f"/{transport}")
+        self.pub = self.node.create_publisher(message_type(transport), self.input_topic, reliable)
         self.infos: StampMatcher[bytes] = StampMatcher(
             CAMERA_INFO_TOLERANCE_NS, max(1, len(camera_infos))
         )
@@ -484,7 +485,7 @@ def run_realtime(
         "model": str(Path(model).resolve()),
         "backend": backend,
         "image_topic": INPUT_TOPIC,
-        "input_transport": "compressed" if bag.msgtype == COMPRESSED else "raw",
+        "input_transport": TRANSPORTS[bag.msgtype],
         "input_reliability": "reliable",
         **({"camera_info_topic": INPUT_CAMERA_INFO} if camera_infos else {}),
         **(node_params or {}),
