@@ -27,6 +27,7 @@ from ..progress import Progress
 from ..resources import default_model
 from ..ros.camera_info import StampMatcher
 from ..structures import STAGES, OutputSet, PostprocessOptions
+from ..video import VideoPacketError
 from . import bags
 from .bags import BagFrame, BagWriter, ImageBag, bag_hash, open_output_bag
 from .cameras import PACINGS, attach_ground_truth, cameras_bag_block, open_cameras, run_cameras
@@ -231,7 +232,10 @@ def run_lockstep(
                 break
             read += 1
             t0 = time.perf_counter()
-            image, encoding = frame.decode()
+            try:
+                image, encoding = frame.decode()
+            except VideoPacketError:  # a video packet without a picture: counted as dropped
+                continue
             decode_ms = (time.perf_counter() - t0) * 1e3
             result = pipeline(image, encoding, OutputSet(overlay=writer is not None))
             result.timings_ms["decode"] = decode_ms
@@ -263,6 +267,9 @@ def run_lockstep(
     wall = time.perf_counter() - start
     warm = min(warmup, max(processed - 1, 0))
     notes = [bag.damage] if bag.damage else []
+    notes += [bag.pick_note] if bag.pick_note else []
+    if bag.stream is not None:
+        notes.append(f"video decoded by {bag.stream.describe()}")
     if evaluator is not None and evaluated < len(gt.frame_to_image if gt else ()):
         notes.append(f"{len(gt.frame_to_image) - evaluated} matched GT frames were not replayed")
     if gt is not None and gt.unmatched_images:
