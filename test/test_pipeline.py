@@ -80,7 +80,8 @@ def test_describe(pipeline: Pipeline) -> None:
         (np.zeros((300, 500, 4), np.uint8), "bgr8", "HxWx3"),
         (np.zeros((300, 500), np.uint8), "rgb8", "HxWx3"),
         (np.zeros((0, 500, 3), np.uint8), "rgb8", "zero size"),
-        (np.zeros((30, 50, 3), np.uint8), "rgb16", "unsupported image encoding"),
+        (np.zeros((30, 50, 3), np.uint8), "32SC1", "unsupported image encoding"),
+        (np.zeros((30, 50, 3), np.uint16), "rgb16", "converted on arrival"),
     ],
 )
 def test_bad_frames_are_refused(pipeline: Pipeline, image, encoding, message) -> None:
