@@ -523,11 +523,10 @@ def run_realtime(
                 if delay > 0:
                     time.sleep(delay)
                 recorder.publish(frame)
-                bar.update(i + 1, f"{recorder.processed()} processed")
+                bar.update(i + 1, f"{recorder.processed()} processed so far")
         except KeyboardInterrupt:  # Ctrl-C: report what was sent so far, marked partial
             interrupted = True
         sent_at = time.monotonic()
-        bar.close()
         if interrupted:  # a terminal's Ctrl-C reaches the node too: no more outputs to wait for
             drain_s = min(drain_s, 0.5)
         elif node.proc.poll() is not None:
@@ -541,6 +540,9 @@ def run_realtime(
             if done != last:
                 last, quiet_since = done, time.monotonic()
             time.sleep(0.05)
+        # the last line shows the count the summary gives: outputs still arrive after the send
+        bar.update(len(recorder.send_time), f"{recorder.processed()} processed")
+        bar.close()
         if not interrupted:
             recorder.await_report()
         block, facts = summarise(recorder, frames, start, sent_at, warmup, rate)

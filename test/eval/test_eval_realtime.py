@@ -139,9 +139,12 @@ def test_the_published_outputs_give_back_the_result_they_came_from() -> None:
     assert (back.meta.src_h, back.meta.src_w) == scene.panoptic.shape
 
 
-def test_realtime_names_the_frames_the_node_refused_and_their_reason(random_bundle, tmp_path):
+def test_realtime_names_the_frames_the_node_refused_and_their_reason(
+    random_bundle, tmp_path, capsys
+):
     """The first frame is whole (the bag opens), the others lack half their pixels: the node
-    refuses them, and the report says so with the node's own reason, not the queue's drops."""
+    refuses them, and the report says so with the node's own reason, not the queue's drops.
+    The progress line ends with the processed count the summary gives."""
     from compactinst_ros.eval.bags import BagWriter, image_message
 
     scenes = make_scenes(5, 48, 64, seed=3)
@@ -156,12 +159,13 @@ def test_realtime_names_the_frames_the_node_refused_and_their_reason(random_bund
             b,
             random_bundle,
             "onnxruntime",
-            progress=False,
             domain_id=next_domain(),
             log_path=tmp_path / "node.log",
             node_params={"ort_threads": "1"},
         )
     log = (tmp_path / "node.log").read_text()
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last_line.endswith(f"  {block['frames']['processed']} processed"), last_line
     refused = block["frames"].get("node_refused")  # some of the 4 may be replaced in the queue
     assert block["frames"]["processed"] <= 1 and refused and refused >= 1, (block["frames"], log)
     refusal = block["notes"][0]
