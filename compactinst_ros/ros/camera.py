@@ -39,7 +39,7 @@ from ..structures import INFERENCE, BatchItem, FrameResult
 from ..tracking import InstanceTracker
 from . import convert
 from .camera_info import CameraInfoRelay, stamp_ns
-from .depth import DepthInput
+from .depth import CloudInput, DepthInput, tf2_msgs
 from .diagnostics import BatchStats, FrameStats, ReasonThrottle, health_status, input_facts
 from .health import HealthMonitor
 from .idle import IdleGate
@@ -156,7 +156,9 @@ class Camera:
                 camera.prefix,
             )
         self.depth: DepthInput | None = None
-        if camera.depth_topic and vision_msgs is None:
+        infos = self.camera_info.matcher if self.camera_info is not None else None
+        three_d = (infos, config.output_reliability, vision_msgs, labels, camera.prefix)
+        if (camera.depth_topic or camera.cloud_topic) and vision_msgs is None:
             self.log.warning(
                 self._named(
                     "vision_msgs is not installed: ~/detections_3d is off (install "
@@ -164,15 +166,17 @@ class Camera:
                 )
             )
         elif camera.depth_topic:
-            self.depth = DepthInput(
-                node,
-                camera.depth_topic,
-                config.depth_tolerance_ms,
-                self.camera_info.matcher if self.camera_info is not None else None,
-                config.output_reliability,
-                vision_msgs,
-                labels,
-                camera.prefix,
+            self.depth = DepthInput(node, camera.depth_topic, config.depth_tolerance_ms, *three_d)
+        elif camera.cloud_topic and tf2_msgs is None:
+            self.log.warning(
+                self._named(
+                    "tf2_msgs is not installed: the cloud cannot be placed in the camera, "
+                    "~/detections_3d is off (install ros-<distro>-tf2-msgs)"
+                )
+            )
+        elif camera.cloud_topic:
+            self.depth = CloudInput(
+                node, camera.cloud_topic, config.cloud_tolerance_ms, *three_d, tf2_msgs=tf2_msgs
             )
 
     def _listened(self) -> bool:

@@ -21,13 +21,14 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CameraInfo, Image
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2
 
 from ..errors import InputError
 from ..labels import LabelSet
 from ..palette import palette_colours
-from ..spatial import Instances3D, Intrinsics, lift_depth
+from ..spatial import Instances3D, Intrinsics, lift_cloud, lift_depth
+from ..spatial.cloud import cloud_xyz, rigid_transform, transform_points
 from ..structures import FrameResult
 from . import convert
 from .camera_info import StampMatcher, stamp_ns
@@ -37,6 +38,10 @@ try:
     import visualization_msgs.msg as visualization_msgs
 except ImportError:  # an install without rviz's messages: no ~/markers_3d
     visualization_msgs = None
+try:
+    import tf2_msgs.msg as tf2_msgs
+except ImportError:  # no /tf_static reader: no LiDAR input
+    tf2_msgs = None
 
 #: smallest marker box side, m (a flat instance still shows)
 MIN_MARKER_M = 0.05
@@ -119,6 +124,9 @@ class DepthInput:
     """Subscribes to a camera's depth image and its camera_info; lifts and publishes each
     frame's instances (``publish``) and reports pairing on /diagnostics (``check``)."""
 
+    #: the input's name in /diagnostics keys and messages
+    kind = "depth"
+
     def __init__(
         self,
         node: Node,
@@ -149,10 +157,10 @@ class DepthInput:
             )
         self._subs: list[Any] = []
         self._lock = threading.Lock()
-        self.counts = {"paired": 0, "no_depth": 0, "refused": 0}
+        self.counts = {"paired": 0, "missing": 0, "refused": 0}
         self._reported = dict(self.counts)
         self.last_problem = ""
-        self.depth_age_ms: float | None = None
+        self.age_ms: float | None = None
 
     def start(self) -> None:
         """Subscribe (best effort matches reliable and best-effort drivers alike)."""
@@ -189,7 +197,7 @@ class DepthInput:
         depth = self.frames.match(stamp)
         if depth is None:
             self._count(
-                "no_depth",
+                "missing",
                 f"no depth image on {self.topic} within {self.frames.tolerance_ns / 1e6:g} ms of "
                 "the frame's stamp; check that the depth camera runs and is stamped with the "
                 "colour frames' clock, or raise depth_tolerance_ms",
@@ -216,7 +224,7 @@ class DepthInput:
         age = (stamp - stamp_ns(depth.header.stamp)) / 1e6
         with self._lock:
             self.counts["paired"] += 1
-            self.depth_age_ms = age
+            self.age_ms = age
         return lifted
 
     def _count(self, kind: str, problem: str) -> None:
@@ -240,26 +248,24 @@ class DepthInput:
         """/diagnostics problems (WARN for frames without 3-D since the last check), the pairing
         rate and the depth's age (frame stamp - depth stamp of the last pair, ms)."""
         with self._lock:
-            counts, new = dict(self.counts), {}
-            for kind in ("no_depth", "refused"):
-                new[kind] = counts[kind] - self._reported[kind]
+            counts = dict(self.counts)
+            new = {k: counts[k] - self._reported[k] for k in counts if k != "paired"}
             self._reported = counts
             tried = sum(counts.values())
+            age = None if self.age_ms is None else round(self.age_ms, 3)
             values: dict[str, object] = {
-                "depth_topic": self.topic,
-                "depth_paired": counts["paired"],
-                "depth_missing": counts["no_depth"],
-                "depth_refused": counts["refused"],
-                "depth_pairing_rate": round(counts["paired"] / tried, 4) if tried else None,
-                "depth_age_ms": None if self.depth_age_ms is None else round(self.depth_age_ms, 3),
-                "depth_last_problem": self.last_problem,
+                "topic": self.topic,
+                **counts,
+                "pairing_rate": round(counts["paired"] / tried, 4) if tried else None,
+                "age_ms": age,
+                "last_problem": self.last_problem,
             }
         problems = [
-            (DiagnosticStatus.WARN, f"{n} frame(s) without 3-D: {kind.replace('_', ' ')}")
-            for kind, n in new.items()
+            (DiagnosticStatus.WARN, f"{n} frame(s) without 3-D: {self.kind} {reason}")
+            for reason, n in new.items()
             if n
         ]
-        return problems, values
+        return problems, {f"{self.kind}_{k}": v for k, v in values.items()}
 
     def destroy(self) -> None:
         """Unsubscribe and remove the publisher."""
@@ -267,3 +273,126 @@ class DepthInput:
         self.node.destroy_publisher(self.pub)
         if self.markers is not None:
             self.node.destroy_publisher(self.markers)
+
+
+class StaticTransforms:
+    """The static transforms of /tf_static (tf2_msgs/TFMessage), chained through shared frames:
+    ``lookup(target, source)`` is the 4x4 matrix taking points of ``source`` into ``target``.
+
+    Static only: a LiDAR that moves against the camera needs tf2_ros's time-stamped buffer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._edges: dict[str, dict[str, np.ndarray]] = {}
+
+    def add(self, msg: Any) -> None:
+        """Remember every transform of a TFMessage (parent <- child and its inverse)."""
+        with self._lock:
+            for t in msg.transforms:
+                parent, child = t.header.frame_id.lstrip("/"), t.child_frame_id.lstrip("/")
+                tr, q = t.transform.translation, t.transform.rotation
+                matrix = rigid_transform([tr.x, tr.y, tr.z], [q.x, q.y, q.z, q.w])
+                self._edges.setdefault(parent, {})[child] = matrix
+                self._edges.setdefault(child, {})[parent] = np.linalg.inv(matrix)
+
+    def lookup(self, target: str, source: str) -> np.ndarray | None:
+        """Points of ``source`` into ``target`` (breadth-first over the frames; None: no chain)."""
+        target, source = target.lstrip("/"), source.lstrip("/")
+        if target == source:
+            return np.eye(4)
+        with self._lock:
+            reached = {target: np.eye(4)}  # frame -> matrix taking its points into target
+            queue = [target]
+            while queue:
+                frame = queue.pop(0)
+                for nxt, into_frame in self._edges.get(frame, {}).items():
+                    if nxt not in reached:
+                        reached[nxt] = reached[frame] @ into_frame
+                        if nxt == source:
+                            return reached[nxt]
+                        queue.append(nxt)
+        return None
+
+
+class CloudInput(DepthInput):
+    """A camera's LiDAR cloud: paired by stamp, brought into the camera's optical frame (the
+    frame's ``frame_id``) by the static transforms of /tf_static, projected into the masks."""
+
+    kind = "cloud"
+
+    def __init__(self, *args: Any, tf2_msgs: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tf2_msgs = tf2_msgs
+        self.transforms = StaticTransforms()
+        self._unplaced: set[str] = set()  # cloud frames named once in the log
+
+    def start(self) -> None:
+        """Subscribe to the cloud and to /tf_static (transient local: the latched transforms)."""
+        if not self._subs:
+            qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+            static = QoSProfile(
+                depth=100,
+                reliability=ReliabilityPolicy.RELIABLE,
+                durability=DurabilityPolicy.TRANSIENT_LOCAL,
+            )
+            self._subs = [
+                self.node.create_subscription(PointCloud2, self.topic, self._on_depth, qos),
+                self.node.create_subscription(
+                    self.tf2_msgs.TFMessage, "/tf_static", self.transforms.add, static
+                ),
+            ]
+
+    def _lift(self, header: Any, result: FrameResult) -> Instances3D | None:
+        stamp = stamp_ns(header.stamp)
+        cloud = self.frames.match(stamp)
+        if cloud is None:
+            self._count(
+                "missing",
+                f"no cloud on {self.topic} within {self.frames.tolerance_ns / 1e6:g} ms of the "
+                "frame's stamp; check that the LiDAR runs on the cameras' clock, or raise "
+                "cloud_tolerance_ms",
+            )
+            return None
+        matrix = self.transforms.lookup(header.frame_id, cloud.header.frame_id)
+        if matrix is None:
+            frame = cloud.header.frame_id
+            problem = (
+                f"no static transform from the cloud's frame '{frame}' to the camera's "
+                f"'{header.frame_id}' on /tf_static; publish it (static_transform_publisher); "
+                "a moving LiDAR needs tf2_ros"
+            )
+            if frame not in self._unplaced:
+                self._unplaced.add(frame)
+                self.node.get_logger().warning(problem)
+            self._count("refused", problem)
+            return None
+        colour = self.colour_infos.match(stamp) if self.colour_infos is not None else None
+        try:
+            if colour is None:
+                raise InputError(
+                    "no camera_info for the frame: set camera_info_topic (its K places the "
+                    "masks in 3-D)"
+                )
+            fields = [(f.name, int(f.offset), int(f.datatype)) for f in cloud.fields]
+            xyz = cloud_xyz(
+                cloud.data,
+                cloud.width,
+                cloud.height,
+                cloud.point_step,
+                cloud.row_step,
+                fields,
+                bool(cloud.is_bigendian),
+            )
+            lifted, _ = lift_cloud(
+                result.instance_raster,
+                result.instances.ids,
+                transform_points(xyz, matrix),
+                intrinsics(colour),
+            )
+        except InputError as exc:
+            self._count("refused", f"cloud refused: {exc}")
+            return None
+        with self._lock:
+            self.counts["paired"] += 1
+            self.age_ms = (stamp - stamp_ns(cloud.header.stamp)) / 1e6
+        return lifted

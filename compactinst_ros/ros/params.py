@@ -187,6 +187,19 @@ PARAMETERS: dict[str, ParamSpec] = {
     "depth_tolerance_ms": ParamSpec(
         20.0, "largest stamp difference of a depth image paired with a frame, ms", None, (0.0, 1e3)
     ),
+    "cloud_topic": ParamSpec(
+        "",
+        "LiDAR PointCloud2 (float x, y, z) for ~/detections_3d, placed by the static transforms "
+        "of /tf_static; needs camera_info_topic; empty = off",
+    ),
+    "cloud_topics": ParamSpec(
+        [],
+        "one PointCloud2 topic per image_topics entry ('' = none for it); empty = none",
+        example="[/lidar/points,'']",
+    ),
+    "cloud_tolerance_ms": ParamSpec(
+        50.0, "largest stamp difference of a cloud paired with a frame, ms", None, (0.0, 1e3)
+    ),
     "overlay_jpeg_quality": ParamSpec(80, "JPEG quality of ~/overlay/compressed", None, (1, 100)),
     "expected_rate": ParamSpec(
         0.0, "expected output rate, Hz; 0 = the measured input rate", None, (0.0, 1000.0)
@@ -299,8 +312,10 @@ class CameraConfig:
     prefix: str = "~/"
     #: the parameter its topics come from, for error messages
     parameter: str = "image_topic"
-    #: registered depth Image topic ("" = no 3-D for this camera)
+    #: registered depth Image topic ("" = none)
     depth_topic: str = ""
+    #: LiDAR PointCloud2 topic ("" = none); its static transform to the camera comes from tf
+    cloud_topic: str = ""
 
     def topic(self, kind: str) -> str:
         """The input topic of transport ``kind`` (``raw``: the image topic, else image_transport's
@@ -326,6 +341,7 @@ class NodeConfig:
     diagnostics_period: float
     camera_info_tolerance_ms: float
     depth_tolerance_ms: float
+    cloud_tolerance_ms: float
     overlay_jpeg_quality: int
     health: HealthLimits
     tracking: bool = True
@@ -465,29 +481,40 @@ def camera_configs(values: dict[str, Any]) -> tuple[CameraConfig, ...]:
 def with_depth_topics(
     values: dict[str, Any], cameras: tuple[CameraConfig, ...]
 ) -> tuple[CameraConfig, ...]:
-    """``cameras`` with their depth topics (``depth_topic`` for one camera, ``depth_topics`` one
-    per camera); ConfigError names a mismatch and its fix."""
-    depths = list(values["depth_topics"])
-    if not depths and values["depth_topic"]:
-        depths = [values["depth_topic"]]
-        if len(cameras) > 1:
+    """``cameras`` with their depth and cloud topics (``depth_topic``/``cloud_topic`` for one
+    camera, ``depth_topics``/``cloud_topics`` one per camera); ConfigError names a mismatch and
+    its fix."""
+    found: dict[str, list[str]] = {}
+    for kind in ("depth", "cloud"):
+        single, plural = f"{kind}_topic", f"{kind}_topics"
+        topics = list(values[plural])
+        if not topics and values[single]:
+            topics = [values[single]]
+            if len(cameras) > 1:
+                raise ConfigError(
+                    f"parameter {single}='{values[single]}' is for one camera; with "
+                    f"{len(cameras)} cameras give one per camera in {plural}, e.g. "
+                    f"{plural}:={PARAMETERS[plural].example}"
+                )
+        _check_single(values, single, plural, topics)
+        if topics:
+            _same_length(plural, topics, list(cameras), PARAMETERS[plural].example)
+        found[kind] = topics or [""] * len(cameras)
+    for camera, depth, cloud in zip(cameras, found["depth"], found["cloud"], strict=True):
+        if depth and cloud:
             raise ConfigError(
-                f"parameter depth_topic='{values['depth_topic']}' is for one camera; with "
-                f"{len(cameras)} cameras give one per camera in depth_topics, e.g. "
-                f"depth_topics:={PARAMETERS['depth_topics'].example}"
+                f"camera '{camera.name or camera.image_topic}' has a depth topic '{depth}' and a "
+                f"cloud topic '{cloud}'; give it one of the two"
             )
-    _check_single(values, "depth_topic", "depth_topics", depths)
-    if not depths:
-        return cameras
-    _same_length("depth_topics", depths, list(cameras), PARAMETERS["depth_topics"].example)
-    for camera, depth in zip(cameras, depths, strict=True):
-        if depth and not camera.camera_info_topic:
+        if (depth or cloud) and not camera.camera_info_topic:
             raise ConfigError(
-                f"depth topic '{depth}' needs the camera's camera_info (its K places the masks "
-                "in 3-D); set camera_info_topic (camera_info_topics with several cameras)"
+                f"{'depth' if depth else 'cloud'} topic '{depth or cloud}' needs the camera's "
+                "camera_info (its K places the masks in 3-D); set camera_info_topic "
+                "(camera_info_topics with several cameras)"
             )
     return tuple(
-        replace(camera, depth_topic=depth) for camera, depth in zip(cameras, depths, strict=True)
+        replace(camera, depth_topic=depth, cloud_topic=cloud)
+        for camera, depth, cloud in zip(cameras, found["depth"], found["cloud"], strict=True)
     )
 
 
@@ -524,6 +551,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         tracking=bool(values["tracking"]),
         camera_info_tolerance_ms=float(values["camera_info_tolerance_ms"]),
         depth_tolerance_ms=float(values["depth_tolerance_ms"]),
+        cloud_tolerance_ms=float(values["cloud_tolerance_ms"]),
         overlay_jpeg_quality=int(values["overlay_jpeg_quality"]),
         health=HealthLimits(
             expected_rate=float(values["expected_rate"]),

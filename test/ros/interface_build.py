@@ -105,6 +105,8 @@ FFMPEG_IMAGE_TRANSPORT_MSGS = InterfacePackage(
     REPO / "test" / "fixtures" / "ffmpeg_image_transport_msgs"
 )
 FOXGLOVE_MSGS = InterfacePackage(REPO / "test" / "fixtures" / "foxglove_msgs")
+#: tf2_msgs' TFMessage: the node reads /tf_static with it (the ROS wheels here lack tf2_msgs)
+TF2_MSGS = InterfacePackage(REPO / "test" / "fixtures" / "tf2_msgs")
 
 
 @dataclass(frozen=True)

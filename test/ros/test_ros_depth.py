@@ -12,7 +12,7 @@ import importlib
 
 import numpy as np
 import pytest
-from interface_build import VISION_MSGS, built_for_test
+from interface_build import TF2_MSGS, VISION_MSGS, built_for_test
 from ros_domains import next_domain
 from ros_harness import Client, NodeProcess
 from ros_messages import raster_from_image
@@ -20,11 +20,13 @@ from test_ros_node import image_msg, scene
 
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.ros.params import PARAMETERS, read_config
+from compactinst_ros.spatial.cloud import rigid_transform, transform_points
 
 pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.qos import QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CameraInfo, Image
+from geometry_msgs.msg import TransformStamped
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
 from visualization_msgs.msg import Marker, MarkerArray
 
 #: a cold run compiles vision_msgs (about 20-30 s on 2 cores); cached runs take seconds
@@ -200,6 +202,15 @@ def test_depth_parameters_are_checked_with_their_fix():
         read_config(several | {"depth_topic": DEPTH})
     with pytest.raises(ConfigError, match="depth_topics has 1 entries"):
         read_config(several | {"depth_topics": ["/a/depth"]})
+    mixed = read_config(several | {"depth_topics": ["/a/depth", ""], "cloud_topics": ["", CLOUD]})
+    assert [(c.depth_topic, c.cloud_topic) for c in mixed.cameras] == [
+        ("/a/depth", ""),
+        ("", CLOUD),
+    ]
+    with pytest.raises(ConfigError, match="give it one of the two"):
+        read_config(
+            values | {"depth_topic": DEPTH, "cloud_topic": CLOUD, "camera_info_topic": INFO}
+        )
 
 
 CAMERAS = {"left": 3.0, "front": 5.0, "right": 7.0}  # each camera sees its own plane
@@ -282,3 +293,130 @@ def test_rviz_config_shows_the_3d_markers():
 
     topics = rviz_topics((REPO / "rviz" / "compactinst.rviz").read_text())
     assert f"{NS}/markers_3d" in topics.values()
+
+
+LIDAR_FRAME = "lidar"
+CLOUD = "/lidar/points"
+#: the LiDAR 0.3 m above and 0.1 m behind the camera, x forward, y left, z up: points of the
+#: LiDAR frame into the camera's optical frame (tf: parent camera, child lidar)
+LIDAR_TO_CAMERA = ([0.0, -0.3, -0.1], [0.5, -0.5, 0.5, 0.5])
+
+
+@pytest.fixture(scope="module")
+def tf2_msgs_prefix(request: pytest.FixtureRequest):
+    """The built tf2_msgs prefix (cached across runs)."""
+    return built_for_test(TF2_MSGS, request)
+
+
+def cloud_msg(sec: int, frame: str) -> PointCloud2:
+    """A LiDAR cloud of the plane PLANE_M ahead of the camera, in the LiDAR's frame, with an
+    intensity field the node must skip."""
+    u, v = np.meshgrid(np.arange(0, W, 2), np.arange(0, H, 2))
+    camera = np.stack(
+        [
+            (u.ravel() - CX) * PLANE_M / FX,
+            (v.ravel() - CY) * PLANE_M / FX,
+            np.full(u.size, PLANE_M),
+        ],
+        1,
+    )
+    into_camera = rigid_transform(*LIDAR_TO_CAMERA)
+    lidar = transform_points(camera.astype(np.float32), np.linalg.inv(into_camera))
+    points = np.zeros((len(lidar), 4), np.float32)
+    points[:, :3] = lidar
+    msg = PointCloud2(height=1, width=len(points), point_step=16, row_step=16 * len(points))
+    msg.fields = [
+        PointField(name=n, offset=4 * k, datatype=PointField.FLOAT32, count=1)
+        for k, n in enumerate(("x", "y", "z", "intensity"))
+    ]
+    msg.header.stamp.sec = sec
+    msg.header.frame_id = frame
+    msg.data = array.array("B", points.tobytes())
+    return msg
+
+
+@pytest.fixture(scope="module")
+def lidar_node(vision_msgs_prefix, tf2_msgs_prefix, random_bundle):
+    """(client, {topic: publisher}) with a node placing a LiDAR cloud by /tf_static."""
+    with vision_msgs_prefix.activated(), tf2_msgs_prefix.activated():
+        msgs = importlib.import_module("vision_msgs.msg")
+        tf2 = importlib.import_module("tf2_msgs.msg")
+        domain = next_domain()
+        node = NodeProcess(
+            domain,
+            {
+                "model": random_bundle,
+                "backend": "onnxruntime",
+                "ort_threads": 1,
+                "score_threshold": 0.0,
+                "max_instances": 10,
+                "image_topic": TOPIC,
+                "camera_info_topic": INFO,
+                "cloud_topic": CLOUD,
+                "outputs": ["instance_mask"],
+                "diagnostics_period": 0.25,
+            },
+        )
+        client = Client(domain)
+        try:
+            reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+            client.subscribe(msgs.Detection3DArray, f"{NS}/detections_3d", reliable)
+            client.subscribe(Image, f"{NS}/instance_mask", reliable)
+            client.subscribe(DiagnosticArray, "/diagnostics")
+            latched = QoSProfile(
+                depth=1,
+                reliability=ReliabilityPolicy.RELIABLE,
+                durability=DurabilityPolicy.TRANSIENT_LOCAL,
+            )
+            static = client.node.create_publisher(tf2.TFMessage, "/tf_static", latched)
+            transform = TransformStamped(child_frame_id=LIDAR_FRAME)
+            transform.header.frame_id = "camera_bgr8"  # the frames' frame_id (image_msg)
+            (tx, ty, tz), (qx, qy, qz, qw) = LIDAR_TO_CAMERA
+            t, q = transform.transform.translation, transform.transform.rotation
+            t.x, t.y, t.z, q.x, q.y, q.z, q.w = tx, ty, tz, qx, qy, qz, qw
+            static.publish(tf2.TFMessage(transforms=[transform]))
+            pubs = {
+                TOPIC: client.publisher(Image, TOPIC),
+                INFO: client.publisher(CameraInfo, INFO),
+                CLOUD: client.publisher(PointCloud2, CLOUD),
+            }
+            client.wait_for(
+                lambda: (
+                    all(client.matched(t) for t in client.subs)
+                    and all(p.get_subscription_count() for p in pubs.values())
+                    and static.get_subscription_count()
+                ),
+                60,
+                f"the node's subscriptions and publishers (log {node.log_path})",
+            )
+            yield client, pubs, node
+        finally:
+            client.close()
+            code = node.stop()
+            assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
+
+
+def test_a_lidar_cloud_placed_by_tf_static_lifts_the_instances(lidar_node):
+    client, pubs, _ = lidar_node
+    sec = 701
+    pubs[INFO].publish(camera_info(sec))
+    pubs[CLOUD].publish(cloud_msg(sec, LIDAR_FRAME))
+    pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
+    dets = client.wait_for(lambda: client.stamped(f"{NS}/detections_3d", sec), 30, "3-D")
+    assert dets.detections
+    for det in dets.detections:
+        assert det.results[0].pose.pose.position.z == pytest.approx(PLANE_M, abs=1e-3)
+
+
+def test_a_cloud_in_a_frame_without_transform_is_named_once_and_counted(lidar_node):
+    client, pubs, node = lidar_node
+    for sec in (711, 712):
+        pubs[INFO].publish(camera_info(sec))
+        pubs[CLOUD].publish(cloud_msg(sec, "roof_lidar"))
+        pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
+        client.wait_for(lambda sec=sec: client.stamped(f"{NS}/instance_mask", sec), 30, "2-D")
+    client.wait_for(
+        lambda: int(client.latest_diagnostics().get("cloud_refused", "0")) >= 2, 10, "counted"
+    )
+    assert "'roof_lidar'" in client.latest_diagnostics()["cloud_last_problem"]
+    assert node.log().count("no static transform from the cloud's frame 'roof_lidar'") == 1
