@@ -100,7 +100,6 @@ class VideoPacket:
 
     data: bytes
     codec: str
-    stamp_ns: int
     keyframe: bool
     pts: int | None = None  # FFMPEGPacket's encoder pts: a jump means lost packets
 
@@ -117,13 +116,12 @@ def stamp_of(msg: Any, msgtype: str) -> tuple[int, str]:
 def packet_of(msg: Any, msgtype: str) -> VideoPacket:
     """The VideoPacket of an FFMPEGPacket or CompressedVideo message (rclpy or rosbags)."""
     data = msg.data if isinstance(msg.data, bytes) else bytes(memoryview(msg.data))
-    stamp_ns = stamp_of(msg, msgtype)[0]
     if msgtype == COMPRESSED_VIDEO:
         codec = codec_of(str(msg.format))
-        return VideoPacket(data, codec, stamp_ns, is_keyframe(data, codec))
+        return VideoPacket(data, codec, is_keyframe(data, codec))
     codec = codec_of(str(msg.encoding))
     key = bool(int(msg.flags) & PACKET_FLAG_KEY) or is_keyframe(data, codec)
-    return VideoPacket(data, codec, stamp_ns, key, int(msg.pts))
+    return VideoPacket(data, codec, key, int(msg.pts))
 
 
 def _av() -> Any:
@@ -281,7 +279,7 @@ class VideoStream:
 #: encoder settings for recorded streams: no B-frames (Foxglove refuses them, ffmpeg_image_transport
 #: decodes packet by packet) and no lookahead, as a live camera encoder runs
 LIVE_OPTIONS = {
-    "libx264": {"preset": "ultrafast", "tune": "zerolatency", "bframes": "0"},
+    "libx264": {"preset": "ultrafast", "tune": "zerolatency", "x264-params": "bframes=0"},
     "libx265": {"preset": "ultrafast", "x265-params": "bframes=0:log-level=error"},
 }
 

@@ -73,7 +73,7 @@ def main() -> None:
     def h264_bgr() -> int:
         stream = VideoStream(hardware=False, threads=1)
         for index, (data, key) in enumerate(packets):
-            stream.decode(VideoPacket(data, "h264", index, key, index))
+            stream.decode(VideoPacket(data, "h264", key, index))
         return len(packets)
 
     def h264_only() -> int:
