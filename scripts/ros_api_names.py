@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
 """Names a ROS 2 Python package or message package defines on one branch or tag, as a fixture.
 
-The vehicle runs Humble or Jazzy; CI runs the Kilted wheels. test/ros/test_ros_distributions.py
-checks every rclpy, launch, launch_ros and vision_msgs name our code uses against what those
-distributions' own sources define, read here from a git checkout (no network needed):
+The vehicle runs Humble, Jazzy or Lyrical; CI runs the Kilted wheels.
+test/ros/test_ros_distributions.py checks every rclpy, launch, launch_ros and vision_msgs name
+our code uses against what those distributions' own sources define, read here from a git
+checkout (no network needed):
 
     python scripts/ros_api_names.py python RCLPY_GIT humble rclpy/rclpy rclpy \\
         > test/fixtures/ros_api/rclpy-humble.txt
     python scripts/ros_api_names.py msg VISION_MSGS_GIT 4.0.0 msg vision_msgs \\
         > test/fixtures/ros_api/vision_msgs-4.0.0.txt
+
+Lyrical's rclpy comes from its release repository (ros2-gbp/rclpy-release), whose tags hold the
+released package at the root:
+
+    python scripts/ros_api_names.py python RCLPY_RELEASE_GIT release/lyrical/rclpy/10.0.10-1 \\
+        rclpy rclpy --origin ros2-gbp/rclpy-release > test/fixtures/ros_api/rclpy-lyrical.txt
 
 Each line is ``kind name [target]``: ``module``, ``class``, ``name`` (a function, method, class
 or module attribute, or a message constant), ``alias`` (a name a module imports from its own
@@ -134,8 +141,10 @@ def read_module(module: str, is_package: bool, source: str) -> ModuleInfo:
                 info.defined.add(stmt.target.id)
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
+            # a generic base (``BasePublisher[MsgT]``) passes on the members of its class
+            bases = [b.value if isinstance(b, ast.Subscript) else b for b in node.bases]
             info.classes[node.name].bases = [
-                qualified(module, info, base) for base in node.bases if dotted(base)
+                qualified(module, info, base) for base in bases if dotted(base)
             ]
         elif isinstance(node, ast.Assign) and dotted(node.value) and len(node.targets) == 1:
             target = node.targets[0]

@@ -1,9 +1,10 @@
 """Every rclpy, launch, launch_ros and vision_msgs name the package uses exists on each ROS
 distribution it claims, or is guarded there; package.xml lists every ROS package the code uses.
 
-CI runs the Kilted wheels, the vehicle Humble or Jazzy. The fixtures in test/fixtures/ros_api were
-written by scripts/ros_api_names.py from the upstream git sources named on their first line. A
-use is found in the AST of compactinst_ros/, launch/ and scripts/ (test/ runs only on CI):
+CI runs the Kilted wheels, the vehicle Humble, Jazzy or Lyrical. The fixtures in
+test/fixtures/ros_api were written by scripts/ros_api_names.py from the upstream git sources
+named on their first line. A use is found in the AST of compactinst_ros/, launch/ and scripts/
+(test/ runs only on CI):
 
 * imports (``from rclpy.lifecycle import Node``) and attribute chains on them (``rclpy.init``,
   ``ReliabilityPolicy.BEST_EFFORT``);
@@ -51,6 +52,7 @@ DISTRIBUTIONS = {
         "rclpy-humble", "launch-humble", "launch_ros-humble", "vision_msgs-4.0.0",
     ),
     "jazzy": ("rclpy-jazzy", "vision_msgs-4.1.1"),
+    "lyrical": ("rclpy-lyrical",),  # vision_msgs is not released into Lyrical yet
 }  # fmt: skip
 #: parameters that hold an optional module, by name
 PARAMETER_MODULES = {"vision_msgs": "vision_msgs.msg"}
@@ -433,6 +435,10 @@ def test_fixtures_know_what_differs_between_distributions() -> None:
     )
     assert jazzy.missing("rclpy.event_handler.SubscriptionEventCallbacks.incompatible_qos") is None
     assert humble.missing("rclpy.lifecycle.Node.trigger_configure") is None
+    lyrical = Api.load("rclpy-lyrical")  # rclpy 10: the async node, members of generic bases
+    assert lyrical.missing("rclpy.experimental.AsyncNode.create_subscription") is None
+    assert jazzy.missing("rclpy.experimental.AsyncNode") is not None
+    assert lyrical.missing("rclpy.publisher.Publisher.publish") is None  # BasePublisher[MsgT]'s
     old, new = Api.load("vision_msgs-4.0.0"), Api.load("vision_msgs-4.1.1")
     assert old.missing("vision_msgs.msg.LabelInfo") == "vision_msgs.msg.LabelInfo"
     assert new.missing("vision_msgs.msg.LabelInfo.class_map") is None
