@@ -185,6 +185,26 @@ def test_a_frame_without_depth_keeps_its_2d_outputs_and_is_counted(depth_node):
     assert float(facts["depth_age_ms"]) == 0.0
 
 
+def test_depth_of_a_wrong_encoding_is_refused_with_the_reason(depth_node):
+    _, client, pubs = depth_node
+    sec = 504
+    before = int(client.latest_diagnostics().get("depth_refused", "0"))
+    pubs[INFO].publish(camera_info(sec))
+    wrong = depth_msg(sec, "16UC1")
+    wrong.encoding, wrong.width, wrong.step = "mono8", W * 2, W * 2  # same bytes, not depth
+    pubs[DEPTH].publish(wrong)
+    pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
+    client.wait_for(lambda: client.stamped(f"{NS}/instance_mask", sec), 30, "2-D output")
+    client.wait_for(
+        lambda: int(client.latest_diagnostics().get("depth_refused", "0")) > before,
+        10,
+        "the refused depth counted on /diagnostics",
+    )
+    problem = client.latest_diagnostics()["depth_last_problem"]
+    assert "depth refused" in problem and "mono8" in problem, problem
+    assert client.stamped(f"{NS}/detections_3d", sec) is None
+
+
 def test_depth_parameters_are_checked_with_their_fix():
     values = {name: spec.default for name, spec in PARAMETERS.items()} | {"model": "/m"}
     one = read_config(values | {"depth_topic": DEPTH, "camera_info_topic": INFO})
