@@ -279,9 +279,9 @@ def array_from_buffer(
     dtype, channels = _sample_layout(encoding)
     row = width * channels * dtype.itemsize
     if step < row:
+        sample = f" ({dtype.itemsize}-byte samples)" if dtype.itemsize > 1 else ""
         raise InputError(
-            f"step {step} is smaller than width x channels x bytes per sample = {row}; "
-            "fix the driver"
+            f"step {step} is smaller than width x channels = {row}{sample}; fix the driver"
         )
     rows = _rows(flat, height, step, "height x step")[:, :row]
     if dtype.itemsize > 1:

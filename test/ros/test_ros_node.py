@@ -282,7 +282,7 @@ def test_burst_is_dropped_and_counted_never_queued(ros):
 
 
 BAD_INPUTS = {
-    "unknown encoding": (dict(encoding="bayer_rggb8"), "unsupported image encoding"),
+    "unknown encoding": (dict(encoding="32SC1"), "unsupported image encoding"),
     "truncated data": (dict(truncate=True), "fewer than height x step"),
     "zero size": (dict(height=0), "zero size"),
     "huge image": (dict(height=40000, width=40000), "side limit"),
