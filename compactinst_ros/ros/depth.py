@@ -144,6 +144,8 @@ class DepthInput:
         self.colour_infos = colour_infos
         self.vision_msgs = vision_msgs
         self.labels = labels
+        self.prefix = prefix
+        self.reliability = reliability
         tolerance_ns = int(tolerance_ms * 1e6)
         self.frames: StampMatcher[Image] = StampMatcher(tolerance_ns, DEPTH_KEEP)
         self.infos: StampMatcher[CameraInfo] = StampMatcher(tolerance_ns, DEPTH_KEEP)
@@ -314,9 +316,15 @@ class StaticTransforms:
         return None
 
 
+#: ``~/cloud_labelled``: the cloud's points in masks, in the camera's optical frame, with the
+#: instance id and label id of the mask each lies in (the instance table's column names)
+LABELLED_CLOUD = np.dtype([("x", "f4"), ("y", "f4"), ("z", "f4"), ("id", "u4"), ("label_id", "i4")])
+
+
 class CloudInput(DepthInput):
     """A camera's LiDAR cloud: paired by stamp, brought into the camera's optical frame (the
-    frame's ``frame_id``) by the static transforms of /tf_static, projected into the masks."""
+    frame's ``frame_id``) by the static transforms of /tf_static, projected into the masks;
+    ``~/cloud_labelled`` carries the points in masks with their instance and label ids."""
 
     kind = "cloud"
 
@@ -325,6 +333,33 @@ class CloudInput(DepthInput):
         self.tf2_msgs = tf2_msgs
         self.transforms = StaticTransforms()
         self._unplaced: set[str] = set()  # cloud frames named once in the log
+        self.labelled = self.node.create_publisher(
+            PointCloud2, f"{self.prefix}cloud_labelled", frame_qos(self.reliability)
+        )
+        self._points: tuple[np.ndarray, np.ndarray] | None = None  # the last lift's
+
+    def wanted(self) -> bool:
+        """Whether a 3-D output, ``~/cloud_labelled`` included, has a subscriber."""
+        return super().wanted() or self.labelled.get_subscription_count() > 0
+
+    def publish(self, header: Any, result: FrameResult) -> None:
+        """The 3-D outputs of :class:`DepthInput`, and the labelled cloud while subscribed."""
+        self._points = None
+        super().publish(header, result)
+        if self._points is None or self.labelled.get_subscription_count() == 0:
+            return
+        xyz, ids = self._points
+        inside = np.flatnonzero(ids)
+        labels = np.zeros(int(ids.max(initial=0)) + 1, np.int32)
+        labels[result.instances.ids] = result.instances.label_id
+        columns = {"x": xyz[inside, 0], "y": xyz[inside, 1], "z": xyz[inside, 2]}
+        columns |= {"id": ids[inside], "label_id": labels[ids[inside]]}
+        self.labelled.publish(convert._table_msg(header, LABELLED_CLOUD, columns))
+
+    def destroy(self) -> None:
+        """Unsubscribe and remove the publishers."""
+        super().destroy()
+        self.node.destroy_publisher(self.labelled)
 
     def start(self) -> None:
         """Subscribe to the cloud and to /tf_static (transient local: the latched transforms)."""
@@ -383,12 +418,11 @@ class CloudInput(DepthInput):
                 fields,
                 bool(cloud.is_bigendian),
             )
-            lifted, _ = lift_cloud(
-                result.instance_raster,
-                result.instances.ids,
-                transform_points(xyz, matrix),
-                intrinsics(colour),
+            xyz = transform_points(xyz, matrix)
+            lifted, point_ids = lift_cloud(
+                result.instance_raster, result.instances.ids, xyz, intrinsics(colour)
             )
+            self._points = (xyz, point_ids)
         except InputError as exc:
             self._count("refused", f"cloud refused: {exc}")
             return None

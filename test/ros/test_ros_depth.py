@@ -19,6 +19,7 @@ from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 
 from compactinst_ros.errors import ConfigError
+from compactinst_ros.ros.convert import table_from_msg
 from compactinst_ros.ros.params import PARAMETERS, read_config
 from compactinst_ros.spatial.cloud import rigid_transform, transform_points
 
@@ -381,6 +382,7 @@ def lidar_node(vision_msgs_prefix, tf2_msgs_prefix, random_bundle):
         try:
             reliable = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
             client.subscribe(msgs.Detection3DArray, f"{NS}/detections_3d", reliable)
+            client.subscribe(PointCloud2, f"{NS}/cloud_labelled", reliable)
             client.subscribe(Image, f"{NS}/instance_mask", reliable)
             client.subscribe(DiagnosticArray, "/diagnostics")
             latched = QoSProfile(
@@ -422,10 +424,21 @@ def test_a_lidar_cloud_placed_by_tf_static_lifts_the_instances(lidar_node):
     pubs[INFO].publish(camera_info(sec))
     pubs[CLOUD].publish(cloud_msg(sec, LIDAR_FRAME))
     pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
-    dets = client.wait_for(lambda: client.stamped(f"{NS}/detections_3d", sec), 30, "3-D")
+    outputs = (f"{NS}/detections_3d", f"{NS}/cloud_labelled", f"{NS}/instance_mask")
+    client.wait_for(lambda: all(client.stamped(t, sec) for t in outputs), 30, "3-D outputs")
+    dets, cloud, mask = (client.stamped(t, sec) for t in outputs)
     assert dets.detections
     for det in dets.detections:
         assert det.results[0].pose.pose.position.z == pytest.approx(PLANE_M, abs=1e-3)
+    # the labelled cloud: points in masks, in the camera's frame, each with its mask's ids
+    points = table_from_msg(cloud)
+    assert cloud.header.frame_id == "camera_bgr8" and len(points) > 0
+    assert set(points.dtype.names) == {"x", "y", "z", "id", "label_id"}
+    np.testing.assert_allclose(points["z"], PLANE_M, atol=1e-3)
+    raster = raster_from_image(mask)
+    u = np.rint(points["x"] * FX / points["z"] + CX).astype(int)
+    v = np.rint(points["y"] * FX / points["z"] + CY).astype(int)
+    np.testing.assert_array_equal(raster[v, u], points["id"])
 
 
 def test_a_cloud_in_a_frame_without_transform_is_named_once_and_counted(lidar_node):
