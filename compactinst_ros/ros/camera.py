@@ -40,7 +40,14 @@ from ..tracking import InstanceTracker
 from . import convert
 from .camera_info import CameraInfoRelay, stamp_ns
 from .depth import CloudInput, DepthInput, tf2_msgs
-from .diagnostics import BatchStats, FrameStats, ReasonThrottle, health_status, input_facts
+from .diagnostics import (
+    BatchStats,
+    FrameStats,
+    ReasonThrottle,
+    health_status,
+    input_causes,
+    input_facts,
+)
 from .health import HealthMonitor
 from .idle import IdleGate
 from .params import INPUT_KINDS, CameraConfig, NodeConfig
@@ -438,6 +445,13 @@ class Camera:
             loaded=loaded,
             warnings=[*warnings, *filter(None, [self.mono_note])],
             checks=checks,
+            causes=input_causes(
+                self.node,
+                self.camera.topic,
+                {k: v for k, v in self.reliability.items() if k in self.subs},
+            )
+            if self.active
+            else ("", ""),
         )
 
 

@@ -3,17 +3,21 @@ health checks it includes live in ``health``)."""
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.qos import ReliabilityPolicy
 
+from .. import dds_env
+from ..resources import fastdds_profile
 from .health import Problem
 from .qos import reliability_name
 
@@ -184,6 +188,54 @@ def input_facts(subs: Mapping[str, Any], reliability: Mapping[str, ReliabilityPo
     }
 
 
+#: every input transport kind a camera may publish (``params.INPUT_KINDS``' kinds)
+TRANSPORT_KINDS = ("raw", "compressed", "ffmpeg", "foxglove")
+#: the shipped shared-memory profile's file name (resources.FASTDDS_PROFILE)
+SHM_PROFILE = "fastdds_shm.xml"
+
+
+def input_causes(
+    node: Any,
+    topic_of: Callable[[str], str],
+    subscribed: Mapping[str, ReliabilityPolicy],
+    env: Mapping[str, str] | None = None,
+) -> tuple[str, str]:
+    """(likely cause of "no publisher on the input topic", of "input silent"), "" where none
+    is seen, from ``node``'s graph: ``topic_of(kind)`` is the topic of each transport kind,
+    ``subscribed`` the kinds subscribed and their reliability.
+
+    No publisher: another transport of the same camera has publishers (a compressed-only
+    camera while ``input_transport`` is raw). Silent: best-effort publishers without the
+    shared-memory profile (a frame larger than a UDP datagram is lost in fragments), or a
+    reliable subscription that a best-effort publisher cannot serve (QoS)."""
+    env = os.environ if env is None else env
+    unsubscribed = [k for k in TRANSPORT_KINDS if k not in subscribed]
+    others = [k for k in unsubscribed if node.count_publishers(topic_of(k))]
+    missing = ""
+    if others:
+        missing = (
+            f"the camera publishes {' and '.join(topic_of(k) for k in others)}: set "
+            f"input_transport:={others[0]}"
+        )
+    causes = []
+    infos = [i for k in subscribed for i in node.get_publishers_info_by_topic(topic_of(k))]
+    best_effort = [i for i in infos if i.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT]
+    profile = dds_env.site_profile(env)
+    if best_effort and (profile is None or Path(profile).name != SHM_PROFILE):
+        shipped = fastdds_profile()
+        causes.append(
+            "best-effort frames larger than a UDP datagram are lost without the shared-memory "
+            f"profile: export FASTDDS_DEFAULT_PROFILES_FILE={shipped or SHM_PROFILE} "
+            "(docs/ros.md, DDS)"
+        )
+    if best_effort and ReliabilityPolicy.RELIABLE in subscribed.values():
+        causes.append(
+            "QoS: best-effort publishers do not serve the reliable subscription; set "
+            "input_reliability:=auto"
+        )
+    return missing, "; ".join(causes)
+
+
 def status_name(node_name: str, camera: str = "") -> str:
     """The DiagnosticStatus name of the node whose fully qualified name is ``node_name``, or of
     its ``camera`` in a node of several (a replay keeps only its own node's reports by it)."""
@@ -257,6 +309,7 @@ def health_status(
     loaded: bool,
     warnings: Sequence[str] = (),
     checks: Sequence[tuple[list[Problem], dict]] = (),
+    causes: tuple[str, str] = ("", ""),
 ) -> DiagnosticStatus:
     """One DiagnosticStatus: level and message from the worst problem, all facts as values.
 
@@ -280,9 +333,11 @@ def health_status(
             (DiagnosticStatus.OK, "idle: no subscriber on any output, input unsubscribed")
         )
     elif loaded and publishers == 0:
-        problems.append((DiagnosticStatus.WARN, "no publisher on the input topic"))
+        missing = "no publisher on the input topic"
+        problems.append((DiagnosticStatus.WARN, _with_cause(missing, causes[0])))
     elif loaded and (age is None or age > input_timeout_s):
-        problems.append((DiagnosticStatus.WARN, "input silent: publishers exist but no frames"))
+        silent = "input silent: publishers exist but no frames"
+        problems.append((DiagnosticStatus.WARN, _with_cause(silent, causes[1])))
     problems += [(DiagnosticStatus.WARN, warning) for warning in warnings]
     checked: dict = {}
     for found, values in checks:
@@ -312,6 +367,10 @@ def health_status(
     status = DiagnosticStatus(level=level, name=name, message=message, hardware_id=hardware_id)
     status.values = [KeyValue(key=str(k), value=_fmt(v)) for k, v in values.items()]
     return status
+
+
+def _with_cause(problem: str, cause: str) -> str:
+    return f"{problem} (likely: {cause})" if cause else problem
 
 
 def diagnostic_array(stamp: object, statuses: list[DiagnosticStatus]) -> DiagnosticArray:
