@@ -12,9 +12,9 @@ One place for three facts (test/fixtures/dds/distributions.json records them fro
   Kilted's ignores. So ``ROS_LOCALHOST_ONLY`` is set only where ``ROS_DISTRO`` is ``humble``.
 * A private ROS domain is one whose RTPS port block no local socket uses.
 
-An unset ``ROS_DISTRO`` counts as a distribution after Jazzy (PyPI wheels set none); so does
-Lyrical, whose rcl and rmw_fastrtps the fixture has not read (only its Fast DDS): it gets the
-variables Kilted reads.
+An unset ``ROS_DISTRO`` counts as a distribution after Jazzy (PyPI wheels set none). Lyrical
+reads what Kilted reads (Fast DDS 3.6, rcl without ``ROS_LOCALHOST_ONLY``, an rmw_fastrtps that
+warns about the 2.x profile name).
 
 Standard library only and runnable as a script (scripts/ros_env.sh evaluates its output), so
 that launch files, shell scripts and tests use it before anything imports rclpy.

@@ -18,14 +18,17 @@ compactinst_ros.dds_env against the facts this script reads from the upstream so
         --rmw-fastrtps RMW_FASTRTPS_GIT --rcl-ref humble=humble --rcl-ref jazzy=9.2.0 \\
         --rcl-library kilted=$VIRTUAL_ENV/lib/librcl.so --rmw-ref humble=humble \\
         --rmw-ref jazzy=jazzy --rmw-library kilted=$VIRTUAL_ENV/lib/librmw_fastrtps_shared_cpp.so \\
-        --profile-only lyrical > test/fixtures/dds/distributions.json
+        --rcl-release RCL_RELEASE_GIT --rcl-release-ref lyrical=release/lyrical/rcl/10.4.4-1 \\
+        --rmw-release RMW_FASTRTPS_RELEASE_GIT \\
+        --rmw-release-ref lyrical=release/lyrical/rmw_fastrtps_shared_cpp/9.4.7-3 \\
+        > test/fixtures/dds/distributions.json
 
 ``*_GIT`` are clones (bare or not) of github.com/ros2/ros2, eProsima/Fast-DDS, ros2/rcl and
 ros2/rmw_fastrtps with the named branches; rcl 9.2.0 is the tag the jazzy branch was forked from.
 The libraries are those of the Kilted wheels the tests run on (``pip install -e '.[dev]'``).
-``--profile-only DISTRO`` records a distribution's ``ros2.repos`` and its Fast DDS facts alone,
-with ``rcl`` and ``rmw_fastrtps`` null, for one whose rcl and rmw_fastrtps are at hand neither as
-a git ref nor as a built library (Lyrical: no such branch in the clones, no wheels).
+Where a distribution's branch is missing from the clones (Lyrical), its released sources are
+read from the bloom release repositories (``*_RELEASE_GIT``: ros2-gbp/rcl-release and
+ros2-gbp/rmw_fastrtps-release), whose tags hold one package at the root.
 """
 
 from __future__ import annotations
@@ -110,9 +113,11 @@ def fastdds_facts(repo: Path, branch: str) -> dict:
     }
 
 
-def rcl_source_facts(repo: Path, ref: str) -> dict:
-    """Discovery variables rcl ``ref`` reads and its ROS_LOCALHOST_ONLY warning, from source."""
-    base = "rcl/src/rcl"
+def rcl_source_facts(
+    repo: Path, ref: str, base: str = "rcl/src/rcl", origin: str = "ros2/rcl"
+) -> dict:
+    """Discovery variables rcl ``ref`` reads and its ROS_LOCALHOST_ONLY warning, from source
+    (``base``: rcl's source folder, ``src/rcl`` in a release repository's tag)."""
     localhost = git_show(repo, ref, f"{base}/localhost.c") or ""
     discovery = git_show(repo, ref, f"{base}/discovery_options.c") or ""
     init = git_show(repo, ref, f"{base}/init.c") or ""
@@ -123,7 +128,7 @@ def rcl_source_facts(repo: Path, ref: str) -> dict:
     ]
     warnings = ["".join(re.findall(r'"([^"]*)"', m)) for m in WARNING.findall(init)]
     return {
-        "source": f"ros2/rcl {ref} ({git_commit(repo, ref)}): {base}/localhost.c, "
+        "source": f"{origin} {ref} ({git_commit(repo, ref)}): {base}/localhost.c, "
         "discovery_options.c, init.c",
         "reads": reads,
         "localhost_only_warning": next((w for w in warnings if LOCALHOST_ONLY in w), None),
@@ -151,9 +156,14 @@ def rcl_library_facts(library: Path) -> dict:
     }
 
 
-def rmw_source_facts(repo: Path, ref: str) -> dict:
-    """The warning rmw_fastrtps ``ref`` logs when a profile variable is set, from source."""
-    folder = "rmw_fastrtps_shared_cpp/src"
+def rmw_source_facts(
+    repo: Path,
+    ref: str,
+    folder: str = "rmw_fastrtps_shared_cpp/src",
+    origin: str = "ros2/rmw_fastrtps",
+) -> dict:
+    """The warning rmw_fastrtps ``ref`` logs when a profile variable is set, from source
+    (``folder``: the shared library's sources, ``src`` in a release repository's tag)."""
     listing = subprocess.run(
         ["git", "--git-dir", str(repo), "ls-tree", "--name-only", f"{ref}:{folder}"],
         capture_output=True,
@@ -161,10 +171,11 @@ def rmw_source_facts(repo: Path, ref: str) -> dict:
         check=True,
     ).stdout.split()
     sources = "".join(git_show(repo, ref, f"{folder}/{name}") or "" for name in listing)
-    joined = re.sub(r'"\s*"', "", sources)  # adjacent C string literals
+    code = re.sub(r"^\s*//[^\n]*", "", sources, flags=re.MULTILINE)  # a comment logs nothing
+    joined = re.sub(r'"\s*"', "", code)  # adjacent C string literals
     warned = PROFILE_WARNING.search(joined)
     return {
-        "source": f"ros2/rmw_fastrtps {ref} ({git_commit(repo, ref)}): {folder}/*",
+        "source": f"{origin} {ref} ({git_commit(repo, ref)}): {folder}/*",
         "profile_variable_warning": warned.group() if warned else None,
     }
 
@@ -189,9 +200,10 @@ def main() -> int:
     parser.add_argument("--rmw-fastrtps", type=Path, required=True, help="clone of rmw_fastrtps")
     parser.add_argument("--rmw-ref", action="append", default=[], help="DISTRO=GIT_REF")
     parser.add_argument("--rmw-library", action="append", default=[], help="DISTRO=librmw...so")
-    parser.add_argument(
-        "--profile-only", action="append", default=[], help="DISTRO: its Fast DDS facts alone"
-    )
+    parser.add_argument("--rcl-release", type=Path, help="clone of ros2-gbp/rcl-release")
+    parser.add_argument("--rcl-release-ref", action="append", default=[], help="DISTRO=TAG")
+    parser.add_argument("--rmw-release", type=Path, help="clone of ros2-gbp/rmw_fastrtps-release")
+    parser.add_argument("--rmw-release-ref", action="append", default=[], help="DISTRO=TAG")
     args = parser.parse_args()
     ros2, fast_dds, rcl = git_dir(args.ros2), git_dir(args.fast_dds), git_dir(args.rcl)
     rmw = git_dir(args.rmw_fastrtps)
@@ -199,20 +211,27 @@ def main() -> int:
     rcl_libraries = dict(item.split("=", 1) for item in args.rcl_library)
     rmw_refs = dict(item.split("=", 1) for item in args.rmw_ref)
     rmw_libraries = dict(item.split("=", 1) for item in args.rmw_library)
+    rcl_releases = dict(item.split("=", 1) for item in args.rcl_release_ref)
+    rmw_releases = dict(item.split("=", 1) for item in args.rmw_release_ref)
     distributions, fastdds = {}, {}
     for distro in DISTRIBUTIONS:
         branch = shipped_fastdds(ros2, distro)
         fastdds.setdefault(branch, fastdds_facts(fast_dds, branch))
-        if distro in args.profile_only:
-            rcl_facts = rmw_facts = None
+        if distro in rcl_releases:
+            rcl_facts = rcl_source_facts(
+                git_dir(args.rcl_release), rcl_releases[distro], "src/rcl", "ros2-gbp/rcl-release"
+            )
         elif distro in rcl_refs:
             rcl_facts = rcl_source_facts(rcl, rcl_refs[distro])
         elif distro in rcl_libraries:
             rcl_facts = rcl_library_facts(Path(rcl_libraries[distro]))
         else:
             raise SystemExit(f"give --rcl-ref {distro}=REF or --rcl-library {distro}=librcl.so")
-        if distro in args.profile_only:
-            pass
+        if distro in rmw_releases:
+            rmw_facts = rmw_source_facts(
+                git_dir(args.rmw_release), rmw_releases[distro], "src",
+                "ros2-gbp/rmw_fastrtps-release",
+            )  # fmt: skip
         elif distro in rmw_refs:
             rmw_facts = rmw_source_facts(rmw, rmw_refs[distro])
         elif distro in rmw_libraries:

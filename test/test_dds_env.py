@@ -1,8 +1,7 @@
 """The DDS environment we give every process is read, and stays on loopback, on every distribution
 the package claims: checked against what Humble, Jazzy, Kilted and Lyrical read, as recorded from
 upstream in test/fixtures/dds/distributions.json (scripts/dds_fixture.py), without running those
-stacks. For Lyrical the fixture has its Fast DDS (3.6) alone: its rcl and rmw_fastrtps sources
-were not at hand, so only the profile variable is checked there."""
+stacks."""
 
 from __future__ import annotations
 
@@ -34,8 +33,6 @@ def check_distribution(distro: str, env: dict[str, str], profile: str) -> None:
     facts = DISTRIBUTIONS[distro]
     variable = FIXTURE["fastdds"][facts["fastdds"]]["profile_variable"]
     assert env.get(variable) == profile, f"{distro}: Fast DDS {facts['fastdds']} reads {variable}"
-    if facts["rcl"] is None:  # recorded from its Fast DDS alone (module docstring)
-        return
     warning = facts["rmw_fastrtps"]["profile_variable_warning"]
     if warning:
         assert warning.split()[0] not in env, f"{distro}'s rmw_fastrtps logs: {warning}"
@@ -89,7 +86,7 @@ def test_a_site_profile_under_either_name_is_kept_and_read(distro: str, site_var
     facts = DISTRIBUTIONS[distro]
     read = FIXTURE["fastdds"][facts["fastdds"]]["profile_variable"]
     assert {**env, **settings}[read] == "/site.xml", f"{distro} reads {read}"
-    warning = (facts["rmw_fastrtps"] or {}).get("profile_variable_warning")
+    warning = facts["rmw_fastrtps"]["profile_variable_warning"]
     assert not warning or warning.split()[0] not in settings, warning  # the site's, not ours
     assert set(settings.values()) <= {"/site.xml"}
     both = {"ROS_DISTRO": distro, **dict.fromkeys(dds_env.PROFILE_VARIABLES, "/site.xml")}
