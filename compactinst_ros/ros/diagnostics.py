@@ -236,6 +236,40 @@ def input_causes(
     return missing, "; ".join(causes)
 
 
+def namesake_warning(graph: Any, node_name: str) -> str | None:
+    """The warning when more than one node of ``graph`` (any rclpy node: its view of the DDS
+    graph) is named ``node_name`` (fully qualified), else None."""
+    namespace, _, name = node_name.rpartition("/")
+    me = (name, namespace or "/")
+    count = sum(1 for entry in graph.get_node_names_and_namespaces() if entry == me)
+    if count <= 1:
+        return None
+    return (
+        f"{count} nodes are named {node_name}: consumers get every one's outputs and a "
+        "parameter change reaches one of them; start each with its own name "
+        "(--ros-args -r __node:=NAME) or namespace"
+    )
+
+
+class NamesakeCheck:
+    """Whether other nodes in the graph carry ``node``'s fully qualified name: consumers then
+    get every one's outputs under one name and a parameter change reaches only one of them. A
+    call returns the warning (logged the first time) or None."""
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        self.logged = False
+
+    def __call__(self) -> str | None:
+        message = namesake_warning(self.node, self.node.get_fully_qualified_name())
+        if message is None:
+            return None
+        if not self.logged:
+            self.node.get_logger().warning(message)
+            self.logged = True
+        return message
+
+
 def status_name(node_name: str, camera: str = "") -> str:
     """The DiagnosticStatus name of the node whose fully qualified name is ``node_name``, or of
     its ``camera`` in a node of several (a replay keeps only its own node's reports by it)."""

@@ -22,7 +22,14 @@ from ..bundle import model_caveat
 from ..errors import CompactInstError
 from ..pipeline import Pipeline
 from .camera import Camera, StartedRound, finish_round, start_round
-from .diagnostics import BatchStats, batch_status, batch_status_name, diagnostic_array, status_name
+from .diagnostics import (
+    BatchStats,
+    NamesakeCheck,
+    batch_status,
+    batch_status_name,
+    diagnostic_array,
+    status_name,
+)
 from .entry import spin
 from .fallback import cpu_fallback_warning
 from .params import PARAMETERS, NodeConfig, check_topic, declare_parameters, read_config
@@ -42,6 +49,7 @@ class CompactInstCore:
         self.batch_stats = BatchStats()
         self.facts: dict[str, Any] = {}
         self.fallback: str | None = None
+        self.namesakes = NamesakeCheck(node)
         self.timers: list[Any] = []
         self.active = False
         self.diag_pub: Any = None
@@ -189,7 +197,7 @@ class CompactInstCore:
         node_name = self.node.get_fully_qualified_name()
         several = len(self.cameras) > 1
         loaded = self.worker is not None and self.worker.alive
-        warnings = [self.fallback] if self.fallback else []
+        warnings = [w for w in (self.fallback, self.namesakes()) if w]
         statuses: list[DiagnosticStatus] = [
             camera.status(
                 status_name(node_name, camera.camera.name if several else ""),

@@ -257,11 +257,23 @@ def _param_set(ros: Session, args: argparse.Namespace) -> None:
     if not result.successful:
         raise NodeError(f"{node} refused {args.name}:={args.value}: {result.reason}")
     print(f"{node}: {args.name} {_python_value(old)!r} -> {value!r}")
+    _warn_namesakes(ros, node)
+
+
+def _warn_namesakes(ros: Session, node: str) -> None:
+    """Warn when several nodes answer to ``node``: a request reaches only one of them."""
+    from ..cli import warn
+    from .diagnostics import namesake_warning
+
+    message = namesake_warning(ros.node, node)
+    if message is not None:
+        warn("ros", message)
 
 
 def _param_get(ros: Session, args: argparse.Namespace) -> None:
     node = _absolute(args.node)
     print(f"{node}: {args.name} = {_python_value(_get_value(ros, node, args.name))!r}")
+    _warn_namesakes(ros, node)
 
 
 def _state(ros: Session, node: str) -> str:
@@ -297,6 +309,7 @@ def _lifecycle(ros: Session, args: argparse.Namespace) -> None:
             + (f"the node reports: {why}" if why else "the node's log says why")
         )
     print(f"{node}: {args.action}: {before} -> {after}")
+    _warn_namesakes(ros, node)
 
 
 def _statuses(msg: Any, node: str | None) -> list[Any]:

@@ -78,3 +78,24 @@ def test_a_best_effort_camera_without_the_profile_names_it_and_qos(graph) -> Non
     }  # fmt: skip
     status = health_status("n", report, {}, 1, 1.0, True, causes=("", "the profile"))
     assert status.message == "input silent: publishers exist but no frames (likely: the profile)"
+
+
+def test_two_nodes_of_one_name_are_warned_about(graph) -> None:
+    import rclpy
+    from rclpy.context import Context
+
+    from compactinst_ros.ros.diagnostics import NamesakeCheck, namesake_warning
+
+    camera, watcher = graph
+    assert NamesakeCheck(camera)() is None
+    context = Context()  # a second process's node, as a second launch would start it
+    rclpy.init(context=context, domain_id=camera.context.get_domain_id())
+    twin = rclpy.create_node("camera", context=context)
+    try:
+        settled(lambda: watcher.get_node_names_and_namespaces().count(("camera", "/")) == 2)
+        warning = NamesakeCheck(camera)()
+        assert warning is not None and warning.startswith("2 nodes are named /camera: ")
+        assert "__node:=" in warning and warning == namesake_warning(watcher, "/camera")
+    finally:
+        twin.destroy_node()
+        rclpy.shutdown(context=context)
