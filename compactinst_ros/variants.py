@@ -188,6 +188,18 @@ def decompose_layer_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
     return model, added
 
 
+def parser_form(model_bytes: bytes) -> bytes:
+    """``model_bytes`` with its layer norms written out (``decompose_layer_norms``), the same
+    bytes where it has none or is no ONNX model (the parser then says what is wrong)."""
+    try:
+        model = onnx.load_from_string(model_bytes)
+    except Exception:  # protobuf's DecodeError
+        return model_bytes
+    if not any(n.op_type == "LayerNormalization" for n in model.graph.node):
+        return model_bytes
+    return serialize(decompose_layer_norms(model)[0])
+
+
 def fp16_graph(model: onnx.ModelProto, islands: Iterable[str] = ()) -> onnx.ModelProto:
     """``model`` with FP16 tensors and weights, FP32 I/O, its layer norms written out
     (``decompose_layer_norms``), every normalisation in FP32 (``NORM_OPS``), and the nodes named

@@ -14,7 +14,12 @@ TensorRT backend; a table comes last and everything also lands in OUTDIR/gpu_che
    --engine-cache holding them, load) time, the TensorRT backend end to end vs the onnxruntime
    backend, and its per-stage latency. Under the
    test stand-in for TensorRT (test/gpu/emu/tensorrt_emu.py, whose engines run the ONNX graphs
-   on ONNX Runtime) the row is labelled as what it is: ONNX Runtime vs ONNX Runtime, not FP16.
+   on ONNX Runtime) the row is labelled as what it is: ONNX Runtime vs ONNX Runtime, not FP16;
+6. with --bundle and TensorRT: the FP16 and INT8 typed graphs, each parsed into a strongly
+   typed network (every parser error printed on failure: the parser log of each stage), then
+   built (or loaded from --engine-cache) and run through the acceptance check on the bundle's
+   golden cases, one row per precision. So one run says whether this TensorRT parses the typed
+   graphs and whether its engines agree with their CPU reference.
 
     python scripts/gpu_check.py [--out out/gpu_check] [--bundle models/default] [--reps 30]
         [--quick] [--sizes 512x1024 1024x2048 1080x1920] [--engine-cache DIR]
@@ -266,6 +271,69 @@ def check_backend(bundle_path: str, checks: Checks, reps: int, cache_dir: Path |
     )  # fmt: skip
 
 
+def parser_log(trt: Any, model_bytes: bytes) -> list[str]:
+    """Every error TensorRT's ONNX parser reports for ``model_bytes`` in a strongly typed
+    network (empty: it parsed)."""
+    logger = trt.Logger(trt.Logger.WARNING)
+    network = trt.Builder(logger).create_network(
+        1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    )
+    parser = trt.OnnxParser(network, logger)
+    if parser.parse(model_bytes):
+        return []
+    return [str(parser.get_error(i)) for i in range(parser.num_errors)]
+
+
+def check_typed_engines(bundle_path: str, checks: Checks, cache_dir: Path | None) -> None:
+    """Per typed precision (fp16, int8): parse each stage's graph (printing the parser log on
+    failure), then build or load its engines, which the acceptance check on the golden cases
+    admits or refuses; one row per precision."""
+    import tensorrt as trt
+
+    from compactinst_ros.backends import trt_build
+    from compactinst_ros.backends.engine_cache import EngineCache
+    from compactinst_ros.bundle import ModelBundle
+    from compactinst_ros.errors import BackendError
+
+    bundle = ModelBundle.load(bundle_path)
+    for precision in ("fp16", "int8"):
+        name = f"TensorRT {trt.__version__} {precision} engines: parse, build, acceptance"
+        if precision not in bundle.precisions:
+            checks.add(name, False, f"the bundle has no {precision} graphs")
+            continue
+        failed = []
+        for stage in bundle.stages:
+            graph = bundle.stage_graph(stage.name, precision)
+            errors = parser_log(trt, trt_build.parser_bytes(graph))
+            if errors:
+                failed.append(f"{stage.name} ({len(errors)} parser errors)")
+                print(f"parser log, {precision} {stage.name} ({graph.sha256[:12]}):")
+                for error in errors:
+                    print(f"    {error}")
+        if failed:
+            checks.add(name, False, "the parser refused " + ", ".join(failed), parsed=False)
+            continue
+        with tempfile.TemporaryDirectory(prefix="engines-") as scratch:
+            cache = EngineCache(cache_dir or scratch)
+            runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+            start = time.perf_counter()
+            try:
+                trt_build.ensure_engines(
+                    bundle, cache, runtime.deserialize_cuda_engine, trt_build.device_info(0),
+                    precision, log=print,
+                )  # fmt: skip
+            except BackendError as exc:
+                checks.add(name, False, str(exc), parsed=True)
+                continue
+        cases = len(bundle.golden_cases(precision))
+        checks.add(
+            name, cases > 0,
+            f"parsed; engines ready in {time.perf_counter() - start:.1f} s; acceptance "
+            + (f"passed on {cases} golden cases" if cases else "not run: no golden cases"),
+            parsed=True, golden_cases=cases,
+        )  # fmt: skip
+
+
 def _json_safe(value: Any) -> Any:
     """``value`` with numpy scalars as Python numbers and NaN (not measured) as None."""
     if isinstance(value, dict):
@@ -358,6 +426,12 @@ def main(argv: list[str] | None = None) -> int:
             except Exception:
                 traceback.print_exc()
                 checks.add("TensorRT backend", False, "see traceback above")
+            snapshot()
+            try:
+                check_typed_engines(args.bundle, checks, args.engine_cache)
+            except Exception:
+                traceback.print_exc()
+                checks.add("TensorRT typed engines", False, "see traceback above")
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         ctx.pop()

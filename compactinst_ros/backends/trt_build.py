@@ -260,6 +260,19 @@ def _open_timing_cache(config: Any, path: Path, label: str) -> None:
         raise BackendError(f"TensorRT rejected an empty timing cache for {path}")
 
 
+def parser_bytes(graph: StageGraph) -> bytes:
+    """The ONNX bytes the parser gets: the graph with its layer norms written out
+    (``variants.parser_form``; it changes the FP32 graphs, the typed ones are derived so), since
+    a strongly typed network rejects the setComputePrecision call of the LayerNormalization
+    importer of the 10.x parsers that make it (test/fixtures/tensorrt_rules). Without onnx
+    (not a ``[vehicle]`` install) the bytes go as they are."""
+    try:
+        from .. import variants
+    except ImportError:
+        return graph.model_bytes
+    return variants.parser_form(graph.model_bytes)
+
+
 def build_serialized(
     graph: StageGraph,
     stage: StageSpec,
@@ -278,7 +291,7 @@ def build_serialized(
     builder = trt.Builder(logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, logger)
-    if not parser.parse(graph.model_bytes):
+    if not parser.parse(parser_bytes(graph)):
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise BackendError(f"TensorRT cannot parse {where}: {errors}")
     config = builder.create_builder_config()

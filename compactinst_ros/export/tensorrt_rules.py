@@ -220,3 +220,130 @@ def file_issues(path: str | Path) -> list[str]:
     import onnx
 
     return parser_issues(onnx.load(str(path), load_external_data=False))
+
+
+#: ONNX element types by the names TensorRT's support matrix uses
+ONNX_TYPE_NAMES = {
+    1: "FP32", 2: "UINT8", 3: "INT8", 6: "INT32", 7: "INT64", 9: "BOOL", 10: "FP16", 16: "BF16",
+    17: "FP8", 18: "FP8", 19: "FP8", 20: "FP8", 22: "INT4", 23: "FP4",
+}  # fmt: skip
+#: operators whose first input the matrix's types describe (others read indices, shapes, masks)
+TYPED_OPS = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Relu", "Softmax", "Conv", "MatMul", "Gemm",
+    "LayerNormalization", "InstanceNormalization", "GroupNormalization", "ReduceMean", "ReduceSum",
+    "ReduceMax", "Resize", "MaxPool", "AveragePool", "Sigmoid", "Erf", "Tanh",
+})  # fmt: skip
+#: normalisations: in a strongly typed network they compute in their input's type
+NORMALIZATIONS = ("LayerNormalization", "InstanceNormalization", "GroupNormalization", "ReduceMean")
+
+
+def _types(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """``model`` after ONNX shape inference, and every typed tensor's type name."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    graph = inferred.graph
+    types = {
+        v.name: ONNX_TYPE_NAMES.get(v.type.tensor_type.elem_type, str(v.type.tensor_type.elem_type))
+        for v in [*graph.input, *graph.value_info, *graph.output]
+        if v.type.tensor_type.elem_type
+    }
+    types.update({i.name: ONNX_TYPE_NAMES.get(i.data_type, str(i.data_type))
+                  for i in graph.initializer})  # fmt: skip
+    return inferred, types
+
+
+def _matmul_weight_issue(
+    node: onnx.NodeProto, made_by: dict, initialisers: dict, rules: dict
+) -> str | None:
+    """Where a MatMul weight's per-channel scales lie off its output-channel axis."""
+    for index, name in enumerate(node.input[:2]):
+        dq = made_by.get(name)
+        if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in initialisers:
+            continue
+        weight, scale = initialisers[dq.input[0]], initialisers.get(dq.input[1])
+        if scale is None or len(scale.dims) == 0 or len(weight.dims) < 2:
+            continue
+        rank = len(weight.dims)
+        axis = _int(dq, "axis", 1) % rank
+        if index == 0 or axis != rank - 1:
+            side = "A (per tensor only)" if index == 0 else f"B (axis {rank - 1})"
+            return (
+                f"its weight {dq.input[0]} has per-channel scales on axis {axis}, not on the "
+                f"output channels of input {side} [{rules['matmul_weight_scales']['why']}; "
+                "assumed]; fix: quantize it per tensor or per output channel "
+                "(variants.per_tensor_off_axis_weights)"
+            )
+    return None
+
+
+def type_issues(model: onnx.ModelProto, rules: dict) -> list[str]:
+    """Where ``model`` breaks the type rules of one TensorRT version (a fixture written by
+    scripts/tensorrt_rules_fixture.py from NvInfer.h and the onnx-tensorrt importers), built as
+    a strongly typed network, as the project builds every engine. Each issue names the node,
+    the rule, the version and the fix. FP16 graphs (any float16 tensor) also need their
+    normalisations to read float32: a strongly typed network computes a layer in its input's
+    type (NvInfer.h, setComputePrecision), and the CPU reference computes them in float."""
+    inferred, types = _types(model)
+    graph = inferred.graph
+    version = f"TensorRT {rules['version']}"
+    initialisers = {i.name: i for i in graph.initializer}
+    made_by = {o: n for n in graph.node for o in n.output}
+    dq_types = [t for t in rules["dequantize_input_types"] if t in rules["qdq_parser_types"]]
+    q_types = [t for t in rules["quantize_output_types"] if t in rules["qdq_parser_types"]]
+    header = f"NvInfer.h {rules['sources']['tensorrt']['branch']}"
+    layer_norm = rules["layer_norm_importer_sets_compute_precision"]
+    fp16 = "FP16" in types.values()
+    issues = []
+    for node in graph.node:
+        where = f"{version}: {node.op_type} node '{node.name or node.output[0]}'"
+        data = types.get(node.input[0]) if node.input else None
+        if node.op_type == "DequantizeLinear" and data not in dq_types:
+            issues.append(
+                f"{where} dequantizes {data}: IDequantizeLayer and the parser's Q/DQ importer "
+                f"take only {', '.join(dq_types)} ({header}; onnx-tensorrt "
+                "QuantDequantLinearHelper); fix: keep that tensor float (Conv biases: "
+                "quantize_static with QuantizeBias off, variants.INT8_TARGETS['tensorrt'])"
+            )
+        elif node.op_type == "QuantizeLinear" and types.get(node.output[0]) not in q_types:
+            issues.append(
+                f"{where} quantizes to {types.get(node.output[0])}: IQuantizeLayer makes only "
+                f"{', '.join(q_types)} ({header}); fix: quantize to INT8"
+            )
+        elif node.op_type == "LayerNormalization" and layer_norm["calls"] and (
+            not layer_norm["guarded_by_strongly_typed"]
+            and rules["normalization_set_compute_precision"] == "rejected when strongly typed"
+        ):
+            assumed = f" ({layer_norm['why']})" if layer_norm["assumed"] else ""
+            issues.append(
+                f"{where}: the importer calls INormalizationLayer::setComputePrecision, which a "
+                f"strongly typed network rejects ({header}){assumed}; fix: write it out as "
+                "ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add "
+                "(variants.decompose_layer_norms)"
+            )
+        elif node.op_type == "MatMul":
+            issue = _matmul_weight_issue(node, made_by, initialisers, rules)
+            if issue:
+                issues.append(f"{where}: {issue}")
+        allowed = rules["ops"].get(node.op_type, {}).get("types")
+        if node.op_type in TYPED_OPS and allowed and data and data not in allowed:
+            issues.append(
+                f"{where} reads {data}: the parser's support matrix allows "
+                f"{', '.join(allowed)} (onnx-tensorrt docs/operators.md, "
+                f"{rules['sources']['parser']['read']}); fix: cast it to one of them"
+            )
+        if fp16 and node.op_type in NORMALIZATIONS and data == "FP16":
+            issues.append(
+                f"{where} reads FP16: a strongly typed network computes it in its input's "
+                f"type ({header}, setComputePrecision), half where the CPU reference uses "
+                "float; fix: an FP32 island, a Cast to float before and back after "
+                "(variants.fp16_graph)"
+            )
+    return issues
+
+
+def load_type_rules(path: str | Path) -> dict:
+    """A type-rule fixture (scripts/tensorrt_rules_fixture.py writes them)."""
+    import json
+
+    return json.loads(Path(path).read_text())

@@ -19,6 +19,10 @@ Parsed layers follow the ONNX parser of TensorRT 10 (onnx-tensorrt ``registerLay
 per non-Constant node, named after the node (``node_of_<output 0>`` when unnamed; a repeated name
 gets ``_<n>`` from one counter shared by the whole network) with the metadata
 ``[ONNX Layer: <node name>]``. The real parser may make several or helper layers for a node.
+The parser refuses, with one error per node, what TensorRT's types refuse on the installed
+version (test/fixtures/tensorrt_rules, ``compactinst_ros.export.tensorrt_rules.type_issues``):
+INT32 dequantization, a LayerNormalization whose importer calls setComputePrecision on a
+strongly typed network, MatMul weight scales off the output channels, FP16 normalisations.
 """
 
 from __future__ import annotations
@@ -30,12 +34,17 @@ import struct
 import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
 PLAN_MAGIC = b"EMUPLAN1"
+#: TensorRT's type rules per version (scripts/tensorrt_rules_fixture.py writes them)
+RULES_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "tensorrt_rules"
+#: The rules of the installed version (``install``); None for a version without a fixture.
+type_rules: dict | None = None
 #: What the last execute_async_v3 read from device memory, per input tensor (tests look).
 last_inputs: dict[str, np.ndarray] = {}
 #: The network and config of the last build_serialized_network (tests look).
@@ -276,6 +285,12 @@ class OnnxParser:
         except Exception as exc:  # onnx raises DecodeError, ValidationError, OSError
             self.errors = [f"{type(exc).__name__}: {exc}"]
             return False
+        if type_rules is not None:  # what the real parser and layers of that version refuse
+            from compactinst_ros.export.tensorrt_rules import type_issues
+
+            self.errors = type_issues(model, type_rules)
+            if self.errors:
+                return False
         initialisers = {i.name for i in model.graph.initializer}
         self.network.onnx_bytes = blob
         self.network.inputs = [
@@ -616,9 +631,25 @@ class Runtime:
             return None
 
 
+def rules_file(version: str) -> Path | None:
+    """The type-rule fixture of TensorRT ``version`` ("10.3.0" -> 10.3.json, "11.4.0" ->
+    11.json); None where there is none."""
+    parts = version.split(".")
+    for name in (".".join(parts[:2]), parts[0]):
+        path = RULES_DIR / f"{name}.json"
+        if path.is_file():
+            return path
+    return None
+
+
 def install(monkeypatch: Any, version: str = "10.3.0") -> types.ModuleType:
-    """Make ``import tensorrt`` give this stand-in for one test."""
+    """Make ``import tensorrt`` give this stand-in for one test; its parser enforces the type
+    rules of ``version`` (``rules_file``)."""
     import importlib.machinery
+
+    path = rules_file(version)
+    rules = json.loads(path.read_text()) if path else None
+    monkeypatch.setattr(sys.modules[__name__], "type_rules", rules)
 
     module = types.ModuleType("tensorrt")
     module.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
