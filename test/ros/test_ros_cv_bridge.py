@@ -19,7 +19,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 
 from compactinst_ros.errors import InputError
@@ -31,7 +31,7 @@ from compactinst_ros.image_formats import (
     to_rgb,
     validate_image,
 )
-from compactinst_ros.ros.convert import image_from_msg, image_msg
+from compactinst_ros.ros.convert import depth_from_msg, image_from_msg, image_msg
 from compactinst_ros.structures import RASTER_ENCODINGS
 
 FIXTURES = {
@@ -234,6 +234,23 @@ def test_depth_on_the_colour_input_is_refused_naming_the_fix() -> None:
     np.testing.assert_array_equal(image[:, :, 0], depth)
     with pytest.raises(InputError, match="depth encoding; the node segments colour images"):
         validate_image(image, encoding)
+
+
+def test_depth_messages_read_as_metres() -> None:
+    """depth_from_msg: a padded big-endian 16UC1 Image and a compressedDepth png
+    CompressedImage of the same millimetres give the same metres, NaN where 0."""
+    mm = np.array([[0, 1500, 65535], [250, 0, 4000]], np.uint16)
+    rows = np.zeros((2, 8), np.uint8)
+    rows[:, :6] = mm.astype(">u2").view(np.uint8).reshape(2, 6)
+    image = message(rows.tobytes(), 2, 3, 8, "16UC1", is_bigendian=1)
+    _, png = cv2.imencode(".png", mm)
+    compressed = CompressedImage(format="16UC1; compressedDepth png")
+    compressed.data = bytes(12) + png.tobytes()  # ConfigHeader, unused for 16UC1
+    expected = np.where(mm > 0, mm / np.float32(1000), np.nan).astype(np.float32)
+    for msg in (image, compressed):
+        np.testing.assert_array_equal(depth_from_msg(msg), expected)
+    with pytest.raises(InputError, match="not a depth encoding"):
+        depth_from_msg(message(bytes(6), 2, 3, 3, "mono8"))
 
 
 RASTERS = {
