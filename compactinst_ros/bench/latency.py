@@ -15,6 +15,7 @@ import json
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,45 +181,61 @@ def _sweep_backend(
     backend's runtime facts go into ``facts[backend]``."""
     baseline = opts.configs[0]
     rows = []
-    for scope in opts.scopes:
-        for size_name, requested in opts.sizes:
-            size = pad32(*requested)
-            note = f" (padded from {requested[0]}x{requested[1]})" if size != requested else ""
-            progress(f"[{backend}] {scope} at {size[0]}x{size[1]}{note}")
-            runners: dict[str, Runner] = {}
-            try:
-                for c in opts.configs:
-                    progress(f"    preparing {c} (export/build/capture)")
-                    runners[c] = make_runner(backend, c, scope, size, opts)
-                if backend not in facts:
-                    facts[backend] = runners[baseline].facts
-                    progress(f"    runs on {_describe(facts[backend])}")
-                times = measure(runners, opts.warmup, opts.iters, opts.trials, progress)
-            finally:
-                for runner in runners.values():
-                    runner.close()
-            base = statistics.median(times[baseline])
-            for config, ms in times.items():
-                median = statistics.median(ms)
-                rows.append(
-                    {
-                        "backend": backend,
-                        "scope": scope,
-                        "config": config,
-                        "size_name": size_name,
-                        "requested_size": list(requested),
-                        "size": list(size),
-                        "median_ms": median,
-                        "trials_ms": ms,
-                        "speedup": base / median,
-                        # Same-round ratios cancel load drift that hits a whole round alike.
-                        "speedup_paired": statistics.median(
-                            b / t for b, t in zip(times[baseline], ms, strict=True)
-                        ),
-                        "cuda_graph": getattr(runners[config], "graphed", None),
-                    }
-                )
+    cells = [(scope, name, requested) for scope in opts.scopes for name, requested in opts.sizes]
+    pixels = [pad32(*requested)[0] * pad32(*requested)[1] for _, _, requested in cells]
+    started = time.perf_counter()
+    for done, (scope, size_name, requested) in enumerate(cells):
+        if done == 1:  # the first cell's time per pixel, for the rest (larger inputs take longer)
+            per_pixel = (time.perf_counter() - started) / pixels[0]
+            progress(
+                f"    estimate: about {_duration(per_pixel * sum(pixels[1:]))} for the "
+                f"other {len(cells) - 1} cells of {backend} (the first took "
+                f"{_duration(per_pixel * pixels[0])}; time taken as growing with pixels)"
+            )
+        size = pad32(*requested)
+        note = f" (padded from {requested[0]}x{requested[1]})" if size != requested else ""
+        progress(f"[{backend}] {scope} at {size[0]}x{size[1]}{note}")
+        runners: dict[str, Runner] = {}
+        try:
+            for c in opts.configs:
+                progress(f"    preparing {c} (export/build/capture)")
+                runners[c] = make_runner(backend, c, scope, size, opts)
+            if backend not in facts:
+                facts[backend] = runners[baseline].facts
+                progress(f"    runs on {_describe(facts[backend])}")
+            times = measure(runners, opts.warmup, opts.iters, opts.trials, progress)
+        finally:
+            for runner in runners.values():
+                runner.close()
+        base = statistics.median(times[baseline])
+        for config, ms in times.items():
+            median = statistics.median(ms)
+            rows.append(
+                {
+                    "backend": backend,
+                    "scope": scope,
+                    "config": config,
+                    "size_name": size_name,
+                    "requested_size": list(requested),
+                    "size": list(size),
+                    "median_ms": median,
+                    "trials_ms": ms,
+                    "speedup": base / median,
+                    # Same-round ratios cancel load drift that hits a whole round alike.
+                    "speedup_paired": statistics.median(
+                        b / t for b, t in zip(times[baseline], ms, strict=True)
+                    ),
+                    "cuda_graph": getattr(runners[config], "graphed", None),
+                }
+            )
     return rows
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``17 min`` or ``3.2 h``: an estimate's precision."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _describe(facts: dict) -> str:
@@ -352,6 +369,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.engine_cache is not None and "tensorrt" not in backends:
         warn("bench", "--engine-cache has no effect without --backends tensorrt")
+    cells = len(opts.sizes) * len(scopes)
+    print(
+        f"bench: {len(configs)} configs x {len(opts.sizes)} sizes x {len(scopes)} scopes on "
+        f"{', '.join(backends)}: {cells} cells per backend, each exporting its models and timing "
+        f"every config {opts.warmup} + {opts.trials} x {opts.iters} times; an estimate of the "
+        "rest follows the first cell (a short run: --sizes vga --configs A,B --trials 2)",
+        flush=True,
+    )
     record = run_sweep(opts, progress)
     if not record["results"]:
         for backend, reason in record["unavailable"].items():

@@ -151,3 +151,18 @@ def test_an_unavailable_backend_alone_says_so_once_and_writes_nothing(
     assert (printed.out + printed.err).count("tensorrt is not available") == 1
     assert "nothing written" in printed.err
     assert not out.exists()
+
+
+def test_a_sweep_estimates_the_rest_after_its_first_cell(tmp_path: Path) -> None:
+    """A plain bench runs for hours on a CPU: after the first cell it says about how long."""
+    from compactinst_ros.bench.latency import run_sweep
+
+    sizes = [("a", (160, 160)), ("b", (160, 320))]
+    options = BenchOptions(configs=("compactinst_demo",), sizes=sizes, backends=("torch-cpu",),
+                           scopes=("decoder",), warmup=0, iters=1, trials=1, threads=1,
+                           workdir=tmp_path)  # fmt: skip
+    lines: list[str] = []
+    run_sweep(options, lines.append)
+    (estimate,) = [line for line in lines if "estimate:" in line]
+    assert "for the other 1 cells of torch-cpu (the first took " in estimate
+    assert lines.index(estimate) < lines.index("[torch-cpu] decoder at 160x320")
