@@ -354,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from ..cli import warn
-    from .parity import check_parity
+    from .parity import check_parity, verdict_lines
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     size = parse_size(args.size)
@@ -369,4 +369,6 @@ def run(args: argparse.Namespace) -> int:
     results = check_parity(model, bundle)
     for r in results:
         print(f"  {r}")
+    for line in verdict_lines(results):
+        print(line)
     return 0 if all(r.ok for r in results) else 1

@@ -70,6 +70,27 @@ class ParityResult:
         )
 
 
+#: what an ``unstable (info)`` row means, printed under the rows that show one
+UNSTABLE_NOTE = (
+    "unstable (info): PyTorch itself moves this much when its features are perturbed by "
+    "ONNX Runtime's rounding (a value at a threshold of the decoder's top-k proposal or "
+    "attention masks): a property of this input, not an export error; such rows, and the chain "
+    "rows then, do not decide the verdict"
+)
+
+
+def verdict_lines(results: list[ParityResult]) -> list[str]:
+    """The lines under the parity rows: what ``unstable (info)`` means where a row shows it,
+    and whether the bundle can be used."""
+    lines = [UNSTABLE_NOTE] if any(not r.within and not r.gating for r in results) else []
+    failed = [f"{r.check} {r.output}" for r in results if not r.ok]
+    if failed:
+        lines.append(f"parity FAILED ({', '.join(failed)}): do not use this bundle")
+    else:
+        lines.append("parity ok: the bundle computes what the PyTorch model does; use it")
+    return lines
+
+
 def relative_error(actual: np.ndarray, reference: np.ndarray) -> tuple[float, float, float]:
     """(max|a-b| / max|b|, max|a-b|, max|b|); shapes must match."""
     actual = np.asarray(actual, np.float64)

@@ -103,6 +103,22 @@ def test_relative_error_definition() -> None:
         relative_error(np.zeros(2), np.zeros(3))
 
 
+def test_unstable_rows_are_explained_and_the_verdict_is_said() -> None:
+    from compactinst_ros.export.parity import UNSTABLE_NOTE, ParityResult, verdict_lines
+
+    ok = ParityResult("decoder", "pred_masks", 1e-6, 10.0, 1e-7, 1e-4)
+    unstable = ParityResult("stability", "pred_masks", 0.1, 10.0, 1e-2, 1e-4, gating=False)
+    assert verdict_lines([ok]) == [
+        "parity ok: the bundle computes what the PyTorch model does; use it"
+    ]
+    assert str(unstable).endswith("unstable (info)")
+    lines = verdict_lines([ok, unstable])
+    assert lines[0] == UNSTABLE_NOTE and "not an export error" in lines[0]
+    assert lines[1].startswith("parity ok")
+    failed = ParityResult("encoder", "e3", 0.1, 10.0, 1e-2, 1e-4)
+    assert verdict_lines([failed])[-1] == "parity FAILED (encoder e3): do not use this bundle"
+
+
 def test_checkpoint_export_cli_with_check(tmp_path, capsys) -> None:
     labels = CITYSCAPES_INSTANCE_LABELS
     other, _, _ = build_for_export("compactinst_demo", labels, None, seed=3)
@@ -129,6 +145,7 @@ def test_checkpoint_export_cli_with_check(tmp_path, capsys) -> None:
     printed = captured.out
     assert code == 0, printed + captured.err
     assert "[4/4]" in printed and "chain" in printed and "FAIL" not in printed
+    assert "parity ok: the bundle computes what the PyTorch model does; use it" in printed
     bundle = ModelBundle.load(out, verify_hashes=True)
     assert bundle.source["checkpoint_sha256"] == sha256_file(ckpt)
     assert bundle.labels == labels  # taken from the checkpoint
