@@ -89,7 +89,7 @@ CV_TYPE_ALIASES = {"8uc1": "mono8", "8uc3": "bgr8", "8uc4": "bgra8"}
 SEMI_PLANAR: dict[str, int | None] = {
     "nv12": cv2.COLOR_YUV2RGB_NV12,
     "nv21": cv2.COLOR_YUV2RGB_NV21,
-    "nv24": None,  # 4:4:4: no OpenCV code, ``_nv24_to_rgb`` applies the same integer formulas
+    "nv24": None,  # 4:4:4: no OpenCV code; ``_nv24_to_rgb`` uses OpenCV's YUYV one
 }
 
 #: Depth encodings: encoding -> sample type (16UC1 in millimetres, 32FC1 in metres, REP 118).
@@ -388,29 +388,16 @@ def encode_bgr8(bgr: np.ndarray, encoding: str) -> tuple[bytes, int]:
     return samples.tobytes(), samples.nbytes // h
 
 
-#: OpenCV's BT.601 limited-range YUV -> RGB integer coefficients (its NV12/UYVY conversions),
-#: in 1/2**20 units, so nv24 gives what nv12 gives for the same samples.
-_BT601 = {"y": 1220542, "ub": 2116026, "ug": -409993, "vg": -852492, "vr": 1673527}
-_BT601_SHIFT = 20
-
-
 def _nv24_to_rgb(ycbcr: np.ndarray) -> np.ndarray:
-    """HxWx3 rgb8 of an HxWx3 Y, Cb, Cr array with OpenCV's NV12 arithmetic (vectorised)."""
-    y = np.maximum(ycbcr[:, :, 0].astype(np.int32) - 16, 0) * _BT601["y"] + (
-        1 << (_BT601_SHIFT - 1)
-    )
-    u = ycbcr[:, :, 1].astype(np.int32) - 128
-    v = ycbcr[:, :, 2].astype(np.int32) - 128
-    out = np.empty(ycbcr.shape, np.uint8)
-    for channel, value in enumerate(
-        (
-            y + _BT601["vr"] * v,
-            y + _BT601["vg"] * v + _BT601["ug"] * u,
-            y + _BT601["ub"] * u,
-        )
-    ):
-        out[:, :, channel] = np.clip(value >> _BT601_SHIFT, 0, 255)
-    return out
+    """HxWx3 rgb8 of an HxWx3 Y, Cb, Cr array with OpenCV's BT.601 arithmetic: laid out as YUYV
+    of twice the width, each luma sample twice, so that every pixel keeps its own chroma, and
+    converted by OpenCV: exactly what nv12 gives for the same samples, at OpenCV's speed."""
+    h, w = ycbcr.shape[:2]
+    pairs = np.empty((h, w, 4), np.uint8)
+    pairs[:, :, 0] = pairs[:, :, 2] = ycbcr[:, :, 0]
+    pairs[:, :, 1], pairs[:, :, 3] = ycbcr[:, :, 1], ycbcr[:, :, 2]
+    doubled = cv2.cvtColor(pairs.reshape(h, 2 * w, 2), cv2.COLOR_YUV2RGB_YUYV)
+    return np.ascontiguousarray(doubled[:, ::2])
 
 
 def compressed_format(format_field: str) -> str:
