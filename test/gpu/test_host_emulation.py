@@ -115,14 +115,14 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     out = capsys.readouterr().out
     assert status == 0, out
     assert "pycuda emulated" in out and "GPU: CPU kernel emulator" in out
-    assert "checks: 7/7 passed" in out, out
+    assert "checks: 9/9 passed" in out, out  # six kernel checks, the backend, fp16 and int8
     assert gpu_check.STAND_IN_ROW in out and gpu_check.TENSORRT_ROW not in out
     table = out[out.index("naive/fused") :].splitlines()
     assert len(table) == 2 and table[1].split()[0] == "512x1024", table
     assert table[1].split()[-1] == "100.000%", table
     assert set(driver.launches) == KERNELS  # the floor's idle launch is a shipped kernel too
     report = json.loads((tmp_path / "check" / "gpu_check.json").read_text())
-    assert report["gpu"] == "CPU kernel emulator" and len(report["checks"]) == 7
+    assert report["gpu"] == "CPU kernel emulator" and len(report["checks"]) == 9
     assert report["device_preset"] == "preset none (CPU kernel emulator; no preset for this GPU)"
     shipped = {source: "sm_87" for source in ("overlay", "postprocess", "preprocess")}
     assert report["kernel_images"] == shipped
