@@ -299,10 +299,12 @@ def _lifecycle(ros: Session, args: argparse.Namespace) -> None:
     request = ChangeState.Request()
     request.transition.label = args.action
     what = f"{args.action} {node}"
+    logged = _errors_logged(ros, node)
     response = ros.call(ChangeState, f"{node}/change_state", request, what, idempotent=False)
     after = _state(ros, node)
     if not response.success:
-        why = _last_error(ros, node)
+        ros.spin_until(lambda: bool(logged), min(2.0, ros.timeout))
+        why = logged[-1] if logged else _last_error(ros, node)
         raise NodeError(
             f"{node}: {args.action} from '{before}' failed, the node is '{after}' (a transition "
             "that does not start from this state fails too); "
@@ -318,6 +320,30 @@ def _statuses(msg: Any, node: str | None) -> list[Any]:
     if node is None:
         return list(msg.status)
     return [s for s in msg.status if s.name.startswith((f"{node}: ", f"{node}/"))]
+
+
+def _errors_logged(ros: Session, node: str) -> list[str]:
+    """A list that fills with the ERROR lines ``node`` logs from now on (/rosout): why a
+    transition failed, in the node's own words, where the user of the tool can read them."""
+    from rcl_interfaces.msg import Log
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    logger = node.strip("/").replace("/", ".")
+    errors: list[str] = []
+    since = time.time()
+
+    def on_log(msg: Any) -> None:
+        stamp = msg.stamp.sec + msg.stamp.nanosec * 1e-9
+        if msg.name == logger and msg.level >= Log.ERROR and stamp >= since - 1.0:
+            errors.append(str(msg.msg).splitlines()[0])
+
+    qos = QoSProfile(
+        depth=100,
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    )
+    ros.node.create_subscription(Log, "/rosout", on_log, qos)
+    return errors
 
 
 def _last_error(ros: Session, node: str, wait_s: float = 3.0) -> str:

@@ -193,3 +193,17 @@ def test_diagnostics_shows_the_node_s_status_and_its_counters(ros):
     assert code == 0 and out.startswith(("OK ", "WARN ")) and "  frames_processed: " in out, err
     code, _, err = tool("diagnostics", "/nobody", timeout=1.0)
     assert code == 1 and "0 of 1 messages on /diagnostics" in err
+
+
+def test_a_failed_configure_says_why(tmp_path):
+    """The node's own reason (its ERROR line on /rosout) reaches the tool's user."""
+    domain = next_domain()
+    params = cpu_node_params(str(tmp_path / "no_bundle"), tracking=False)
+    node = NodeProcess(domain, params, lifecycle=True)
+    try:
+        code, _, err = Tool(domain)("lifecycle", "/compactinst", "configure", timeout=60)
+        assert code == 1, node.tail()
+        assert "configure from 'unconfigured' failed" in err
+        assert "the node reports: configure failed: " in err and "no_bundle" in err, err
+    finally:
+        node.stop()
