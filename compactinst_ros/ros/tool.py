@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -432,16 +433,22 @@ def _table(ros: Session, args: argparse.Namespace) -> None:
 
     target = _absolute(args.target)
     topic = target if target.rsplit("/", 1)[-1] in TABLE_TOPICS else f"{target}/{TABLE_TOPICS[0]}"
+    lifted = _detections_3d(ros, topic)
 
     def show(msg: Any, _received: float) -> None:
         rows = table_from_msg(msg)
         records = [{name: row[name].item() for name in rows.dtype.names or ()} for row in rows]
+        names = list(rows.dtype.names or ())
+        if lifted is not None and ros.node.count_publishers(lifted.topic):
+            names += list(lifted.columns)
+            centroids = lifted.of(ros, _stamp(msg))
+            for record in records:
+                record.update(centroids.get(record["id"], dict.fromkeys(lifted.columns)))
         if args.json:
             head = {"stamp": _stamp(msg), "frame_id": msg.header.frame_id}
             print(json.dumps({**head, "rows": records}))
             return
         print(f"{topic} stamp {_stamp(msg):.9f} frame_id {msg.header.frame_id}: {len(rows)} rows")
-        names = list(rows.dtype.names or ())
         print("  ".join(f"{n:>11}" for n in names))
         for record in records:
             print("  ".join(_cell(record[n]) for n in names))
@@ -450,7 +457,49 @@ def _table(ros: Session, args: argparse.Namespace) -> None:
 
 
 def _cell(value: Any) -> str:
+    if value is None:  # an instance without 3-D (no depth support)
+        return f"{'-':>11}"
     return f"{value:>11.4f}" if isinstance(value, float) else f"{value:>11}"
+
+
+class _Lifted:
+    """The node's ~/detections_3d beside its instance table: per frame stamp, each instance's
+    centroid (camera optical frame, m) and distance, for the table's 3-D columns."""
+
+    columns = ("x", "y", "z", "distance")
+
+    def __init__(self, ros: Session, topic: str, vision_msgs: Any) -> None:
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+        self.topic = topic
+        self.frames: dict[float, dict[int, dict[str, float]]] = {}
+        qos = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+        ros.node.create_subscription(vision_msgs.Detection3DArray, topic, self._on, qos)
+
+    def _on(self, msg: Any) -> None:
+        rows = {}
+        for det in msg.detections:
+            p = det.results[0].pose.pose.position
+            distance = round(math.sqrt(p.x * p.x + p.y * p.y + p.z * p.z), 4)
+            rows[int(det.id)] = {"x": p.x, "y": p.y, "z": p.z, "distance": distance}
+        self.frames[_stamp(msg)] = rows
+
+    def of(self, ros: Session, stamp: float) -> dict[int, dict[str, float]]:
+        """The 3-D rows of the frame at ``stamp`` (waits briefly: the two topics race)."""
+        ros.spin_until(lambda: stamp in self.frames, 1.0)
+        return self.frames.get(stamp, {})
+
+
+def _detections_3d(ros: Session, table_topic: str) -> _Lifted | None:
+    """The ~/detections_3d reader beside an instance table (None: a segment table, or no
+    vision_msgs here); its columns show while the node publishes it (a depth or cloud input)."""
+    if not table_topic.endswith(f"/{TABLE_TOPICS[0]}"):
+        return None
+    try:
+        import vision_msgs.msg as vision_msgs
+    except ImportError:
+        return None
+    return _Lifted(ros, table_topic.rsplit("/", 1)[0] + "/detections_3d", vision_msgs)
 
 
 def _latency(ros: Session, args: argparse.Namespace) -> None:

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import array
 import importlib
+import io
+import json
+import sys
+import threading
+from contextlib import redirect_stderr, redirect_stdout
 
 import numpy as np
 import pytest
@@ -18,6 +23,7 @@ from ros_harness import Client, NodeProcess
 from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 
+from compactinst_ros import cli
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.ros.convert import table_from_msg
 from compactinst_ros.ros.params import PARAMETERS, read_config
@@ -63,6 +69,15 @@ def depth_msg(sec: int, encoding: str) -> Image:
     return msg
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _built_modules_forgotten():
+    """After this module, the built interface modules leave this process: later modules (the
+    tool test) ask whether vision_msgs is installed here, and it is not."""
+    yield
+    for name in [m for m in sys.modules if m.split(".")[0] in ("vision_msgs", "tf2_msgs")]:
+        del sys.modules[name]
+
+
 @pytest.fixture(scope="module")
 def vision_msgs_prefix(request: pytest.FixtureRequest):
     """The built vision_msgs prefix (cached across runs); skips only if the toolchain is missing."""
@@ -86,7 +101,7 @@ def depth_node(vision_msgs_prefix, random_bundle):
                 "image_topic": TOPIC,
                 "camera_info_topic": INFO,
                 "depth_topic": DEPTH,
-                "outputs": ["instance_mask"],
+                "outputs": ["instance_mask", "instance_table"],
                 "diagnostics_period": 0.25,
             },
         )
@@ -110,6 +125,7 @@ def depth_node(vision_msgs_prefix, random_bundle):
                 60,
                 f"the node's subscriptions and publishers (log {node.log_path})",
             )
+            client.domain = domain  # for the tool's --domain-id
             yield msgs, client, pubs
         finally:
             client.close()
@@ -204,6 +220,36 @@ def test_depth_of_a_wrong_encoding_is_refused_with_the_reason(depth_node):
     problem = client.latest_diagnostics()["depth_last_problem"]
     assert "depth refused" in problem and "mono8" in problem, problem
     assert client.stamped(f"{NS}/detections_3d", sec) is None
+
+
+def test_ros_table_shows_the_3d_columns(depth_node):
+    """``compactinst ros table`` joins ~/detections_3d to the instance table by stamp."""
+    _, client, pubs = depth_node
+    argv = ["ros", "--domain-id", str(client.domain), "--timeout", "20", "table", NS, "--json"]
+    result: list = []
+
+    def run() -> None:
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            result.append((cli.main(argv), out.getvalue() + err.getvalue()))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    sec = 800
+    while thread.is_alive() and sec < 900:
+        _send(pubs, sec, "32FC1")
+        sec += 1
+        thread.join(0.3)
+    assert result, "compactinst ros table did not return"
+    code, out = result[0]
+    assert code == 0, out
+    table = json.loads(out.splitlines()[-1])
+    assert table["rows"], table
+    for row in table["rows"]:
+        assert {"x", "y", "z", "distance"} <= set(row)
+        if row["z"] is not None:  # an instance with too few valid pixels has no 3-D
+            assert row["z"] == pytest.approx(PLANE_M, abs=1e-3)
+    assert any(row["z"] is not None for row in table["rows"])
 
 
 def test_depth_parameters_are_checked_with_their_fix():
