@@ -16,7 +16,7 @@ import importlib
 import sys
 from collections.abc import Iterator
 
-from .errors import CompactInstError, ConfigError, Interrupted
+from .errors import CompactInstError, ConfigError, InterruptedJobError
 
 #: sub-command -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)
-    except Interrupted as exc:
+    except InterruptedJobError as exc:
         print(f"compactinst {args.command}: interrupted: {exc}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:  # a job with nothing to save: no traceback, the shell's status

@@ -25,7 +25,7 @@ class DataError(CompactInstError, ValueError):
     """A bag, data set or ground-truth file is missing, unreadable or does not fit the frames."""
 
 
-class Interrupted(CompactInstError):
+class InterruptedJobError(CompactInstError):
     """Ctrl-C stopped a job after it wrote what was done so far (the message says where);
     ``compactinst`` exits 130 (128 + SIGINT), as a shell does for an interrupted command."""
 

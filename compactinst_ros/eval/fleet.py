@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, DataError, Interrupted
+from ..errors import ConfigError, DataError, InterruptedJobError
 from .replay import ReplayOptions
 from .replay import add_arguments as replay_arguments
 
@@ -369,7 +369,7 @@ def replay_fleet(options: FleetOptions) -> dict:
     if interrupted:
         missing = [d.name for d, r in zip(drives, results, strict=True) if r is None]
         if len(missing) == len(drives):
-            raise Interrupted("no drive had finished; nothing was written")
+            raise InterruptedJobError("no drive had finished; nothing was written")
         run.update(partial=True, not_replayed=missing, replayed=len(todo) - len(missing))
     report = fleet_report(
         [r for r in results if r is not None],
@@ -498,7 +498,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"plot: {options.out / plot}")
     print(f"drive cache: {options.out / 'drives'}")
     if report["run"].get("partial"):
-        raise Interrupted(
+        raise InterruptedJobError(
             f"{options.out / 'report.md'} is marked partial; the drives done are cached: rerun "
             "the same command to replay only the others"
         )

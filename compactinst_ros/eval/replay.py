@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 
 from ..bundle import PRECISIONS, ModelBundle, model_caveat
-from ..errors import ConfigError, Interrupted
+from ..errors import ConfigError, InterruptedJobError
 from ..image_formats import mono_note
 from ..progress import Progress
 from ..resources import default_model
@@ -618,7 +618,7 @@ def run(args: argparse.Namespace) -> int:
     if options.output_bag is not None:
         print(f"output bag: {options.output_bag}")
     if report.get("partial"):
-        raise Interrupted(f"{options.out / 'report.md'} is marked partial: {PARTIAL_NOTE}")
+        raise InterruptedJobError(f"{options.out / 'report.md'} is marked partial: {PARTIAL_NOTE}")
     return replay_status(report)
 
 

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..cli import warn
-from ..errors import ConfigError, Interrupted
+from ..errors import ConfigError, InterruptedJobError
 from ..labels import SYNTHETIC_LABELS, LabelSet
 from ..model.checkpoint import (
     capture_rng_state,
@@ -354,7 +354,7 @@ def train(opts: TrainOptions) -> Path:
                 epoch, seen = epoch + 1, 0
     if interrupted and step < opts.steps:
         ctx.barrier()
-        raise Interrupted(
+        raise InterruptedJobError(
             f"stopped at step {step} of {opts.steps} with its checkpoint {last}; rerun with "
             "--resume to continue"
         )
