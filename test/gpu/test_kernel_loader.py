@@ -6,6 +6,7 @@ image handed to ``module_from_buffer`` (test/gpu/emu/pycuda_emu.py)."""
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -59,6 +60,21 @@ def test_every_gpu_from_turing_on_loads_a_shipped_image(
     order, skipped = loader.plan(capability, driver, MANIFEST, "postprocess")
     assert order == [*LOADS[capability], "nvcc"]
     assert len(skipped) + len(order) - 1 == len(TARGETS)  # every left-out image says why
+
+
+def test_docs_table_says_what_the_plan_loads() -> None:
+    """docs/gpu.md's table of which image each GPU loads is LOADS, row for row."""
+    text = (Path(loader.__file__).resolve().parents[2] / "docs" / "gpu.md").read_text()
+    start = text.index("| compute capability | GPUs | first choice (then) |")
+    documented = {}
+    for row in text[start:].splitlines()[2:]:
+        if not row.startswith("|"):
+            break
+        capabilities, _, images = (cell.strip() for cell in row.strip("|").split("|"))
+        for capability in capabilities.split(", "):
+            major, minor = capability.split(".")
+            documented[(int(major), int(minor))] = re.findall(r"`(\w+)`", images)
+    assert documented == LOADS
 
 
 def test_every_capability_has_a_row_and_the_table_covers_every_target() -> None:
