@@ -52,9 +52,13 @@ MIN_SIDE = 64
 TRACKS_PER_VIDEO = 1000
 #: header stamp of the first frame of a synthetic bag of seed 0 (same parameters, same bag)
 BAG_T0_NS = 1_700_000_000 * 1_000_000_000
-#: each seed's bag starts this much later, so that drives of different seeds never share
-#: stamps: a manifest that pairs a drive with another drive's GT then matches no frame
-SEED_START_STEP_NS = 1_000_000 * 1_000_000_000
+#: each seed's bag starts this much later (about 2.8 h, room for 100 000 frames at 10 Hz), so
+#: that drives of different seeds never share stamps: a manifest that pairs a drive with another
+#: drive's GT then matches no frame
+SEED_START_STEP_NS = 10_000 * 1_000_000_000
+#: seeds start over after this many steps: a header stamp's seconds are an int32, and
+#: 1700000000 s + 40000 steps stays below 2**31 s
+SEED_START_SLOTS = 40_000
 #: the camera of a one-camera bag (its topic is /camera/image_raw)
 SINGLE_CAMERA = "camera"
 #: object height at the bottom image row, as a fraction of the image height
@@ -85,8 +89,9 @@ class Scene:
 
 
 def bag_start_ns(seed: int) -> int:
-    """Header stamp of the first frame of the synthetic bag of ``seed``."""
-    return BAG_T0_NS + seed * SEED_START_STEP_NS
+    """Header stamp of the first frame of the synthetic bag of ``seed``: seeds that differ by
+    less than SEED_START_SLOTS never share a stamp, and every stamp fits a ROS header."""
+    return BAG_T0_NS + (seed % SEED_START_SLOTS) * SEED_START_STEP_NS
 
 
 def _smooth_noise(rng: np.random.Generator, h: int, w: int, cells: int, amp: float) -> np.ndarray:

@@ -12,7 +12,7 @@ from pycocotools import mask as mask_utils
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.labels import SYNTHETIC_LABELS
 from compactinst_ros.sizes import parse_size
-from compactinst_ros.train.synthetic import generate, render_scene, rgb_to_id
+from compactinst_ros.train.synthetic import bag_start_ns, generate, render_scene, rgb_to_id
 
 
 def _read_ids(path):
@@ -82,3 +82,12 @@ def test_bad_size(tmp_path):
         parse_size("256")
     with pytest.raises(ConfigError, match="at least 64x64"):
         generate(tmp_path, 1, seed=0, height=48, width=128, progress=False)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 447, 448, 1000, 39_999, 10**9])
+def test_bag_start_fits_a_header_stamp_and_seeds_do_not_share_stamps(seed: int) -> None:
+    """A header stamp's seconds are an int32: seed 1000 (the docs' held-out seed) overflowed."""
+    start = bag_start_ns(seed)
+    assert 0 < start // 1_000_000_000 < 2**31 - 3600
+    if seed < 39_999:  # the next seed's drive starts at least 2.8 h later
+        assert bag_start_ns(seed + 1) - start >= 10_000 * 1_000_000_000
