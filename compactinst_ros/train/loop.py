@@ -137,7 +137,8 @@ def cpu_speed_hint(opts: TrainOptions) -> str | None:
         return None
     return (
         f"training on the CPU: {' '.join(flags)} run about 12x faster (0.48 -> 5.9 it/s for "
-        "compactinst_demo on 2 cores, models/README.md's recipe)"
+        "compactinst_demo on 2 idle AVX512-BF16 cores, models/README.md's recipe; the rate "
+        "follows the machine's load, docs/training.md)"
     )
 
 
