@@ -203,6 +203,11 @@ def test_realtime_replay_of_cameras_through_the_cli(camera_set, random_bundle, t
         "rear": {"topic": "/rear/image_raw", "frames": 4},
     }
     assert set(block["cameras"]) == {"left", "rear"} and block["nodes"] == 1
+    evaluated = block["accuracy"]["frames_evaluated"]
+    assert f"accuracy of the {evaluated} matched frames the node published outputs for" in (
+        " ".join(block["notes"])
+    )  # as a one-camera realtime replay says what its accuracy covers
+    assert report["model"]["precision"] == "fp32"  # as the node ran it, not "unknown"
     assert block["frames"]["sent"] == 8 and block["throughput"]["target_input_fps"] == 20.0
     processed = [c["frames"]["processed"] for c in block["cameras"].values()]
     assert block["frames"]["processed"] == sum(processed) >= 2
