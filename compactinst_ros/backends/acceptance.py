@@ -54,7 +54,9 @@ class Tolerance:
 #: statistics are the same for every precision: what an engine must not change is what the
 #: post-processing shows, and the FP32 and FP16 implementations measured here agree to the last
 #: digit, which would set no limit another machine's kernels could be held to.
-DECISION_TOLERANCE = Tolerance(mask_iou=0.86, score=0.14, flip=0.15, semantic=0.5, relative=0.1)
+DECISION_TOLERANCE = Tolerance(
+    mask_iou=0.855, score=0.136, flip=0.145, semantic=0.5, relative=0.1
+)
 #: the other outputs' (the encoder features') largest relative error, per precision
 TOLERANCES: dict[str, Tolerance] = {
     precision: replace(DECISION_TOLERANCE, relative=relative)

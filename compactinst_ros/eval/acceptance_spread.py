@@ -438,6 +438,15 @@ def collect(bundle_path: Path, data: Path | None, limit: int, isas: Sequence[str
             "derived": derive(rows), "accepted": verdicts(rows)}  # fmt: skip
 
 
+def pooled(report: dict, earlier: Sequence[dict]) -> dict:
+    """``report`` with its limits derived from its rows and those of ``earlier`` reports
+    together (``derive``): each measurement is one draw of the healthy and broken spread."""
+    rows = dict(report["rows"])
+    for i, other in enumerate(earlier):
+        rows.update({f"earlier {i + 1}: {name}": row for name, row in other["rows"].items()})
+    return {**report, "pooled": len(earlier), "derived": derive(rows)}
+
+
 def format_table(report: dict) -> str:
     """Markdown: per row its group, worst case of each decision statistic, held-out accuracy and
     the recorded tolerances' verdict; then per statistic the derivation of its limit."""
@@ -452,7 +461,9 @@ def format_table(report: dict) -> str:
         verdict = "yes" if report["accepted"][name] else "**no**"
         lines.append(f"| {name} | {row['group']} | " + " | ".join(cells)
                      + f" | {ap} | {pq} | {verdict} |")  # fmt: skip
-    lines += ["", "| statistic | worst healthy | best broken it refuses | limit (midpoint) "
+    lines += ["", f"Limits derived from these rows and {report.get('pooled', 0)} earlier "
+              "measurement(s):", "",
+              "| statistic | worst healthy | best broken it refuses | limit (midpoint) "
               "| margin | recorded |", "|---|---|---|---|---|---|"]  # fmt: skip
     for key, entry in report["derived"].items():
         recorded = getattr(acceptance.DECISION_TOLERANCE, acceptance.DECISION_METRICS[key][1])
@@ -497,13 +508,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=24, help="held-out images (default 24)")
     parser.add_argument("--out", type=Path, default=Path("out/acceptance_spread"),
                         help="folder for acceptance_spread.json, .md and .png")  # fmt: skip
+    parser.add_argument(
+        "--pool", type=Path, nargs="*", default=[],
+        help="earlier acceptance_spread.json files (e.g. of the bundle's earlier graphs) whose "
+        "rows the limits are derived from too",
+    )  # fmt: skip
     parser.add_argument("--openvino-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.openvino_worker:
         _openvino_worker(ModelBundle.load(args.bundle), args.openvino_worker, args.data,
                          args.limit)  # fmt: skip
         return 0
-    report = collect(args.bundle, args.data, args.limit, host_isas())
+    report = pooled(collect(args.bundle, args.data, args.limit, host_isas()),
+                    [json.loads(path.read_text()) for path in args.pool])  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "acceptance_spread.json").write_text(json.dumps(report, indent=1) + "\n")
     table = format_table(report)
