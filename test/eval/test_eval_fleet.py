@@ -259,3 +259,39 @@ def test_a_fleet_whose_every_drive_failed_exits_1_naming_them(ray_cluster, fleet
     assert "ground truth matches no frame" in printed
     for written in ("report.md", "report.json", "drives"):
         assert str(tmp_path / written) in printed, printed
+
+
+class InterruptOn(io.StringIO):
+    """stderr that presses Ctrl-C (KeyboardInterrupt in the main thread) once ``marker`` is
+    written: the job is interrupted exactly when it has done that much."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self.marker and self.marker in self.getvalue():
+            self.marker = ""
+            import _thread
+
+            _thread.interrupt_main()
+        return written
+
+
+def test_ctrl_c_writes_a_partial_report_of_the_drives_done_and_exits_130(
+    ray_cluster, fleet_data, tmp_path
+) -> None:
+    args = ["replay-fleet", str(fleet_data / "manifest.json"), "--model",
+            str(default_bundle_path()), "--out", str(tmp_path), "--backend", "onnxruntime",
+            "--cpus-per-worker", "2", "--no-plots"]  # fmt: skip
+    err = InterruptOn("fleet: 1/4 drives")
+    with contextlib.redirect_stderr(err):
+        rc = main(args)
+    assert rc == 130, err.getvalue()
+    assert "interrupted: " in err.getvalue() and "rerun the same command" in err.getvalue()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["run"]["partial"] is True and report["summary"]["drives"] >= 1
+    assert len(report["run"]["not_replayed"]) + report["summary"]["drives"] == 4
+    assert report["run"]["not_replayed"], "interrupted after the first of four drives"
+    assert "**partial**" in (tmp_path / "report.md").read_text()
