@@ -62,14 +62,14 @@ def test_int8_graph_is_symmetric_per_channel_qdq(typed_bundle: Path) -> None:
                              for n in weight_dq)  # fmt: skip
     quantized = {n.name for n in model.graph.node if n.op_type == "Conv"}
     assert SENSITIVE in quantized  # the layer left in FP32 is still a float Conv
+    # The limit separates measured healthy from broken graphs, not one host's figure: healthy,
+    # as written and on ONNX Runtime's u8 x s8 kernels, 0.0035 (Intel AVX-512 VNNI) to 0.0126
+    # (AMD AVX2 without VNNI, whose kernels saturate 16-bit sums; 0.0109 as written); one decoder
+    # layer's weight scale off by only 25 % gives 0.029 to 0.084.
     fp32 = [c.outputs for c in bundle.golden_cases("fp32")]
-    for target in ("tensorrt", "cpu"):
-        error = output_error(fp32, chain(bundle, "int8", target, fused=False))
-        assert max(error.values()) < 0.01, (target, error)
-    # the CPU graph on ONNX Runtime's u8 x s8 kernels: on CPUs without VNNI (AVX2) they saturate
-    # 16-bit sums, which measured 0.0126 here against 0.0035 as written; with VNNI, no saturation
-    error = output_error(fp32, chain(bundle, "int8", "cpu"))
-    assert max(error.values()) < 0.02, error
+    for target, fused in (("tensorrt", False), ("cpu", False), ("cpu", True)):
+        error = output_error(fp32, chain(bundle, "int8", target, fused=fused))
+        assert max(error.values()) < 0.02, (target, fused, error)
 
 
 def test_pipeline_runs_the_tensorrt_int8_graph_as_written(typed_bundle: Path) -> None:
