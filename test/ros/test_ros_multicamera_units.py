@@ -168,7 +168,9 @@ def test_one_camera_keeps_todays_layout_from_image_topic_or_a_one_element_list()
         )
         assert camera.camera_info_topic == "/cam/info"
     config = read_config(VALUES)
-    assert config.cameras[0].image_topic == "image" and config.backend_options == BackendOptions()
+    assert config.cameras[0].image_topic == "image" and config.backend_options == BackendOptions(
+        settings="node"
+    )
 
 
 def test_stage_threads_default_to_two_with_several_cameras_and_share_the_cores():

@@ -249,7 +249,9 @@ def test_tables_round_trip():
 def test_image_view_honours_step_padding():
     pixels = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
     padded = np.concatenate([pixels.reshape(4, 15), np.zeros((4, 3), np.uint8)], axis=1)
-    msg = SimpleNamespace(data=padded.tobytes(), height=4, width=5, step=18, encoding="BGR8")
+    msg = SimpleNamespace(
+        data=padded.tobytes(), height=4, width=5, step=18, encoding="BGR8", is_bigendian=0
+    )
     image, encoding = convert.image_from_msg(msg)
     assert encoding == "bgr8"
     np.testing.assert_array_equal(image, pixels)
