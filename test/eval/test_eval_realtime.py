@@ -197,3 +197,41 @@ def test_the_output_bag_keeps_the_input_s_recorded_topic(tmp_path) -> None:
             writer.close()
     with ImageBag(tmp_path / "out") as outputs:
         assert outputs.image_topics == ["/camera/image_raw"] and outputs.count == 2
+
+
+def test_ctrl_c_during_a_realtime_replay_writes_a_partial_report(random_bundle, tmp_path):
+    """Ctrl-C while the bag plays: the report of the frames sent so far, marked partial, the
+    node stopped, exit 130."""
+    import _thread
+    import contextlib
+    import io
+    import json
+
+    from compactinst_ros.cli import main
+
+    class InterruptOn(io.StringIO):
+        pressed = False
+
+        def write(self, text: str) -> int:
+            written = super().write(text)
+            if "realtime x1: 1/10" in text and not self.pressed:  # once, as one Ctrl-C
+                self.pressed = True
+                _thread.interrupt_main()
+            return written
+
+    bag = scene_bag(make_scenes(10, 48, 64, seed=2), tmp_path / "bag", "mcap")
+    out = tmp_path / "out"
+    args = ["replay", str(bag), "--model", str(random_bundle), "--backend", "onnxruntime",
+            "--mode", "realtime", "--out", str(out), "--no-plots",
+            "--domain", str(next_domain())]  # fmt: skip
+    err = InterruptOn()
+    err.isatty = lambda: True  # a terminal: every progress update is drawn
+    with contextlib.redirect_stderr(err):
+        rc = main(args)
+    assert rc == 130, err.getvalue()
+    assert (out / "report.json").is_file(), err.getvalue()
+    report = json.loads((out / "report.json").read_text())
+    block = report["modes"]["realtime"]
+    assert report["partial"] is True and block["partial"] is True
+    assert 1 <= block["frames"]["sent"] < 10 and block["node_exit_code"] is not None
+    assert "interrupted (Ctrl-C) after" in " ".join(block["notes"])
