@@ -434,11 +434,17 @@ def _table(ros: Session, args: argparse.Namespace) -> None:
     target = _absolute(args.target)
     topic = target if target.rsplit("/", 1)[-1] in TABLE_TOPICS else f"{target}/{TABLE_TOPICS[0]}"
     lifted = _detections_3d(ros, topic)
+    classes = _class_names(ros, topic.rsplit("/", 1)[0])
 
     def show(msg: Any, _received: float) -> None:
         rows = table_from_msg(msg)
         records = [{name: row[name].item() for name in rows.dtype.names or ()} for row in rows]
         names = list(rows.dtype.names or ())
+        known = classes()
+        if known and "label_id" in names:  # the class name beside its id
+            names.insert(names.index("label_id") + 1, "class")
+            for record in records:
+                record["class"] = known.get(record["label_id"], "?")
         if lifted is not None and ros.node.count_publishers(lifted.topic):
             names += list(lifted.columns)
             centroids = lifted.of(ros, _stamp(msg))
@@ -454,6 +460,30 @@ def _table(ros: Session, args: argparse.Namespace) -> None:
             print("  ".join(_cell(record[n]) for n in names))
 
     _messages(ros, PointCloud2, topic, args.count, show)
+
+
+def _class_names(ros: Session, node: str) -> Callable[[], dict[int, str]]:
+    """Subscribe to ``node``'s latched ``~/labels`` (the bundle's label table) now; the
+    returned call gives {label id: class name} once it came (it arrives while the table is
+    awaited), {} before or without it (then the table shows ids only)."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from ..labels import LabelSet
+
+    got: list[str] = []
+    qos = QoSProfile(
+        depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+    )
+    ros.node.create_subscription(String, f"{node}/labels", lambda m: got.append(m.data), qos)
+
+    def classes() -> dict[int, str]:
+        if not got:
+            return {}
+        labels = LabelSet.from_json(json.loads(got[-1]))
+        return dict(zip(labels.ids, labels.names, strict=True))
+
+    return classes
 
 
 def _cell(value: Any) -> str:

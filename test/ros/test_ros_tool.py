@@ -150,9 +150,11 @@ def test_table_rows_equal_the_pipelines_instances(ros):
     options = PostprocessOptions(**OPTIONS)
     with Pipeline(default_bundle_path(), "onnxruntime", options, BackendOptions(threads=1)) as run:
         expected = run(FRAME, "bgr8", OutputSet(instance=True)).instances
+        classes = dict(zip(run.bundle.labels.ids, run.bundle.labels.names, strict=True))
     assert len(rows) == len(expected.ids) > 0
     assert [r["id"] for r in rows] == expected.ids.tolist()
     assert [r["label_id"] for r in rows] == expected.label_id.tolist()
+    assert [r["class"] for r in rows] == [classes[i] for i in expected.label_id.tolist()]
     assert [r["area"] for r in rows] == expected.area.tolist()
     np.testing.assert_allclose([r["score"] for r in rows], expected.score, rtol=1e-5)
     boxes = [[r[k] for k in ("x0", "y0", "x1", "y1")] for r in rows]
