@@ -768,7 +768,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=synthetic_depth.DEPTH_ENCODINGS,
         help="with --bag: RGB-D cameras: camera_info, a registered depth topic "
         "/<name>/depth/image_raw in this encoding (16UC1 mm, 32FC1 m), OUT/depth/*.png and the "
-        "3-D ground truth OUT/objects3d.json",
+        "3-D ground truth OUT/objects3d.json (default: none, colour cameras only)",
     )
 
 
