@@ -462,6 +462,10 @@ def _table(ros: Session, args: argparse.Namespace) -> None:
     _messages(ros, PointCloud2, topic, args.count, show)
 
 
+#: how long the table waits once for a node's latched label table that has a publisher
+LABELS_WAIT_S = 2.0
+
+
 def _class_names(ros: Session, node: str) -> Callable[[], dict[int, str]]:
     """Subscribe to ``node``'s latched ``~/labels`` (the bundle's label table) now; the
     returned call gives {label id: class name} once it came (it arrives while the table is
@@ -472,12 +476,19 @@ def _class_names(ros: Session, node: str) -> Callable[[], dict[int, str]]:
     from ..labels import LabelSet
 
     got: list[str] = []
+    waited: list[bool] = []
     qos = QoSProfile(
         depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
     )
-    ros.node.create_subscription(String, f"{node}/labels", lambda m: got.append(m.data), qos)
+    topic = f"{node}/labels"
+    ros.node.create_subscription(String, topic, lambda m: got.append(m.data), qos)
 
     def classes() -> dict[int, str]:
+        if not got and not waited and ros.node.count_publishers(topic):
+            # the latched table may come a moment after the first row table: wait once for it,
+            # so the first table shows class names as the later ones do
+            waited.append(True)
+            ros.spin_until(lambda: bool(got), min(LABELS_WAIT_S, ros.timeout))
         if not got:
             return {}
         labels = LabelSet.from_json(json.loads(got[-1]))

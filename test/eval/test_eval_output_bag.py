@@ -117,7 +117,7 @@ def test_realtime_output_bag_and_pipeline_latency(random_bundle, tmp_path):
             bag,
             random_bundle,
             "onnxruntime",
-            rate=0.5,  # 5 Hz: the node keeps up on a shared CPU
+            rate=0.2,  # 2 Hz: at 5 Hz a loaded 2-core host dropped 3-4 of 6 frames
             output_bag=out,
             warmup=1,
             progress=False,
@@ -127,14 +127,19 @@ def test_realtime_output_bag_and_pipeline_latency(random_bundle, tmp_path):
         )
     log = (tmp_path / "node.log").read_text()
     processed = block["frames"]["processed"]
-    assert processed >= 4 and block["node_exit_code"] == 0, (block["frames"], log)
+    frames = block["frames"]
+    assert block["node_exit_code"] == 0, log
+    # every frame sent is accounted for; enough were processed to check the bag and latency by
+    assert processed + frames["dropped"] == frames["sent"] == 6 and processed >= 3, (frames, log)
     latency = block["latency"]
     # camera-to-output: publish time - header.stamp (the player stamps each frame as it sends it)
     assert latency["pipeline"]["p50"] >= latency["inference"]["p50"] >= latency["encoder"]["p50"]
     assert latency["pipeline"]["p50"] <= latency["end_to_end"]["p50"] + 1.0
     assert latency["pipeline"]["p99"] < 10_000, "the recorded stamp leaked into the latency"
     topics = read_with_foxglove(out)
-    assert [_stamp(m) for m in topics[INPUT_TOPIC]] == stamps
-    assert [_stamp(m) for m in topics[INPUT_CAMERA_INFO]] == stamps
+    # the input frames keep the input bag's own topics, not the player's
+    assert INPUT_TOPIC not in topics and INPUT_CAMERA_INFO not in topics
+    assert [_stamp(m) for m in topics[CAMERA]] == stamps
+    assert [_stamp(m) for m in topics["/cam/camera_info"]] == stamps
     stages = check_outputs(topics, stamps, processed)
     assert 0 < stages["node"] <= stages["pipeline"]
