@@ -73,7 +73,7 @@ test: $(STAMP) lint
 	$(MAKE) --no-print-directory -j2 -O test-network test-py312
 	. ./scripts/ros_env.sh && \
 		./scripts/private_net.sh $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
-			--durations=15 -m '$(TEST_MARKS)' test
+			--durations=30 -m '$(TEST_MARKS)' test
 
 test-full:
 	$(MAKE) test TEST_MARKS='not network'
