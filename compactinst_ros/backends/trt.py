@@ -76,7 +76,7 @@ class TensorRTBackend:
     def __init__(self, bundle: ModelBundle, options: BackendOptions | None = None) -> None:
         """Load (or build) the engines on the GPU thread, as ``options`` (None = defaults) say."""
         options = options or BackendOptions()
-        self._trt = import_tensorrt()
+        self._trt = import_tensorrt(options.setting("backend", "onnxruntime"))
         self._cuda = import_pycuda()
         self.bundle = bundle
         self.device = options.device

@@ -54,13 +54,15 @@ class BuildOptions:
         return {"opt_level": self.opt_level, "workspace_mib": self.workspace_mib, **NETWORK_KEY}
 
 
-def import_tensorrt(for_node: bool = True) -> Any:
-    """The tensorrt module, TensorRT >= 10; BackendError with the install hint otherwise
-    (``for_node``: the hint also names the CPU backend, which build-engine has no use for)."""
+def import_tensorrt(cpu_setting: str | None = None) -> Any:
+    """The tensorrt module, TensorRT >= 10; BackendError with the install hint otherwise.
+    ``cpu_setting``: how whoever runs the model chooses the CPU backend, as the hint's
+    alternative (``backend:=onnxruntime`` in the node, ``--backend onnxruntime`` in a command;
+    None for build-engine, which has no use for the CPU)."""
     try:
         import tensorrt as trt
     except ImportError as exc:
-        cpu = "; or run the node on the CPU with backend:=onnxruntime" if for_node else ""
+        cpu = f"; or run on the CPU with {cpu_setting}" if cpu_setting else ""
         raise BackendError(
             f"TensorRT Python bindings are not importable ({exc}). On a Jetson (JetPack "
             "6.1/6.2) they come with 'sudo apt install python3-libnvinfer' into the system "
@@ -285,7 +287,7 @@ def build_serialized(
     """Parse ``graph`` (the stage's typed ONNX) into a strongly typed network and build an
     engine with static shapes (a batch-axis input fixed at ``batch`` by one profile) and TF32
     off; returns plan bytes."""
-    trt = import_tensorrt(for_node=False)
+    trt = import_tensorrt()
     where = f"the {graph.precision} graph of stage '{stage.name}' ({stage.path.name})"
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
@@ -455,7 +457,7 @@ def run(args: argparse.Namespace) -> int:
     for the builder), one set per ``--batch-sizes`` size, and print where they are."""
     bundle = ModelBundle.load(args.bundle)
     cache = EngineCache(args.cache_dir or default_cache_dir())
-    trt = import_tensorrt(for_node=False)
+    trt = import_tensorrt()
     cuda = import_pycuda()
     device = device_info(args.device)
     options = BuildOptions(opt_level=args.opt_level, workspace_mib=args.workspace_mib)

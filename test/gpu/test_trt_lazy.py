@@ -106,8 +106,11 @@ def test_constructing_without_tensorrt_names_the_fix(tmp_path: Path) -> None:
     bundle = ModelBundle.load(tiny_bundle(tmp_path / "b"))
     with pytest.raises(BackendError, match="TensorRT Python bindings are not importable"):
         TensorRTBackend(bundle, BackendOptions(engine_cache_dir=tmp_path / "cache"))
-    with pytest.raises(BackendError, match="backend:=onnxruntime"):
+    # the CPU alternative in the syntax of whoever opened the backend: a command or the node
+    with pytest.raises(BackendError, match="on the CPU with --backend onnxruntime"):
         create_backend("tensorrt", bundle)
+    with pytest.raises(BackendError, match="on the CPU with backend:=onnxruntime"):
+        create_backend("tensorrt", bundle, BackendOptions(settings="node"))
     assert not (tmp_path / "cache").exists()
 
 
@@ -123,6 +126,7 @@ def test_build_engine_cli_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 1
     err = capsys.readouterr().err
     assert "TensorRT Python bindings are not importable" in err
+    assert "onnxruntime" not in err  # build-engine has no use for the CPU backend
     # building engines needs TensorRT: no CPU backend to suggest, and the Jetson's bindings are
     # the system Python's (apt), not a venv's
     assert "onnxruntime" not in err and "system python3" in err and "venv" not in err
