@@ -35,10 +35,9 @@ NETWORK_TESTS := test/launch/test_vehicle_install.py
 # `make test` leaves out the tests marked `full` (extra model configs of a cross-check) to stay
 # within 10 minutes on 2 cores; `make test-full` runs those too.
 TEST_MARKS ?= not network and not full
-# pytest-xdist workers: three on two cores, since the suite's workers wait on node subprocesses
-# and DDS about half the time (a two-worker run used 1.0 of the 2 cores, 14:26 in a fresh clone);
+# pytest-xdist workers: two side by side, 8 min instead of 13 serially on a slow 2-core host;
 # loadfile keeps each file (and its module fixtures) on one worker. TEST_WORKERS=1 runs serially.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 
 # Python 3.12 (Jazzy's, the lowest Lyrical takes): the tests that need no ROS, torch or GPU
 # stand-ins run again in a second venv holding the runtime dependencies alone (so numpy 2 and the

@@ -19,35 +19,6 @@ RANDOM_BUNDLE_SIZE = (256, 320)
 RANDOM_BUNDLE_SEED = 0
 #: the CPU stand-ins of pycuda and TensorRT (imported by name: pycuda_emu, tensorrt_emu)
 EMU_DIR = Path(__file__).parent / "gpu" / "emu"
-#: Test files that take longest (a minute or more of one worker, make test's --durations list),
-#: longest first. The workers take whole files in collection order, so these go first: a long
-#: file taken last kept one worker busy for a minute and a half while the other sat idle.
-LONG_FILES = (
-    "test/ros/test_ros_soak.py",
-    "test/ros/test_ros_depth.py",
-    "test/ros/test_ros_video.py",
-    "test/eval/test_eval_fleet.py",
-    "test/test_exit_codes.py",
-    "test/ros/test_launch.py",
-    "test/ros/test_ros_multicamera.py",
-    "test/test_precision_report.py",
-    "test/backends/test_openvino.py",
-    "test/ros/test_ros_openvino.py",
-    "test/model/test_fvcore.py",
-    "test/scripts/test_scripts_run.py",
-)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the LONG_FILES first, in that order; every other file keeps its place after them."""
-    root = Path(__file__).resolve().parents[1]
-
-    def rank(item: pytest.Item) -> int:
-        path = Path(str(item.fspath)).resolve()
-        name = path.relative_to(root).as_posix() if path.is_relative_to(root) else ""
-        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
-
-    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
