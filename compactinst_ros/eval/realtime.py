@@ -70,6 +70,8 @@ SCORED_OUTPUTS = {
 }
 #: a bag's camera_info matches a frame whose stamp is this close (ns)
 CAMERA_INFO_TOLERANCE_NS = 1_000_000
+#: how long a replay waits for the node's first output after the last frame was sent
+FIRST_OUTPUT_S = 10.0
 
 
 def replay_namespace(pid: int | None = None) -> str:
@@ -535,7 +537,12 @@ def run_realtime(
                 f"its log ({node.log_path}) ends with:\n{node.tail()}"
             )
         last, quiet_since = -1, time.monotonic()
-        while time.monotonic() - quiet_since < drain_s and recorder.processed() < len(frames):
+        # before the first output, a node still busy with its first frames (a loaded host) gets
+        # longer than the quiet gap between outputs
+        while (
+            time.monotonic() - quiet_since < (drain_s if last > 0 else max(drain_s, FIRST_OUTPUT_S))
+            and recorder.processed() < len(frames)
+        ):
             done = recorder.processed()
             if done != last:
                 last, quiet_since = done, time.monotonic()
