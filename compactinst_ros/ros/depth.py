@@ -193,17 +193,31 @@ class DepthInput:
         needs its instances)."""
         return self.pub.get_subscription_count() > 0 or self._markers_wanted()
 
+    #: what a frame pairs with, and what to check when none came within the tolerance
+    PAIRED_WITH = "depth image"
+    MISSING_ADVICE = (
+        "check that the depth camera runs and is stamped with the colour frames' clock, or raise "
+        "depth_tolerance_ms"
+    )
+
+    def _paired(self, stamp: int) -> Any:
+        """The message paired with the frame stamped ``stamp``; None (counted as missing, with
+        what to check) when none came within the tolerance."""
+        message = self.frames.match(stamp)
+        if message is None:
+            self._count(
+                "missing",
+                f"no {self.PAIRED_WITH} on {self.topic} within "
+                f"{self.frames.tolerance_ns / 1e6:g} ms of the frame's stamp; "
+                f"{self.MISSING_ADVICE}",
+            )
+        return message
+
     def _lift(self, header: Any, result: FrameResult) -> Instances3D | None:
         """The frame's instances in 3-D; None (counted, the reason kept) when they cannot be."""
         stamp = stamp_ns(header.stamp)
-        depth = self.frames.match(stamp)
+        depth = self._paired(stamp)
         if depth is None:
-            self._count(
-                "missing",
-                f"no depth image on {self.topic} within {self.frames.tolerance_ns / 1e6:g} ms of "
-                "the frame's stamp; check that the depth camera runs and is stamped with the "
-                "colour frames' clock, or raise depth_tolerance_ms",
-            )
             return None
         colour = self.colour_infos.match(stamp) if self.colour_infos is not None else None
         try:
@@ -326,6 +340,9 @@ class CloudInput(DepthInput):
     frame's ``frame_id``) by the static transforms of /tf_static, projected into the masks;
     ``~/cloud_labelled`` carries the points in masks with their instance and label ids."""
 
+    PAIRED_WITH = "cloud"
+    MISSING_ADVICE = "check that the LiDAR runs on the cameras' clock, or raise cloud_tolerance_ms"
+
     kind = "cloud"
 
     def __init__(self, *args: Any, tf2_msgs: Any, **kwargs: Any) -> None:
@@ -379,14 +396,8 @@ class CloudInput(DepthInput):
 
     def _lift(self, header: Any, result: FrameResult) -> Instances3D | None:
         stamp = stamp_ns(header.stamp)
-        cloud = self.frames.match(stamp)
+        cloud = self._paired(stamp)
         if cloud is None:
-            self._count(
-                "missing",
-                f"no cloud on {self.topic} within {self.frames.tolerance_ns / 1e6:g} ms of the "
-                "frame's stamp; check that the LiDAR runs on the cameras' clock, or raise "
-                "cloud_tolerance_ms",
-            )
             return None
         matrix = self.transforms.lookup(header.frame_id, cloud.header.frame_id)
         if matrix is None:
