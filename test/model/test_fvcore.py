@@ -20,7 +20,10 @@ from compactinst_ros.model.flops import count_ops, decoder_total, macs_by_compon
 
 SIZE = (1024, 2048)
 NUM_CLASSES = 8
-DEFAULT_RUN = {"fastinst_r18_d3", "compactinst_r18", "compactinst_demo"}
+#: make test cross-checks the small config (~6 s; the same counting rules for every module type);
+#: the paper's ResNet-18 configs take ~25 s each at 1024x2048, so only make test-full runs them.
+#: test_flops.py checks those configs' figures against the paper's in make test.
+DEFAULT_RUN = {"compactinst_demo"}
 
 
 def _fvcore_count(name: str) -> FlopCountAnalysis:

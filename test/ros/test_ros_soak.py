@@ -23,6 +23,8 @@ pytest.importorskip("rclpy")
 FRAME_MB = 1080 * 1920 * 3 / 2**20
 
 
+# a minute and a half of one worker: make test-full runs it (resource growth, not behaviour)
+@pytest.mark.full
 @pytest.mark.slow
 def test_sixty_second_soak_has_flat_memory_and_no_fd_or_thread_growth(tmp_path) -> None:
     out = tmp_path / "soak"
