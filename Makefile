@@ -68,6 +68,10 @@ test-py312:
 test-network: $(STAMP)
 	. ./scripts/ros_env.sh && $(VENV)/bin/python -m pytest -q -m network $(NETWORK_TESTS)
 
+# Hosts that set PYTHONDONTWRITEBYTECODE make every test process recompile the package and every
+# pytest worker rewrite every test module's asserts again; the suite starts ~200 processes.
+unexport PYTHONDONTWRITEBYTECODE
+
 # The network tests (mostly waiting on the package index) and the Python 3.12 step run beside
 # the main suite rather than before it: together they took a minute and a half of wall time and
 # little CPU. Output is synchronised per line, so the suite's progress still shows.
