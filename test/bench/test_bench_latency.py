@@ -46,14 +46,24 @@ def test_trials_alternate_the_config_order() -> None:
 
 
 def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
-    tmp_path: Path, capsys: pytest.CaptureFixture
+    paper_bundles, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
+    """The baseline's bundle is the session's (found in ``--out``/bundles, as a rerun finds its
+    own); the small compactinst_demo is exported by the bench itself (a paper config takes
+    10-20 s to export on 2 cores)."""
+    height, width = paper_bundles.size
+    workdir = tmp_path / "bundles"
+    workdir.mkdir()
+    reused = workdir / paper_bundles("fastinst_r18_d3").root.name
+    reused.symlink_to(paper_bundles("fastinst_r18_d3").root, target_is_directory=True)
     argv = [
         "bench",
         "--configs",
-        "fastinst_r18_d3,compactinst_r18",
+        "fastinst_r18_d3,compactinst_demo",
         "--sizes",
-        "250x320",
+        f"{height}x{width}",
+        "--num-classes",
+        str(paper_bundles.num_classes),
         "--backends",
         "onnxruntime,torch-cuda,tensorrt",
         "--decoder-only",
@@ -70,17 +80,16 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
     ]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "padded from 250x320" in text
     assert "onnxruntime / decoder" in text and "(1.00x)" in text
     record = json.loads((tmp_path / "bench.json").read_text())
     assert set(record) == {"protocol", "host", "backends", "results", "unavailable"}
     assert record["backends"]["onnxruntime"]["threads"] == 1
     assert record["protocol"]["baseline"] == "fastinst_r18_d3"
     rows = record["results"]
-    assert [r["config"] for r in rows] == ["fastinst_r18_d3", "compactinst_r18"]
+    assert [r["config"] for r in rows] == ["fastinst_r18_d3", "compactinst_demo"]
     for r in rows:
         assert r["backend"] == "onnxruntime" and r["scope"] == "decoder"
-        assert r["size"] == [256, 320] and r["requested_size"] == [250, 320]
+        assert r["size"] == r["requested_size"] == [height, width]
         assert len(r["trials_ms"]) == 2 and r["median_ms"] > 0
     assert rows[0]["speedup"] == pytest.approx(1.0)
     assert rows[0]["speedup_paired"] == pytest.approx(1.0)
@@ -94,8 +103,10 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
     if importlib.util.find_spec("tensorrt") is None:
         assert "TensorRT" in record["unavailable"]["tensorrt"]
     assert (tmp_path / "latency_decoder_onnxruntime.png").stat().st_size > 10_000
-    assert (tmp_path / "bundles" / "compactinst_r18_k80_256x320" / "decoder.onnx").exists()
-    assert "compactinst_r18" in format_tables(record)
+    exported = workdir / f"compactinst_demo_k{paper_bundles.num_classes}_{height}x{width}"
+    assert (exported / "decoder.onnx").exists()
+    assert sorted(workdir.iterdir()) == sorted([exported, reused]) and reused.is_symlink()
+    assert "compactinst_demo" in format_tables(record)
 
 
 def test_unknown_backend_is_named(capsys: pytest.CaptureFixture) -> None:
@@ -157,12 +168,15 @@ def test_a_sweep_estimates_the_rest_after_its_first_cell(tmp_path: Path) -> None
     """A plain bench runs for hours on a CPU: after the first cell it says about how long."""
     from compactinst_ros.bench.latency import run_sweep
 
-    sizes = [("a", (160, 160)), ("b", (160, 320))]
+    sizes = [("a", (160, 160)), ("b", (150, 320))]  # b is padded to 160x320
     options = BenchOptions(configs=("compactinst_demo",), sizes=sizes, backends=("torch-cpu",),
                            scopes=("decoder",), warmup=0, iters=1, trials=1, threads=1,
                            workdir=tmp_path)  # fmt: skip
     lines: list[str] = []
-    run_sweep(options, lines.append)
+    record = run_sweep(options, lines.append)
+    assert [r["requested_size"] for r in record["results"]] == [[160, 160], [150, 320]]
+    assert [r["size"] for r in record["results"]] == [[160, 160], [160, 320]]
     (estimate,) = [line for line in lines if "estimate:" in line]
     assert "for the other 1 cells of torch-cpu (the first took " in estimate
-    assert lines.index(estimate) < lines.index("[torch-cpu] decoder at 160x320")
+    padded = "[torch-cpu] decoder at 160x320 (padded from 150x320)"
+    assert lines.index(estimate) < lines.index(padded)
