@@ -318,18 +318,38 @@ def quantize(
     return typed
 
 
-def matmul_output_axis(rank: int, index: int) -> int:
-    """The output-channel axis of a MatMul's input ``index`` of ``rank`` >= 2: the columns of B
-    (input 1, its last axis), the rows of A (input 0, its second last)."""
-    return rank - 1 if index == 1 else rank - 2
+def matmul_scales_fold(rank: int, index: int, axis: int) -> bool:
+    """Whether per-channel scales on ``axis`` of a MatMul's constant input ``index`` (of
+    ``rank`` >= 2) fold into an INT8 GEMM as TensorRT runs it: only on B's output columns (input
+    1, its last axis). A (input 0) is taken per tensor only: no header or importer says TensorRT
+    accepts its rows as output channels (the type-rule fixtures' ``matmul_weight_scales``)."""
+    return index == 1 and axis == rank - 1
+
+
+def per_channel_matmul_weights(
+    node: onnx.NodeProto, made_by: dict[str, onnx.NodeProto], initialisers: dict
+) -> Iterable[tuple[int, onnx.NodeProto, int]]:
+    """(input index, its DequantizeLinear, scale axis) for each of MatMul ``node``'s two inputs
+    that is a constant weight dequantized with per-channel scales. ``made_by`` maps a tensor to
+    the node writing it, ``initialisers`` a name to its TensorProto. One walk for the variant
+    that fixes such weights and the type rules that flag them."""
+    for index, name in enumerate(node.input[:2]):
+        dq = made_by.get(name)
+        if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in initialisers:
+            continue
+        weight, scale = initialisers[dq.input[0]], initialisers.get(dq.input[1])
+        if scale is None or len(scale.dims) == 0 or len(weight.dims) < 2:
+            continue
+        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1) % len(weight.dims)
+        yield index, dq, axis
 
 
 def per_tensor_off_axis_weights(model: onnx.ModelProto) -> list[str]:
-    """Re-quantize per tensor (in place) every MatMul weight whose per-channel scales lie on
-    another axis than its output channels; returns those MatMuls' names.
+    """Re-quantize per tensor (in place) every MatMul weight whose per-channel scales do not
+    fold into an INT8 GEMM (matmul_scales_fold); returns those MatMuls' names.
 
-    ONNX Runtime puts a MatMul weight's scales on axis 1 whichever input it is: right for B
-    (its columns are the outputs), the reduction axis for A, whose scales then cannot be
+    ONNX Runtime puts a MatMul weight's scales on axis 1 whichever input it is: right for a 2-D
+    B (its columns are the outputs), the reduction axis for a 2-D A, whose scales then cannot be
     factored out of an INT8 GEMM's sums, so TensorRT cannot run it as one."""
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
@@ -342,17 +362,10 @@ def per_tensor_off_axis_weights(model: onnx.ModelProto) -> list[str]:
     for node in graph.node:
         if node.op_type != "MatMul":
             continue
-        for index, name in enumerate(node.input[:2]):
-            dq = made_by.get(name)
-            if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits:
-                continue
-            weight, scale = inits[dq.input[0]], inits.get(dq.input[1])
-            if scale is None or len(scale.dims) == 0 or len(weight.dims) < 2:
-                continue
-            axis_attr = next((a for a in dq.attribute if a.name == "axis"), None)
-            axis = (axis_attr.i if axis_attr is not None else 1) % len(weight.dims)
+        for index, dq, axis in list(per_channel_matmul_weights(node, made_by, inits)):
+            weight, scale = inits[dq.input[0]], inits[dq.input[1]]
             inits_of_dq = [x for x in dq.input if x in inits]
-            if axis == matmul_output_axis(len(weight.dims), index) or any(
+            if matmul_scales_fold(len(weight.dims), index, axis) or any(
                 readers[x] > 1 for x in inits_of_dq
             ):
                 continue
@@ -367,8 +380,8 @@ def per_tensor_off_axis_weights(model: onnx.ModelProto) -> list[str]:
             if len(dq.input) > 2 and dq.input[2] in inits:
                 point = inits[dq.input[2]]
                 point.CopyFrom(numpy_helper.from_array(np.array(0, np.int8), point.name))
-            if axis_attr is not None:
-                dq.attribute.remove(axis_attr)
+            for attribute in [a for a in dq.attribute if a.name == "axis"]:
+                dq.attribute.remove(attribute)
             changed.append(node.name)
     return changed
 

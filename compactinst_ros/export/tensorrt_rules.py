@@ -257,16 +257,11 @@ def _matmul_weight_issue(
     node: onnx.NodeProto, made_by: dict, initialisers: dict, rules: dict
 ) -> str | None:
     """Where a MatMul weight's per-channel scales lie off its output-channel axis."""
-    for index, name in enumerate(node.input[:2]):
-        dq = made_by.get(name)
-        if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in initialisers:
-            continue
-        weight, scale = initialisers[dq.input[0]], initialisers.get(dq.input[1])
-        if scale is None or len(scale.dims) == 0 or len(weight.dims) < 2:
-            continue
-        rank = len(weight.dims)
-        axis = _int(dq, "axis", 1) % rank
-        if index == 0 or axis != rank - 1:
+    from ..variants import matmul_scales_fold, per_channel_matmul_weights  # imports onnx
+
+    for index, dq, axis in per_channel_matmul_weights(node, made_by, initialisers):
+        rank = len(initialisers[dq.input[0]].dims)
+        if not matmul_scales_fold(rank, index, axis):
             side = "A (per tensor only)" if index == 0 else f"B (axis {rank - 1})"
             return (
                 f"its weight {dq.input[0]} has per-channel scales on axis {axis}, not on the "
