@@ -191,3 +191,16 @@ def instance_masks(gt: GroundTruth, image_id: int) -> list[tuple[int, np.ndarray
             rle = seg
         out.append((int(ann["category_id"]), mask_utils.decode(rle).astype(bool)))
     return out
+
+
+def scored_replay_argv(
+    bag: Path, model: Path, gt: tuple[Path, Path, Path], out: Path, *extra: str
+) -> list[str]:
+    """``compactinst replay`` argv scoring ``bag`` on the onnxruntime backend against the
+    instance, panoptic JSON and panoptic PNG folder of write_gt, writing to ``out``."""
+    inst, pan, pan_dir = gt
+    return [
+        "replay", str(bag), "--model", str(model), "--backend", "onnxruntime",
+        "--gt-instances", str(inst), "--gt-panoptic", str(pan), "--gt-panoptic-dir", str(pan_dir),
+        "--out", str(out), "--quiet", *extra,
+    ]  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from eval_helpers import make_scenes
+from eval_helpers import make_scenes, scored_replay_argv
 from rosbags.highlevel import AnyReader
 
 from compactinst_ros.cli import main
@@ -85,31 +85,11 @@ def test_replay_scores_a_converted_camera_and_warns_of_mono(
     every frame processed and scored, and the low-accuracy warning on the command line and in
     the report, once."""
     encoding = "mono16"
-    inst, pan, pan_dir = gt_files
     out = tmp_path / "out"
-    argv = [
-        "replay",
-        str(encoding_bag),
-        "--topic",
-        topic_of(encoding),
-        "--model",
-        str(random_bundle),
-        "--backend",
-        "onnxruntime",
-        "--gt-instances",
-        str(inst),
-        "--gt-panoptic",
-        str(pan),
-        "--gt-panoptic-dir",
-        str(pan_dir),
-        "--out",
-        str(out),
-        "--quiet",
-        "--overlays",
-        "0",
-        "--warmup",
-        "0",
-    ]
+    argv = scored_replay_argv(
+        encoding_bag, random_bundle, gt_files, out,
+        "--topic", topic_of(encoding), "--overlays", "0", "--warmup", "0",
+    )  # fmt: skip
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     block = report["modes"]["lockstep"]

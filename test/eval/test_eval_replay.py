@@ -6,7 +6,7 @@ import argparse
 import json
 
 import pytest
-from eval_helpers import oracle_result, scene_bag
+from eval_helpers import oracle_result, scene_bag, scored_replay_argv
 
 from compactinst_ros.cli import main
 from compactinst_ros.errors import ConfigError
@@ -21,30 +21,10 @@ def test_lockstep_replay_writes_report(
     scenes, gt_files, random_bundle, tmp_path, storage, capsys
 ) -> None:
     bag = scene_bag(scenes, tmp_path / "bag", storage)
-    inst, pan, pan_dir = gt_files
     out = tmp_path / "out"
-    args = [
-        "replay",
-        str(bag),
-        "--model",
-        str(random_bundle),
-        "--backend",
-        "onnxruntime",
-        "--gt-instances",
-        str(inst),
-        "--gt-panoptic",
-        str(pan),
-        "--gt-panoptic-dir",
-        str(pan_dir),
-        "--out",
-        str(out),
-        "--output-bag",
-        "--warmup",
-        "1",
-        "--quiet",
-        "--overlays",
-        "2",
-    ]
+    args = scored_replay_argv(
+        bag, random_bundle, gt_files, out, "--output-bag", "--warmup", "1", "--overlays", "2"
+    )
     assert main(args) == 0
     printed = capsys.readouterr().out
     report = json.loads((out / "report.json").read_text())
