@@ -15,12 +15,14 @@ import sys
 import threading
 import time
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from interface_build import TF2_MSGS, VISION_MSGS, built_for_test
 from ros_domains import next_domain
-from ros_harness import Client, NodeProcess
+from ros_harness import Client, NodeProcess, cpu_node_params
 from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 
@@ -79,6 +81,14 @@ def _built_modules_forgotten():
         del sys.modules[name]
 
 
+def lifting_node_params(model: Path, **params: Any) -> dict[str, Any]:
+    """A CPU node keeping every instance of the random model (score 0, at most 10), whose
+    diagnostics come four times a second, plus ``params``: the topics of the test's cameras."""
+    return cpu_node_params(
+        model, score_threshold=0.0, max_instances=10, diagnostics_period=0.25, **params
+    )
+
+
 @pytest.fixture(scope="module")
 def vision_msgs_prefix(request: pytest.FixtureRequest):
     """The built vision_msgs prefix (cached across runs); skips only if the toolchain is missing."""
@@ -93,18 +103,13 @@ def depth_node(vision_msgs_prefix, random_bundle):
         domain = next_domain()
         node = NodeProcess(
             domain,
-            {
-                "model": random_bundle,
-                "backend": "onnxruntime",
-                "ort_threads": 1,
-                "score_threshold": 0.0,
-                "max_instances": 10,
-                "image_topic": TOPIC,
-                "camera_info_topic": INFO,
-                "depth_topic": DEPTH,
-                "outputs": ["instance_mask", "instance_table"],
-                "diagnostics_period": 0.25,
-            },
+            lifting_node_params(
+                random_bundle,
+                image_topic=TOPIC,
+                camera_info_topic=INFO,
+                depth_topic=DEPTH,
+                outputs=["instance_mask", "instance_table"],
+            ),
         )
         client = Client(domain)
         try:
@@ -302,19 +307,14 @@ def batched_node(vision_msgs_prefix, random_bundle):
         domain = next_domain()
         node = NodeProcess(
             domain,
-            {
-                "model": random_bundle,
-                "backend": "onnxruntime",
-                "ort_threads": 1,
-                "score_threshold": 0.0,
-                "max_instances": 10,
-                "image_topics": [f"/{c}/image_raw" for c in CAMERAS],
-                "camera_names": list(CAMERAS),
-                "camera_info_topics": [f"/{c}/camera_info" for c in CAMERAS],
-                "depth_topics": [f"/{c}/depth/image_raw" for c in CAMERAS],
-                "outputs": ["instance_mask"],
-                "diagnostics_period": 0.25,
-            },
+            lifting_node_params(
+                random_bundle,
+                image_topics=[f"/{c}/image_raw" for c in CAMERAS],
+                camera_names=list(CAMERAS),
+                camera_info_topics=[f"/{c}/camera_info" for c in CAMERAS],
+                depth_topics=[f"/{c}/depth/image_raw" for c in CAMERAS],
+                outputs=["instance_mask"],
+            ),
         )
         client = Client(domain)
         try:
@@ -422,18 +422,13 @@ def lidar_node(vision_msgs_prefix, tf2_msgs_prefix, random_bundle):
         domain = next_domain()
         node = NodeProcess(
             domain,
-            {
-                "model": random_bundle,
-                "backend": "onnxruntime",
-                "ort_threads": 1,
-                "score_threshold": 0.0,
-                "max_instances": 10,
-                "image_topic": TOPIC,
-                "camera_info_topic": INFO,
-                "cloud_topic": CLOUD,
-                "outputs": ["instance_mask"],
-                "diagnostics_period": 0.25,
-            },
+            lifting_node_params(
+                random_bundle,
+                image_topic=TOPIC,
+                camera_info_topic=INFO,
+                cloud_topic=CLOUD,
+                outputs=["instance_mask"],
+            ),
         )
         client = Client(domain)
         try:
