@@ -173,7 +173,13 @@ class Camera:
                 )
             )
         elif camera.depth_topic:
-            self.depth = DepthInput(node, camera.depth_topic, config.depth_tolerance_ms, *three_d)
+            self.depth = DepthInput(
+                node,
+                camera.depth_topic,
+                config.depth_tolerance_ms,
+                *three_d,
+                transport=config.depth_transport,
+            )
         elif camera.cloud_topic and tf2_msgs is None:
             self.log.warning(
                 self._named(

@@ -1,16 +1,17 @@
 """A camera's registered depth input and its 3-D outputs ``~/detections_3d`` and ``~/markers_3d``.
 
-The depth image (``16UC1`` mm, ``32FC1`` m; registered to the colour camera) is paired with each
-frame by stamp within ``depth_tolerance_ms``; the frame's instances are lifted with it
-(``spatial.lift_depth``: eroded masks, percentile depth, inlier band) using the colour
-camera_info's K and, for a depth of another size, the depth's own camera_info (``<depth
-namespace>/camera_info``). ``~/detections_3d`` (vision_msgs/Detection3DArray) carries one
-detection per lifted instance with the 2-D detection's id (the instance / track id), class id
-and score; ``~/markers_3d`` (visualization_msgs/MarkerArray, where installed) draws each as a
-box with a "<class> <distance> m" caption in rviz. Each is published only while subscribed. A
-frame without depth within the tolerance still gets its 2-D outputs: its 3-D is skipped and
-counted, as are refused depth images (wrong encoding, a size that no camera_info explains),
-with the reason on /diagnostics.
+The depth image (``16UC1`` mm, ``32FC1`` m; with ``depth_transport`` compressedDepth,
+image_transport's PNG/RVL CompressedImage on ``<depth topic>/compressedDepth``; registered to the
+colour camera) is paired with each frame by stamp within ``depth_tolerance_ms``; the frame's
+instances are lifted with it (``spatial.lift_depth``: eroded masks, percentile depth, inlier band)
+using the colour camera_info's K and, for a depth of another size, the depth's own camera_info
+(``<depth namespace>/camera_info``). ``~/detections_3d`` (vision_msgs/Detection3DArray) carries one
+detection per lifted instance with the 2-D detection's id (the instance / track id), class id and
+score; ``~/markers_3d`` (visualization_msgs/MarkerArray, where installed) draws each as a box with a
+"<class> <distance> m" caption in rviz. Each is published only while subscribed. A frame without
+depth within the tolerance still gets its 2-D outputs: its 3-D is skipped and counted, as are
+refused depth images (wrong encoding, a size that no camera_info explains), with the reason on
+/diagnostics.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CameraInfo, Image, PointCloud2
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 
 from ..errors import InputError
 from ..labels import LabelSet
@@ -137,9 +138,13 @@ class DepthInput:
         vision_msgs: Any,
         labels: LabelSet,
         prefix: str = "~/",
+        transport: str = "raw",
     ) -> None:
         self.node = node
-        self.topic = topic
+        # compressedDepth: image_transport's topic under the depth image's, with the same
+        # camera_info beside the depth image
+        self.topic = f"{topic.rstrip('/')}/compressedDepth" if transport != "raw" else topic
+        self.message_type = CompressedImage if transport != "raw" else Image
         self.info_topic = f"{topic.rstrip('/').rsplit('/', 1)[0]}/camera_info"
         self.colour_infos = colour_infos
         self.vision_msgs = vision_msgs
@@ -147,7 +152,7 @@ class DepthInput:
         self.prefix = prefix
         self.reliability = reliability
         tolerance_ns = int(tolerance_ms * 1e6)
-        self.frames: StampMatcher[Image] = StampMatcher(tolerance_ns, DEPTH_KEEP)
+        self.frames: StampMatcher[Image | CompressedImage] = StampMatcher(tolerance_ns, DEPTH_KEEP)
         self.infos: StampMatcher[CameraInfo] = StampMatcher(tolerance_ns, DEPTH_KEEP)
         self.pub = node.create_publisher(
             vision_msgs.Detection3DArray, f"{prefix}detections_3d", frame_qos(reliability)
@@ -169,7 +174,9 @@ class DepthInput:
         if not self._subs:
             qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
             self._subs = [
-                self.node.create_subscription(Image, self.topic, self._on_depth, qos),
+                self.node.create_subscription(
+                    self.message_type, self.topic, self._on_depth, qos
+                ),
                 self.node.create_subscription(CameraInfo, self.info_topic, self._on_info, qos),
             ]
 
@@ -179,7 +186,7 @@ class DepthInput:
             self.node.destroy_subscription(sub)
         self._subs = []
 
-    def _on_depth(self, msg: Image) -> None:
+    def _on_depth(self, msg: Image | CompressedImage) -> None:
         self.frames.add(stamp_ns(msg.header.stamp), msg)
 
     def _on_info(self, msg: CameraInfo) -> None:

@@ -56,6 +56,8 @@ BACKEND_CHOICES = ("auto", "tensorrt", "onnxruntime", "openvino")
 #: ``precision`` values; auto = the backend's default (onnxruntime fp32, tensorrt fp16)
 PRECISION_CHOICES = ("auto", *PRECISIONS)
 TRANSPORT_CHOICES = ("raw", "compressed", "both", "ffmpeg", "foxglove")
+#: ``depth_transport`` values: the depth Image, or image_transport's compressedDepth of it
+DEPTH_TRANSPORT_CHOICES = ("raw", "compressedDepth")
 #: ``input_transport`` value -> the input kinds subscribed
 INPUT_KINDS = {
     "raw": ("raw",),
@@ -183,6 +185,12 @@ PARAMETERS: dict[str, ParamSpec] = {
         [],
         "one depth Image topic per image_topics entry ('' = none for it); empty = none",
         example="[/front/depth/image_raw,/rear/depth/image_raw]",
+    ),
+    "depth_transport": ParamSpec(
+        "raw",
+        "raw: the depth Image itself; compressedDepth: image_transport's PNG or RVL "
+        "CompressedImage on <depth topic>/compressedDepth (what a recording usually holds)",
+        choices=DEPTH_TRANSPORT_CHOICES,
     ),
     "depth_tolerance_ms": ParamSpec(
         20.0, "largest stamp difference of a depth image paired with a frame, ms", None, (0.0, 1e3)
@@ -345,6 +353,7 @@ class NodeConfig:
     overlay_jpeg_quality: int
     health: HealthLimits
     tracking: bool = True
+    depth_transport: str = "raw"
     batch_window_ms: float = 10.0
     overlap_stages: bool = False
 
@@ -551,6 +560,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         tracking=bool(values["tracking"]),
         camera_info_tolerance_ms=float(values["camera_info_tolerance_ms"]),
         depth_tolerance_ms=float(values["depth_tolerance_ms"]),
+        depth_transport=str(values["depth_transport"]),
         cloud_tolerance_ms=float(values["cloud_tolerance_ms"]),
         overlay_jpeg_quality=int(values["overlay_jpeg_quality"]),
         health=HealthLimits(

@@ -18,6 +18,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import pytest
 from interface_build import TF2_MSGS, VISION_MSGS, built_for_test
@@ -36,7 +37,7 @@ pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import TransformStamped
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import CameraInfo, Image, PointCloud2, PointField
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2, PointField
 from visualization_msgs.msg import Marker, MarkerArray
 
 #: a cold run compiles vision_msgs (about 20-30 s on 2 cores); cached runs take seconds
@@ -69,6 +70,19 @@ def depth_msg(sec: int, encoding: str) -> Image:
     msg = Image(height=H, width=W, encoding=encoding, step=W * depth.itemsize)
     msg.header.stamp.sec = sec
     msg.data = array.array("B", depth.tobytes())
+    return msg
+
+
+def compressed_depth_msg(sec: int, metres: float) -> CompressedImage:
+    """A plane ``metres`` ahead as image_transport's compressedDepth PNG of 16UC1 millimetres
+    (a 12-byte ConfigHeader, unused for 16UC1, then the PNG), with a 0 hole."""
+    depth = np.full((H, W), round(metres * 1000), np.uint16)
+    depth[:10] = 0
+    ok, png = cv2.imencode(".png", depth)
+    assert ok
+    msg = CompressedImage(format="16UC1; compressedDepth png")
+    msg.header.stamp.sec = sec
+    msg.data = bytes(12) + png.tobytes()
     return msg
 
 
@@ -301,7 +315,8 @@ CAMERAS = {"left": 3.0, "front": 5.0, "right": 7.0}  # each camera sees its own 
 
 @pytest.fixture(scope="module")
 def batched_node(vision_msgs_prefix, random_bundle):
-    """(client, {camera: {topic: publisher}}) with one batched node of three RGB-D cameras."""
+    """(client, {camera: {topic: publisher}}) with one batched node of three RGB-D cameras whose
+    depth comes as image_transport compressedDepth."""
     with vision_msgs_prefix.activated():
         msgs = importlib.import_module("vision_msgs.msg")
         domain = next_domain()
@@ -313,6 +328,7 @@ def batched_node(vision_msgs_prefix, random_bundle):
                 camera_names=list(CAMERAS),
                 camera_info_topics=[f"/{c}/camera_info" for c in CAMERAS],
                 depth_topics=[f"/{c}/depth/image_raw" for c in CAMERAS],
+                depth_transport="compressedDepth",  # the single-camera node takes raw depth
                 outputs=["instance_mask"],
             ),
         )
@@ -325,7 +341,9 @@ def batched_node(vision_msgs_prefix, random_bundle):
                 pubs[camera] = {
                     TOPIC: client.publisher(Image, f"/{camera}/image_raw"),
                     INFO: client.publisher(CameraInfo, f"/{camera}/camera_info"),
-                    DEPTH: client.publisher(Image, f"/{camera}/depth/image_raw"),
+                    DEPTH: client.publisher(
+                        CompressedImage, f"/{camera}/depth/image_raw/compressedDepth"
+                    ),
                 }
             every = [p for topics in pubs.values() for p in topics.values()]
             client.wait_for(
@@ -343,16 +361,15 @@ def batched_node(vision_msgs_prefix, random_bundle):
             assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
 
 
-def test_three_cameras_in_the_batched_node_each_pair_with_their_own_depth(batched_node):
+def test_three_cameras_in_the_batched_node_each_pair_with_their_own_compressed_depth(
+    batched_node,
+):
     client, pubs = batched_node
     sec = 601
     for camera, plane in CAMERAS.items():
         topics = pubs[camera]
         topics[INFO].publish(camera_info(sec))
-        depth = depth_msg(sec, "32FC1")
-        values = np.frombuffer(bytes(depth.data), np.float32) * np.float32(plane / PLANE_M)
-        depth.data = array.array("B", values.tobytes())
-        topics[DEPTH].publish(depth)
+        topics[DEPTH].publish(compressed_depth_msg(sec, plane))
     for camera in CAMERAS:  # one round: the three frames share the stamp
         pubs[camera][TOPIC].publish(image_msg(scene(H, W, 7), "bgr8", sec=sec))
     outputs = {c: f"{NS}/{c}/detections_3d" for c in CAMERAS}
