@@ -1,7 +1,8 @@
 """``compactinst ros`` against a real lifecycle node over DDS: the lifecycle, parameters, the
 instance table, the latency record and the topic list, without the ros2 command line. One node
-start (in a namespace, with the relative default input topic) serves every test: the start-up
-log's input topic, outputs and demo-model caveat are checked on it too."""
+start (in a namespace, with the relative default input topic) serves every test: it starts on a
+missing bundle, so its first configure fails, and is configured again after the tool sets the
+model; the start-up log's input topic, outputs and demo-model caveat are checked on it too."""
 
 from __future__ import annotations
 
@@ -68,27 +69,39 @@ FRAME = scene(96, 128, 3)
 
 
 @pytest.fixture(scope="module")
-def ros():
-    """(node process, client, camera publisher, tool, configure and activate outputs): the
-    lifecycle node in NAMESPACE, driven to active by the tool."""
+def ros(tmp_path_factory):
+    """(node process, client, camera publisher, tool, the failed configure's outputs, configure
+    and activate outputs): the lifecycle node in NAMESPACE, started on a missing bundle, given
+    the model by the tool and driven to active by it."""
     domain = next_domain()
-    params = cpu_node_params(str(default_bundle_path()), tracking=False, **OPTIONS)
+    missing = tmp_path_factory.mktemp("tool") / "no_bundle"
+    params = cpu_node_params(str(missing), tracking=False, **OPTIONS)
     node = NodeProcess(domain, params, lifecycle=True, namespace=NAMESPACE)
     client = Client(domain)
     tool = Tool(domain)
     try:
         client.subscribe(PointCloud2, TABLE)
         camera = client.publisher(Image, CAMERA)
+        failed = tool("lifecycle", NODE, "configure", timeout=60)
+        assert tool("param-set", NODE, "model", str(default_bundle_path()))[0] == 0, node.tail()
         driven = [tool("lifecycle", NODE, step, timeout=60) for step in ("configure", "activate")]
-        yield node, client, camera, tool, driven
+        yield node, client, camera, tool, failed, driven
     finally:
         client.close()
         code = node.stop()
         assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
 
 
+def test_a_failed_configure_says_why(ros):
+    """The node's own reason (its ERROR line on /rosout) reaches the tool's user."""
+    node, _, _, _, (code, _, err), _ = ros
+    assert code == 1, node.tail()
+    assert "configure from 'unconfigured' failed" in err
+    assert "the node reports: configure failed: " in err and "no_bundle" in err, err
+
+
 def test_lifecycle_goes_to_active(ros):
-    node, _, _, tool, driven = ros
+    node, _, _, tool, _, driven = ros
     assert driven == [
         (0, f"{NODE}: configure: unconfigured -> inactive\n", ""),
         (0, f"{NODE}: activate: inactive -> active\n", ""),
@@ -123,7 +136,7 @@ def table_of(client: Client, camera) -> np.ndarray:
 
 
 def test_param_set_takes_effect_and_a_refusal_names_the_reason(ros):
-    _, client, camera, tool, _ = ros
+    _, client, camera, tool, *_ = ros
     client.wait_for(camera.get_subscription_count, 30, "node subscribed to the camera")
     assert len(table_of(client, camera)) > 0
     try:
@@ -141,7 +154,7 @@ def test_param_set_takes_effect_and_a_refusal_names_the_reason(ros):
 
 
 def test_table_rows_equal_the_pipelines_instances(ros):
-    _, client, camera, tool, _ = ros
+    _, client, camera, tool, *_ = ros
     code, out, err = tool.while_streaming(client, camera, "table", NODE, "--json")
     assert code == 0, err
     record = json.loads(out)
@@ -164,7 +177,7 @@ def test_table_rows_equal_the_pipelines_instances(ros):
 
 
 def test_latency_reads_the_stamped_record(ros):
-    _, client, camera, tool, _ = ros
+    _, client, camera, tool, *_ = ros
     code, out, err = tool.while_streaming(client, camera, "latency", NODE, "--json")
     assert code == 0, err
     record = json.loads(out)
@@ -174,7 +187,7 @@ def test_latency_reads_the_stamped_record(ros):
 
 
 def test_topics_lists_the_nodes_publishers_and_input(ros):
-    _, client, camera, tool, _ = ros
+    _, client, camera, tool, *_ = ros
     client.wait_for(camera.get_subscription_count, 30, "node subscribed to the camera")
     code, out, err = tool("topics", NODE)
     assert code == 0, err
@@ -185,7 +198,7 @@ def test_topics_lists_the_nodes_publishers_and_input(ros):
 
 
 def test_diagnostics_shows_the_node_s_status_and_its_counters(ros):
-    _, client, camera, tool, _ = ros
+    _, client, camera, tool, *_ = ros
     code, out, err = tool.while_streaming(client, camera, "diagnostics", NODE, "--json")
     assert code == 0, err
     status = json.loads(out.splitlines()[0])
@@ -195,17 +208,3 @@ def test_diagnostics_shows_the_node_s_status_and_its_counters(ros):
     assert code == 0 and out.startswith(("OK ", "WARN ")) and "  frames_processed: " in out, err
     code, _, err = tool("diagnostics", "/nobody", timeout=1.0)
     assert code == 1 and "0 of 1 messages on /diagnostics" in err
-
-
-def test_a_failed_configure_says_why(tmp_path):
-    """The node's own reason (its ERROR line on /rosout) reaches the tool's user."""
-    domain = next_domain()
-    params = cpu_node_params(str(tmp_path / "no_bundle"), tracking=False)
-    node = NodeProcess(domain, params, lifecycle=True)
-    try:
-        code, _, err = Tool(domain)("lifecycle", "/compactinst", "configure", timeout=60)
-        assert code == 1, node.tail()
-        assert "configure from 'unconfigured' failed" in err
-        assert "the node reports: configure failed: " in err and "no_bundle" in err, err
-    finally:
-        node.stop()
