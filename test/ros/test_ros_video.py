@@ -210,7 +210,6 @@ def test_realtime_replay_sends_a_video_bag_to_the_node(video_prefixes, random_bu
                 "onnxruntime",
                 rate=2.0,
                 warmup=0,
-                drain_s=8.0,  # the node's first frame after loading takes seconds on 2 busy cores
                 progress=False,
                 domain_id=next_domain(),
                 log_path=tmp_path / "node.log",
