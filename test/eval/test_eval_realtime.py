@@ -32,7 +32,8 @@ def test_realtime_reports_drops_when_the_node_is_slower_than_the_bag(random_bund
             progress=False,
             domain_id=domain,
             log_path=tmp_path / "node.log",
-            node_params={"ort_threads": "1"},
+            drain_s=0.5,  # the counts need not be final: some frames processed, some dropped
+            node_params={"ort_threads": "1", "diagnostics_period": "0.2"},
         )
     log = (tmp_path / "node.log").read_text()
     frames = block["frames"]
@@ -161,7 +162,8 @@ def test_realtime_names_the_frames_the_node_refused_and_their_reason(
             "onnxruntime",
             domain_id=next_domain(),
             log_path=tmp_path / "node.log",
-            node_params={"ort_threads": "1"},
+            drain_s=0.5,  # refusals come in the node's report, awaited after the drain
+            node_params={"ort_threads": "1", "diagnostics_period": "0.2"},
         )
     log = (tmp_path / "node.log").read_text()
     last_line = capsys.readouterr().err.strip().splitlines()[-1]
