@@ -54,8 +54,9 @@ def test_tiny_onnxruntime_sweep_writes_json_tables_and_plots(
     height, width = paper_bundles.size
     workdir = tmp_path / "bundles"
     workdir.mkdir()
-    reused = workdir / paper_bundles("fastinst_r18_d3").root.name
-    reused.symlink_to(paper_bundles("fastinst_r18_d3").root, target_is_directory=True)
+    baseline = paper_bundles("fastinst_r18_d3").root
+    reused = workdir / baseline.name
+    reused.symlink_to(baseline, target_is_directory=True)
     argv = [
         "bench",
         "--configs",
