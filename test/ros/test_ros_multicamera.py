@@ -1,5 +1,6 @@
 """One node, three cameras, over real DDS: outputs per camera, equal to a single-camera node's,
-a stalled camera, a bad frame, and the batch diagnostics.
+a stalled camera, a bad frame, the batch diagnostics, and on the TensorRT stand-ins padded
+batches and a corrupt engine cache.
 
 Both nodes start once for the module, in parallel: the three-camera node ``/compactinst``
 (cameras ``a``, ``b``, ``c`` on ``/a/image`` ...) and a single-camera node
@@ -267,24 +268,29 @@ def test_batch_and_camera_diagnostics_are_present_and_plausible(ros):
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 @pytest.mark.usefixtures("emu_library_for_nodes")
-def test_three_cameras_on_the_tensorrt_stand_ins_run_padded_batches(tmp_path):
+def test_three_cameras_on_the_tensorrt_stand_ins_run_padded_batches_and_survive_a_corrupt_engine(
+    tmp_path,
+):
     """TensorRT path on the CPU stand-ins of test/gpu/emu: batch_sizes [1, 4] makes a round of
-    three frames run in a 4-slot engine, one padded slot, each camera still gets its own frame."""
+    three frames run in a 4-slot engine, one padded slot, each camera still gets its own frame.
+    The engines are deserialized at start, so a cache file corrupted while the node runs does not
+    disturb it; at the next start with building disabled the corrupt engine is refused with the
+    command that rebuilds it (with building allowed it is rebuilt: test/gpu/test_trt_emulation.py).
+    One node start serves both: each costs an engine build on the stand-ins."""
+    cache = tmp_path / "engines"
+    params = {
+        "backend": "tensorrt",
+        "engine_cache_dir": str(cache),
+        "image_topics": [f"/t{n}/image" for n in NAMES],
+        "camera_names": list(NAMES),
+        "batch_sizes": [1, 4],
+        "batch_window_ms": 200.0,
+        "diagnostics_period": 0.25,
+        "outputs": ["instance_mask"],
+    }
+    script = REPO / "test" / "gpu" / "emu" / "emulated_node.py"
     domain = next_domain()
-    node = NodeProcess(
-        domain,
-        {
-            "backend": "tensorrt",
-            "engine_cache_dir": str(tmp_path / "engines"),
-            "image_topics": [f"/t{n}/image" for n in NAMES],
-            "camera_names": list(NAMES),
-            "batch_sizes": [1, 4],
-            "batch_window_ms": 200.0,
-            "diagnostics_period": 0.25,
-            "outputs": ["instance_mask"],
-        },
-        script=REPO / "test" / "gpu" / "emu" / "emulated_node.py",
-    )
+    node = NodeProcess(domain, params, script=script)
     client = Client(domain)
     try:
         client.subscribe(DiagnosticArray, "/diagnostics")
@@ -298,10 +304,14 @@ def test_three_cameras_on_the_tensorrt_stand_ins_run_padded_batches(tmp_path):
         )
         wait_reliable(client, [status_name(MULTI, n) for n in NAMES])
         sizes = {(h, w): n for n, (h, w) in zip(NAMES, [(48, 64), (64, 48), (40, 80)], strict=True)}
-        send(pubs, 400, {n: image_msg(scene(h, w), "bgr8") for (h, w), n in sizes.items()})
-        for (h, w), n in sizes.items():
-            mask = outputs_of(client, f"{MULTI}/{n}/instance_mask", 400)
-            assert (mask.height, mask.width, mask.header.frame_id) == (h, w, f"camera_{n}")
+
+        def round_of_three(sec: int) -> None:
+            send(pubs, sec, {n: image_msg(scene(h, w), "bgr8") for (h, w), n in sizes.items()})
+            for (h, w), n in sizes.items():
+                mask = outputs_of(client, f"{MULTI}/{n}/instance_mask", sec)
+                assert (mask.height, mask.width, mask.header.frame_id) == (h, w, f"camera_{n}")
+
+        round_of_three(400)
         name = batch_status_name(MULTI)
         report = client.wait_for(
             lambda: [s for s in statuses(client).get(name, []) if s["frames_batched"] == "3"],
@@ -313,6 +323,27 @@ def test_three_cameras_on_the_tensorrt_stand_ins_run_padded_batches(tmp_path):
         camera = statuses(client)[status_name(MULTI, "a")][-1]
         assert camera["backend"] == "tensorrt", camera
         assert camera["stage_threads"] == "1", camera  # its stream stays on the worker thread
+
+        engine = next(cache.glob("encoder-*.engine"))
+        engine.write_bytes(engine.read_bytes()[:100])
+        round_of_three(401)
+        since = len(client.received("/diagnostics"))
+        client.wait_for(
+            lambda: {status_name(MULTI, n) for n in NAMES} <= set(statuses(client, since)),
+            10,
+            "each camera's next report",
+        )
+        for n in NAMES:
+            assert statuses(client, since)[status_name(MULTI, n)][-1]["errors"] == "0", n
     finally:
         client.close()
         assert node.stop() == 0, node.log()
+
+    refused = NodeProcess(next_domain(), {**params, "allow_engine_build": False}, script=script)
+    try:
+        code = refused.proc.wait(timeout=180)
+    finally:
+        refused.stop()
+    log = refused.log()
+    assert code == 1, log
+    assert "corrupt" in log and "building is disabled; run 'compactinst build-engine" in log
