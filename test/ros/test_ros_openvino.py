@@ -24,6 +24,12 @@ TOPIC = "/cam/image"
 MASK = "/compactinst/instance_mask"
 
 
+# ~20 s on 2 cores, nearly all the node deriving and checking the INT8 graph at start: make
+# test-full. make test covers the parts: test/backends/test_openvino.py (the INT8 derivation, its
+# acceptance check under each ISA the CPU has, the INT8 Pipeline) and the ROS tests that select
+# another backend by parameter and read it on /diagnostics (test_ros_multicamera.py,
+# test_ros_tensorrt_emulated.py).
+@pytest.mark.full
 @pytest.mark.parametrize("isa", ["default", *ONEDNN_ISAS])
 def test_int8_on_openvino_segments_and_reports_it(isa: str, monkeypatch) -> None:
     """``default``: the environment's ISA (the CPU's best unless capped); the others capped by
