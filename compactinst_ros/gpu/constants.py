@@ -55,6 +55,35 @@ TABLES_DTYPE = np.dtype(
     ]
 )
 
+#: ``kLiftBins`` in lift.cu: bins of the first radix level of the depths (float bits 30..20); the
+#: two later levels have half as many (bits 19..10 and 9..0).
+LIFT_BINS = 2048
+#: ``kSelectThreads`` in lift.cu: the block size of ``lift_select``.
+LIFT_SELECT_THREADS = 256
+#: ``LiftFrame`` and ``LiftSlot`` in lift.cu, field by field in declaration order (8-byte fields
+#: first, so no padding); ``LIFT_TABLES_DTYPE`` is ``LiftTables``: the frame, then one slot per
+#: variant (0: eroded mask, 1: whole mask) and query slot.
+LIFT_FRAME_DTYPE = np.dtype(
+    [(name, "<i4") for name in ("labelled", "min_row", "min_col", "step", "radius", "row0", "col0")]
+    + [("pad", "<i4")]
+)
+LIFT_SLOT_DTYPE = np.dtype(
+    [
+        ("sum", "<f8", (3,)),
+        ("lo", "<i4", (3,)),
+        ("hi", "<i4", (3,)),
+        ("count", "<i4"),
+        ("rank", "<i4"),
+        ("prefix", "<i4"),
+        ("support", "<i4"),
+        ("depth", "<f4"),
+        ("pad", "<i4"),
+    ]
+)
+LIFT_TABLES_DTYPE = np.dtype(
+    [("frame", LIFT_FRAME_DTYPE), ("slot", LIFT_SLOT_DTYPE, (2, MAX_QUERIES))]
+)
+
 #: pycuda ``prepare`` argument types of every kernel (P pointer, i int, f float, d double).
 SIGNATURES: dict[str, str] = {
     "pp_query_stats": "PiiiifP",
@@ -65,4 +94,11 @@ SIGNATURES: dict[str, str] = {
     "pre_letterbox": "PiiiiiifffffiiP",
     "ov_instance": "PiiiiPiPffP",
     "ov_panoptic": "PiiiiPPiPffP",
+    "lift_clear": "iPP",
+    "lift_bounds": "PiPPiiP",
+    "lift_plan": "iiP",
+    "lift_classify": "PiPPPiiPiffiPPP",
+    "lift_select": "iidPP",
+    "lift_histogram": "iPPiiiPP",
+    "lift_accumulate": "PPiiddffffP",
 }

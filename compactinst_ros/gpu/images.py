@@ -21,7 +21,7 @@ IMAGE_DIR = KERNEL_DIR / "images"
 MANIFEST = IMAGE_DIR / "manifest.json"
 
 #: The kernel sources, one module (and one image per target) each.
-SOURCES = ("preprocess", "postprocess", "overlay")
+SOURCES = ("preprocess", "postprocess", "overlay", "lift")
 #: Shipped targets: a cubin for each SASS family users have that NVRTC 12.6 writes (Turing
 #: sm_75; Ampere sm_80, sm_86 and Jetson Orin's sm_87; Ada sm_89; Hopper sm_90), and PTX of the
 #: lowest one, which the driver JIT-compiles for every newer GPU (Blackwell 10.x/12.x, Thor 11.0:

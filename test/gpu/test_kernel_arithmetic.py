@@ -40,6 +40,8 @@ EXPANSION_FFMA = {"rcp.rn.f32": 2, "div.rn.f32": 5, "div.rn.f64": 1}
 LIBRARY_ROUTINE = re.compile(r"\$__internal_\d+_\$__cuda_sm\d+x?_(rcp|div)_rn_\w+")
 #: A PTX f32 or f64 FMA: its rounding and its two multiplicands.
 FMA = r"^\s*(?:@!?%p\d+\s+)?fma\.(rn|rm|rp|rz)(?:\.ftz)?\.f(?:32|64)\s+[^,]+,\s*([^,]+),\s*([^,]+),"
+#: A PTX f32 or f64 add, subtract or multiply without a rounding modifier.
+UNROUNDED = r"(?<![.\w])(?:add|sub|mul)(?:\.ftz)?\.f(?:32|64)\b"
 CUBIN_TARGETS = [t for t in TARGETS if t.startswith("sm_")]
 PTX_TARGET = next(t for t in TARGETS if t.startswith("compute_"))
 
@@ -80,7 +82,9 @@ def ptx_arithmetic(text: str) -> dict[str, Counter]:
                 counts["fma_directed"] += 1  # a contraction always rounds to nearest
             else:
                 counts["fma_expf" if operands & EXPF_CONSTANTS else "fma_other"] += 1
-        counts["unrounded"] = len(re.findall(r"\b(?:add|sub|mul)(?:\.ftz)?\.f(?:32|64)\b", body))
+        # An op, not an atomic's ``atom.global.add.f64``: a read-modify-write of memory is
+        # never contracted with a multiply.
+        counts["unrounded"] = len(re.findall(UNROUNDED, body))
         for op in EXPANSION_FFMA:
             counts[op] = len(re.findall(rf"\b{re.escape(op)}\b", body))
         counts["ex2"] = len(re.findall(r"\bex2\.approx(?:\.ftz)?\.f32\b", body))
