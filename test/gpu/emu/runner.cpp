@@ -11,6 +11,7 @@
 #include "postprocess.cu"
 #include "preprocess.cu"
 #include "overlay.cu"
+#include "lift.cu"
 
 static unsigned cdiv(int a, int b) { return (unsigned)((a + b - 1) / b); }
 
@@ -108,6 +109,13 @@ extern "C" int emu_launch_packed(const char* name, unsigned gx, unsigned gy, uns
     else if (kernel == "pre_letterbox") emu_call_packed(pre_letterbox, grid, block, buf, size);
     else if (kernel == "ov_instance") emu_call_packed(ov_instance, grid, block, buf, size);
     else if (kernel == "ov_panoptic") emu_call_packed(ov_panoptic, grid, block, buf, size);
+    else if (kernel == "lift_clear") emu_call_packed(lift_clear, grid, block, buf, size);
+    else if (kernel == "lift_bounds") emu_call_packed(lift_bounds, grid, block, buf, size);
+    else if (kernel == "lift_plan") emu_call_packed(lift_plan, grid, block, buf, size);
+    else if (kernel == "lift_classify") emu_call_packed(lift_classify, grid, block, buf, size);
+    else if (kernel == "lift_select") emu_call_packed(lift_select, grid, block, buf, size);
+    else if (kernel == "lift_histogram") emu_call_packed(lift_histogram, grid, block, buf, size);
+    else if (kernel == "lift_accumulate") emu_call_packed(lift_accumulate, grid, block, buf, size);
     else return 1;
   } catch (const std::runtime_error&) {
     return 2;

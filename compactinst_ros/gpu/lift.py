@@ -1,0 +1,237 @@
+"""3-D lifting launcher: spatial.lift_depth on the device (kernels/lift.cu; numpy twin:
+``lift_twin.lift_tables``), for an instance raster and a registered depth image that are already
+in device memory.
+
+Everything is enqueued on the caller's stream; ``collect`` reads the tables after the caller's
+wait. The host's part: the depth-pixel -> colour-pixel index tables (labels_on_grid's float64
+nearest pixel, per camera pair), the id -> slot table, and turning the tables into
+``Instances3D`` (the division of the sums and the choice between the eroded and the whole mask).
+Not wired into the TensorRT backend or the node yet; ``check_against_twin`` is the GPU check's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..spatial.lift import Instances3D, Intrinsics, LiftOptions
+from .constants import LIFT_BINS, LIFT_SELECT_THREADS, LIFT_TABLES_DTYPE, MAX_QUERIES
+from .launch import load_kernels, pixel_grid
+
+KERNELS = (
+    "lift_clear", "lift_bounds", "lift_plan", "lift_classify", "lift_select", "lift_histogram",
+    "lift_accumulate",
+)  # fmt: skip
+
+
+def source_indices(colour: Intrinsics, grid: Intrinsics) -> tuple[np.ndarray, np.ndarray]:
+    """(row, column) of the colour pixel nearest to each row and column of a registered image
+    with intrinsics ``grid``, -1 outside the colour image: spatial.labels_on_grid's sampling as
+    int32 tables."""
+    if grid == colour:
+        return np.arange(grid.height, dtype=np.int32), np.arange(grid.width, dtype=np.int32)
+    u = np.rint(colour.fx * (np.arange(grid.width) - grid.cx) / grid.fx + colour.cx)
+    v = np.rint(colour.fy * (np.arange(grid.height) - grid.cy) / grid.fy + colour.cy)
+    u = np.where((u >= 0) & (u < colour.width), u, -1).astype(np.int32)
+    v = np.where((v >= 0) & (v < colour.height), v, -1).astype(np.int32)
+    return v, u
+
+
+def slot_table(ids: np.ndarray) -> np.ndarray:
+    """int32 id -> slot (the row of ``ids``; -1: none) for ids 0..max(ids), as spatial.lift's
+    ``_rows_of`` (a repeated id takes its last row, id 0 none)."""
+    ids = np.asarray(ids, np.int64)
+    lut = np.full(int(ids.max(initial=0)) + 1, -1, np.int32)
+    lut[ids] = np.arange(len(ids), dtype=np.int32)
+    lut[0] = -1
+    return lut
+
+
+def check_capacity(ids: np.ndarray) -> None:
+    """InputError when a frame has more instances than the kernels' tables hold."""
+    if len(ids) > MAX_QUERIES:
+        raise InputError(
+            f"the GPU lifting takes up to {MAX_QUERIES} instances per frame, this frame has "
+            f"{len(ids)}; lift on the CPU (spatial.lift_depth)"
+        )
+
+
+def ordered_to_float(values: np.ndarray) -> np.ndarray:
+    """Inverse of common.cuh's ``float_to_ordered`` (int32 -> float32)."""
+    values = np.asarray(values, np.int32)
+    return np.where(values >= 0, values, values ^ np.int32(0x7FFFFFFF)).view(np.float32)
+
+
+def instances_from_tables(tables: np.void, ids: np.ndarray, options: LiftOptions) -> Instances3D:
+    """Instances3D of one frame's ``LiftTables`` record: per slot the eroded mask's result where
+    it has ``min_points`` inliers, else the whole mask's (lift_depth's retry; with erode_px 0 the
+    two are the same), the centroid as lift_points divides the float64 sums."""
+    ids = np.asarray(ids, np.uint16)
+    n = len(ids)
+    slots = tables["slot"][:, :n]
+    whole = slots[0]["support"] < options.min_points
+    chosen = np.where(whole, slots[1], slots[0])
+    support = chosen["support"].astype(np.int32)
+    valid = support >= options.min_points
+    centroid = np.full((n, 3), np.nan, np.float32)
+    extent = np.full((n, 3), np.nan, np.float32)
+    centroid[valid] = (chosen["sum"] / np.maximum(support, 1)[:, None])[valid]
+    extent[valid] = (ordered_to_float(chosen["hi"]) - ordered_to_float(chosen["lo"]))[valid]
+    return Instances3D(
+        ids=ids,
+        centroid=centroid,
+        extent=extent,
+        depth=np.where(valid, chosen["depth"], np.nan).astype(np.float32),
+        distance=np.linalg.norm(centroid, axis=1).astype(np.float32),
+        support=np.where(valid, support, 0).astype(np.int32),
+        valid=valid,
+    )
+
+
+class GpuLift:
+    """Lift kernels for device-resident instance rasters and depth images, one frame at a time.
+
+    Buffers (the tables and their pinned mirror, per-pixel codes, histograms, index tables) are
+    allocated once and grown or rebuilt when the frame needs it."""
+
+    def __init__(self) -> None:
+        import pycuda.driver as cuda
+
+        self.cuda = cuda
+        (
+            self.k_clear, self.k_bounds, self.k_plan, self.k_classify, self.k_select,
+            self.k_histogram, self.k_accumulate,
+        ) = load_kernels("lift", *KERNELS)  # fmt: skip
+        self.tables = cuda.mem_alloc(LIFT_TABLES_DTYPE.itemsize)
+        self.host = cuda.pagelocked_empty(LIFT_TABLES_DTYPE.itemsize, np.uint8)
+        self._cameras: tuple[Intrinsics, Intrinsics] | None = None
+        self._sources: list[Any] = []
+        self._code: Any = None
+        self._code_pixels = 0
+        self._hist: Any = None
+        self._hist_slots = 0
+        self._lut: Any = None
+        self._ids = np.zeros(0, np.uint16)
+        self._options = LiftOptions()
+
+    def _prepare(self, colour: Intrinsics, depth: Intrinsics, ids: np.ndarray) -> None:
+        """Index tables for this camera pair, codes and histograms big enough, the slot table."""
+        cuda = self.cuda
+        if self._cameras != (colour, depth):
+            self._sources = [cuda.to_device(a) for a in source_indices(colour, depth)]
+            self._cameras = (colour, depth)
+        if depth.width * depth.height > self._code_pixels:
+            self._code_pixels = depth.width * depth.height
+            self._code = cuda.mem_alloc(4 * self._code_pixels)
+        if len(ids) > self._hist_slots:
+            self._hist_slots = len(ids)
+            self._hist = cuda.mem_alloc(4 * 2 * self._hist_slots * LIFT_BINS)
+        self._lut = cuda.to_device(slot_table(ids))  # synchronous: kept until the next frame
+
+    def enqueue(
+        self,
+        stream: Any,
+        *,
+        raster_ptr: int,
+        ids: np.ndarray,
+        depth_ptr: int,
+        colour: Intrinsics,
+        depth: Intrinsics | None = None,
+        options: LiftOptions | None = None,
+    ) -> None:
+        """Lift ``ids`` of the uint16 instance raster at ``raster_ptr`` (colour resolution) with
+        the float32 depth image at ``depth_ptr`` (metres, ``depth``'s size, contiguous rows; None:
+        the colour camera's) and
+        one device-to-host copy of the tables; ``collect`` after the stream's wait. Keyword
+        arguments: two of them are device pointers, easy to swap."""
+        options = options or LiftOptions()
+        ids = np.asarray(ids, np.uint16)
+        check_capacity(ids)
+        depth = depth or colour
+        self._ids, self._options = ids, options
+        n = len(ids)
+        if n == 0:
+            return
+        self._prepare(colour, depth, ids)
+        h, w = depth.height, depth.width
+        rows, cols = (int(a) for a in self._sources)
+        tables, code, hist = int(self.tables), int(self._code), int(self._hist)
+        n_hist = 2 * n * LIFT_BINS
+        clear = max(n_hist, 2 * MAX_QUERIES)
+        self.k_clear.prepared_async_call(
+            (-(-clear // 256), 1), (256, 1, 1), stream, n_hist, tables, hist
+        )
+        grid, block = pixel_grid(w, h)
+        self.k_bounds.prepared_async_call(
+            grid, block, stream, raster_ptr, colour.width, rows, cols, h, w, tables
+        )
+        self.k_plan.prepared_async_call(
+            (1, 1), (1, 1, 1), stream, options.erode_px, options.max_points, tables
+        )
+        self.k_classify.prepared_async_call(
+            grid, block, stream, raster_ptr, colour.width, rows, cols, depth_ptr, h, w,
+            int(self._lut), len(slot_table(ids)), np.float32(options.min_range_m),
+            np.float32(options.max_range_m), n, tables, code, hist,
+        )  # fmt: skip
+        fraction = options.percentile / 100.0
+        for level in range(3):
+            if level:
+                self.k_histogram.prepared_async_call(
+                    grid, block, stream, level, code, depth_ptr, h, w, n, tables, hist
+                )
+            self.k_select.prepared_async_call(
+                (n, 2), (LIFT_SELECT_THREADS, 1, 1), stream, level, n, fraction, tables, hist
+            )
+        self.k_accumulate.prepared_async_call(
+            grid, block, stream, code, depth_ptr, h, w, float(depth.cx), float(depth.cy),
+            np.float32(depth.fx), np.float32(depth.fy), np.float32(options.band_m),
+            np.float32(options.band_rel), tables,
+        )  # fmt: skip
+        self.cuda.memcpy_dtoh_async(self.host, self.tables, stream)
+
+    def collect(self) -> Instances3D:
+        """The last enqueued frame's table (call after the stream's wait)."""
+        if len(self._ids) == 0:
+            return Instances3D.unsupported(self._ids)
+        return instances_from_tables(self.raw_tables(), self._ids, self._options)
+
+    def raw_tables(self) -> np.void:
+        """A copy of the last frame's ``LiftTables`` record (call after the stream's wait)."""
+        return self.host.view(LIFT_TABLES_DTYPE)[0].copy()
+
+
+def check_against_twin(stream: Any) -> tuple[bool, str, dict[str, float]]:
+    """The GPU check's row "lift kernels vs twin": every scene of ``lift_twin.SCENES`` lifted by
+    the kernels, compared with the twin's tables (integers and depths exact, sums to 1e-12
+    relative) and with spatial.lift_depth (centroid and distance to 1e-6 relative or 1e-6 m,
+    everything else exact). Returns (ok, detail, measured values). Imports the twin, so it is
+    for checks, never for the runtime."""
+    import pycuda.driver as cuda
+
+    from . import lift_twin
+
+    lifter = GpuLift()
+    worst = {"sum_rel": 0.0, "centroid_m": 0.0}
+    exact = True
+    for name, scene in lift_twin.SCENES.items():
+        d_raster = cuda.to_device(np.ascontiguousarray(scene.raster))
+        d_depth = cuda.to_device(np.ascontiguousarray(scene.depth_m, np.float32))
+        lifter.enqueue(
+            stream, raster_ptr=int(d_raster), ids=scene.ids, depth_ptr=int(d_depth),
+            colour=scene.colour, depth=scene.depth, options=scene.options,
+        )  # fmt: skip
+        stream.synchronize()
+        diff = lift_twin.compare(lifter.raw_tables(), lifter.collect(), scene)
+        exact &= diff.exact
+        worst["sum_rel"] = max(worst["sum_rel"], diff.sum_rel)
+        worst["centroid_m"] = max(worst["centroid_m"], diff.centroid_m)
+        if not diff.exact:
+            print(f"    lift scene {name}: {diff.mismatch}", flush=True)
+    ok = exact and worst["sum_rel"] <= 1e-12 and worst["centroid_m"] <= 1e-6
+    detail = (
+        f"{len(lift_twin.SCENES)} scenes, exact fields {'equal' if exact else 'DIFFER'}, "
+        f"sums {worst['sum_rel']:.1e} rel, centroid {worst['centroid_m']:.1e} m"
+    )
+    return ok, detail, worst

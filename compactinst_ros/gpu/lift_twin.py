@@ -1,0 +1,311 @@
+"""Numpy twin of the lift kernels (gpu/kernels/lift.cu), step for step: the oracle of the tests
+and of the GPU check (``gpu.lift.check_against_twin``), never imported by the runtime.
+
+``lift_tables`` computes the kernels' ``LiftTables`` record with the same stages, the same
+integer arithmetic and the same float32/float64 roundings:
+
+1. ``lift_bounds``: the raster sampled at every depth pixel through the host's index tables
+   (``gpu.lift.source_indices``); labelled pixels, first row and column.
+2. ``lift_plan``: stride, erosion radius, lattice origin (integers only).
+3. ``lift_classify``: per lattice pixel its slot, the erosion test over the lattice neighbours
+   inside the image, the depth test; the first radix level of each (variant, slot).
+4. ``lift_select`` / ``lift_histogram``: three radix levels (float bits 30..20, 19..10, 9..0)
+   down to the exact nearest-rank percentile.
+5. ``lift_accumulate``: inliers' support, float64 sums, min and max (as ordered ints).
+
+The atomics' order is the one thing left out: the twin adds in pixel order, the kernels in any.
+``SCENES`` are the synthetic frames the tests and the GPU check share; ``compare`` judges a
+kernel result against the twin and spatial.lift_depth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..spatial.lift import Instances3D, Intrinsics, LiftOptions, lift_depth
+from .constants import LIFT_BINS, LIFT_TABLES_DTYPE
+from .lift import slot_table, source_indices
+
+INT_MAX = np.int32(0x7FFFFFFF)
+#: (shift of the bits that must equal the prefix chosen so far, shift of the level's bits, bins)
+LEVELS = ((31, 20, LIFT_BINS), (20, 10, LIFT_BINS // 2), (10, 0, LIFT_BINS // 2))
+#: compare()'s tolerances: float64 sums in another order (kernels vs twin), and the centroid's
+#: float32 rounding of sum / support (1 ulp; kernels or twin vs spatial.lift_depth).
+SUM_RTOL = 1e-12
+CENTROID_RTOL = CENTROID_ATOL_M = 1e-6
+
+
+def float_to_ordered(values: np.ndarray) -> np.ndarray:
+    """common.cuh's ``float_to_ordered``: int32 that order as the float32 values do."""
+    bits = np.asarray(values, np.float32).view(np.int32)
+    return np.where(bits >= 0, bits, bits ^ INT_MAX).astype(np.int32)
+
+
+def lift_tables(
+    raster: np.ndarray,
+    ids: np.ndarray,
+    depth_m: np.ndarray,
+    colour: Intrinsics,
+    depth: Intrinsics | None = None,
+    options: LiftOptions | None = None,
+) -> np.void:
+    """The ``LiftTables`` record the kernels write for this frame (module docstring)."""
+    options = options or LiftOptions()
+    depth = depth or colour
+    ids = np.asarray(ids, np.uint16)
+    n = len(ids)
+    tables = np.zeros(1, LIFT_TABLES_DTYPE)
+    t = tables[0]
+    frame, slots = t["frame"], t["slot"]
+    slots["lo"], slots["hi"], slots["depth"] = INT_MAX, -INT_MAX - 1, np.nan  # lift_clear
+    frame["min_row"] = frame["min_col"] = INT_MAX
+
+    # 1. lift_bounds
+    rows, cols = source_indices(colour, depth)
+    inside = (rows[:, None] >= 0) & (cols[None, :] >= 0)
+    grid = np.where(inside, raster[np.maximum(rows, 0)][:, np.maximum(cols, 0)], 0)
+    ys, xs = np.nonzero(grid)
+    frame["labelled"] = len(ys)
+    if len(ys):
+        frame["min_row"], frame["min_col"] = ys.min(), xs.min()
+
+    # 2. lift_plan
+    step = 1
+    while step * step * options.max_points < int(frame["labelled"]):
+        step += 1
+    radius = (options.erode_px + step - 1) // step
+    row0, col0 = max(int(frame["min_row"]) - step, 0), max(int(frame["min_col"]) - step, 0)
+    frame["step"], frame["radius"], frame["row0"], frame["col0"] = step, radius, row0, col0
+
+    # 3. lift_classify: the points (lattice pixels of a slot with valid depth), in pixel order
+    h, w = grid.shape
+    lattice = np.zeros((h, w), bool)
+    lattice[row0::step, col0::step] = True
+    lut = slot_table(ids)
+    labels = np.where(grid < len(lut), grid, 0)
+    slot_map = np.where(labels > 0, lut[labels], -1)
+    z_all = np.asarray(depth_m, np.float32)
+    with np.errstate(invalid="ignore"):
+        valid = (z_all >= np.float32(options.min_range_m)) & (
+            z_all <= np.float32(options.max_range_m)
+        )
+    py, px = np.nonzero(lattice & (slot_map >= 0) & valid)
+    slot, label, z = slot_map[py, px], grid[py, px], z_all[py, px]
+    interior = np.ones(len(py), bool)
+    for dy in range(-radius, radius + 1):
+        for dx in range(-radius, radius + 1):
+            yy, xx = py + dy * step, px + dx * step
+            seen = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+            other = grid[np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)] != label
+            interior &= ~(seen & other)
+    key = z.view(np.int32) & INT_MAX
+    members = [interior, np.ones(len(py), bool)]  # variant 0: eroded mask, 1: whole mask
+
+    # 4. three radix levels per (variant, slot); lift_select takes the nearest rank first
+    fraction = options.percentile / 100.0
+    for level, (prefix_shift, shift, bins) in enumerate(LEVELS):
+        for variant in range(2):
+            for s in range(n):
+                record = slots[variant, s]
+                chosen = members[variant] & (slot == s)
+                if level:
+                    chosen &= (key >> prefix_shift) == record["prefix"]
+                hist = np.bincount((key[chosen] >> shift) & (bins - 1), minlength=bins)
+                if level == 0:
+                    record["count"] = hist.sum()
+                    record["rank"] = np.rint(fraction * max(int(hist.sum()) - 1, 0))
+                if record["count"] == 0:
+                    continue
+                before = np.cumsum(hist) - hist
+                b = int(np.flatnonzero(before + hist > record["rank"])[0])
+                record["rank"] -= before[b]
+                record["prefix"] = b if level == 0 else (int(record["prefix"]) << 10) | b
+                if level == 2:
+                    record["depth"] = np.int32(record["prefix"]).view(np.float32)
+
+    # 5. lift_accumulate: x and y as _depth_points rounds them
+    point = np.stack(
+        [
+            ((px - col0).astype(np.float64) + (col0 - depth.cx))
+            * (z / np.float32(depth.fx)).astype(np.float64),
+            ((py - row0).astype(np.float64) + (row0 - depth.cy))
+            * (z / np.float32(depth.fy)).astype(np.float64),
+            z,
+        ],
+        1,
+    ).astype(np.float32)
+    for variant in range(2):
+        robust = slots["depth"][variant][np.maximum(slot, 0)]
+        half = np.maximum(np.float32(options.band_m), np.float32(options.band_rel) * robust)
+        inlier = members[variant] & (np.abs(z - robust) <= half)
+        for s in range(n):
+            mine = point[inlier & (slot == s)]
+            record = slots[variant, s]
+            record["support"] = len(mine)
+            record["sum"] = mine.astype(np.float64).sum(0)
+            if len(mine):
+                record["lo"] = float_to_ordered(mine.min(0))
+                record["hi"] = float_to_ordered(mine.max(0))
+    return t
+
+
+@dataclass(frozen=True)
+class Scene:
+    """One synthetic frame: lift_depth's arguments."""
+
+    raster: np.ndarray  # (H, W) uint16 at the colour camera's resolution
+    ids: np.ndarray  # uint16 ids to lift
+    depth_m: np.ndarray  # float32 metres at the depth camera's resolution
+    colour: Intrinsics
+    depth: Intrinsics | None
+    options: LiftOptions
+
+    def cpu(self) -> Instances3D:
+        """spatial.lift_depth's table of this scene."""
+        return lift_depth(
+            self.raster, self.ids, self.depth_m, self.colour, self.depth, self.options
+        )
+
+    def twin(self) -> np.void:
+        """The twin's tables of this scene."""
+        return lift_tables(
+            self.raster, self.ids, self.depth_m, self.colour, self.depth, self.options
+        )
+
+
+def _planes() -> Scene:
+    """Two planes (one slanted across 1.0 m, one at 1.5 m with NaN, 0 and background seen
+    through the mask), a 3x3 instance the erosion removes (lifted from its whole mask), a 2x2 one
+    too small even then, a labelled neighbour that is not lifted, an id absent from the raster."""
+    rng = np.random.default_rng(0)
+    h, w = 40, 56
+    colour = Intrinsics(50.0, 50.0, 27.5, 19.5, w, h)
+    raster = np.zeros((h, w), np.uint16)
+    depth = np.full((h, w), 6.0, np.float32)
+    raster[5:20, 5:22] = 1
+    depth[5:20, 5:22] = 1.5 + rng.normal(0, 0.01, (15, 17))
+    depth[8, 8:12] = np.nan
+    depth[12, 10:13] = 0.0
+    depth[15:17, 15:17] = 6.0  # background through a gap of the mask
+    raster[22:36, 28:50] = 2
+    depth[22:36, 28:50] = np.linspace(0.9, 1.2, 22, dtype=np.float32)[None, :]
+    raster[22:36, 50:54] = 7  # labelled but not lifted: still erodes instance 2
+    raster[2:5, 40:43] = 3
+    depth[2:5, 40:43] = 2.25
+    raster[30:32, 5:7] = 4
+    depth[30:32, 5:7] = 2.0
+    options = LiftOptions(min_points=5, percentile=40.0)
+    ids = np.array([1, 2, 3, 4, 9], np.uint16)
+    return Scene(raster, ids, depth, colour, None, options)
+
+
+def _half_resolution_depth() -> Scene:
+    """Depth at half the colour resolution (its K scaled), the highest percentile."""
+    rng = np.random.default_rng(1)
+    h, w = 48, 64
+    colour = Intrinsics(60.0, 58.0, 31.5, 23.5, w, h)
+    grid = colour.scaled_to(32, 24)
+    raster = np.zeros((h, w), np.uint16)
+    raster[6:30, 8:34] = 2
+    raster[26:46, 36:60] = 1
+    depth = (2.5 + rng.normal(0, 0.2, (24, 32))).astype(np.float32)
+    options = LiftOptions(min_points=5, percentile=100.0, band_rel=0.05)
+    return Scene(raster, np.array([1, 2], np.uint16), depth, colour, grid, options)
+
+
+def _offset_depth() -> Scene:
+    """A larger depth image with its own K: parts of it fall outside the colour image; the
+    lowest percentile."""
+    rng = np.random.default_rng(2)
+    h, w = 30, 40
+    colour = Intrinsics(40.0, 40.0, 19.5, 14.5, w, h)
+    grid = Intrinsics(75.0, 70.0, 35.0, 24.0, 60, 45)
+    raster = np.zeros((h, w), np.uint16)
+    raster[0:18, 0:16] = 1  # reaches the image's corner
+    raster[10:28, 22:40] = 2
+    depth = rng.uniform(0.5, 9.0, (45, 60)).astype(np.float32)
+    options = LiftOptions(min_points=5, percentile=0.0, erode_px=1, band_m=1.0)
+    return Scene(raster, np.array([2, 1], np.uint16), depth, colour, grid, options)
+
+
+def _strided() -> Scene:
+    """More labelled pixels than max_points: every second row and column (stride 2), erosion
+    radius ceil(3 / 2) = 2 lattice pixels; inliers exactly at the band's edges."""
+    rng = np.random.default_rng(3)
+    h, w = 44, 60
+    colour = Intrinsics(55.0, 55.0, 29.5, 21.5, w, h)
+    raster = np.zeros((h, w), np.uint16)
+    raster[3:40, 4:34] = 1
+    raster[10:42, 34:57] = 2
+    raster[20:24, 20:26] = 3
+    depth = (4.0 + rng.normal(0, 0.3, (h, w))).astype(np.float32)
+    depth[raster == 2] = 7.5
+    depth[20:22, 34:57] = 6.75  # exactly on the inlier band's edges (0.75 = 0.1 * 7.5 in float32)
+    depth[30:32, 34:57] = 8.25
+    options = LiftOptions(min_points=5, erode_px=3, max_points=1000)
+    return Scene(raster, np.array([1, 2, 3], np.uint16), depth, colour, None, options)
+
+
+def _no_instances() -> Scene:
+    """An empty raster: every id without 3-D."""
+    colour = Intrinsics(30.0, 30.0, 15.5, 11.5, 32, 24)
+    depth = np.full((24, 32), 2.0, np.float32)
+    raster = np.zeros((24, 32), np.uint16)
+    return Scene(raster, np.array([1, 2], np.uint16), depth, colour, None, LiftOptions())
+
+
+SCENES: dict[str, Scene] = {
+    "planes": _planes(),
+    "half_resolution_depth": _half_resolution_depth(),
+    "offset_depth": _offset_depth(),
+    "strided": _strided(),
+    "no_instances": _no_instances(),
+}
+
+
+@dataclass(frozen=True)
+class Difference:
+    """How a kernel result differs from the twin and from spatial.lift_depth."""
+
+    exact: bool  # every exact field equal (tables vs twin, table vs lift_depth)
+    mismatch: str  # which fields differ, empty when none
+    sum_rel: float  # largest relative difference of a sum, kernels vs twin
+    centroid_m: float  # largest centroid or distance difference vs lift_depth, metres
+    centroid_ok: bool  # within CENTROID_RTOL and CENTROID_ATOL_M
+
+
+EXACT_SLOT_FIELDS = ("count", "rank", "prefix", "support", "depth", "lo", "hi")
+EXACT_INSTANCE_FIELDS = ("ids", "valid", "support", "depth", "extent")
+
+
+def compare(tables: np.void, lifted: Instances3D, scene: Scene) -> Difference:
+    """The kernels' ``tables`` and their ``lifted`` table against the twin and lift_depth."""
+    n = len(scene.ids)
+    twin = scene.twin()
+    cpu = scene.cpu()
+    frame, twin_frame = tables["frame"], twin["frame"]
+    bad = [f"frame.{f}" for f in frame.dtype.names if frame[f] != twin_frame[f]]
+    for f in EXACT_SLOT_FIELDS:
+        if not np.array_equal(tables["slot"][f][:, :n], twin["slot"][f][:, :n], equal_nan=True):
+            bad.append(f"slot.{f}")
+    for f in EXACT_INSTANCE_FIELDS:
+        if not np.array_equal(getattr(lifted, f), getattr(cpu, f), equal_nan=f != "ids"):
+            bad.append(f"instances.{f}")
+    a, b = tables["slot"]["sum"][:, :n], twin["slot"]["sum"][:, :n]
+    sum_rel = float((np.abs(a - b) / np.maximum(np.abs(b), 1e-300)).max(initial=0.0))
+    got = np.column_stack([lifted.centroid, lifted.distance])
+    want = np.column_stack([cpu.centroid, cpu.distance])
+    same_nan = np.array_equal(np.isnan(got), np.isnan(want))
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(got - want)
+        centroid_m = float(np.nan_to_num(diff, nan=0.0).max(initial=0.0))
+        close = np.isnan(want) | (diff <= CENTROID_ATOL_M + CENTROID_RTOL * np.abs(want))
+    return Difference(
+        exact=not bad,
+        mismatch=", ".join(bad),
+        sum_rel=sum_rel,
+        centroid_m=centroid_m,
+        centroid_ok=same_nan and bool(close.all()),
+    )
