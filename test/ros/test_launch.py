@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -179,6 +179,14 @@ def subscribed_topics(client: Client, node: str) -> list[str]:
     return [topic for topic, _ in found]
 
 
+def until_answered(answered: Callable[[], Any], resend_s: float) -> None:
+    """Wait up to ``resend_s`` (the interval of a resend) for ``answered()``, looking often so an
+    answer ends the wait at once."""
+    end = time.monotonic() + resend_s
+    while time.monotonic() < end and not answered():
+        time.sleep(0.02)
+
+
 def mask_for_frame(
     client: Client, image_topic: str, mask_topic: str, height: int, width: int, sec: int
 ) -> Image:
@@ -193,11 +201,15 @@ def mask_for_frame(
     client.wait_for(lambda: client.matched(mask_topic), 60, f"the publisher of {mask_topic}")
     msg = image_msg(scene(height, width, sec), "bgr8")
     msg.header.stamp.sec = sec
+
+    def answered() -> Image | None:
+        return client.stamped(mask_topic, sec)
+
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and client.stamped(mask_topic, sec) is None:
+    while time.monotonic() < deadline and not answered():
         publisher.publish(msg)
-        time.sleep(0.5)
-    mask = client.stamped(mask_topic, sec)
+        until_answered(answered, 0.5)
+    mask = answered()
     assert mask is not None, f"no {mask_topic} for the frame on {image_topic}"
     return mask
 
@@ -216,7 +228,7 @@ def relayed_camera_info(
     while time.monotonic() < deadline and client.stamped(f"{node}/camera_info", sec) is None:
         infos.publish(info)
         images.publish(frame)
-        time.sleep(0.5)
+        until_answered(lambda: client.stamped(f"{node}/camera_info", sec), 0.5)
     relayed = client.stamped(f"{node}/camera_info", sec)
     assert relayed is not None, f"no {node}/camera_info for the frame stamped {sec}"
     return relayed
@@ -253,7 +265,6 @@ def running(launch_install, tmp_path) -> Iterator[Any]:
         assert "escalating to" not in log, f"a node ignored SIGINT:\n{log}"
 
 
-
 def write_two_cameras(tmp_path: Path, cam_b: dict) -> tuple[Path, Path]:
     """The parameters file (ONNX Runtime, instance masks only) and a cameras file of cam_a on
     /drivers/a/image and cam_b with ``cam_b``'s entries, for the multi-camera launches."""
@@ -282,6 +293,7 @@ def assert_each_camera_answers_its_frame(client: Client, mask_topic: str, first_
     for camera, (_, _, _, sec) in frames.items():
         stamps = {m.header.stamp.sec for m in client.received(mask_topic.format(camera))}
         assert stamps == {sec}, f"{camera} answered frames of another camera: {stamps}"
+
 
 def test_single_launch_yaml_wins_unless_given_namespace_name_and_site_profile(
     launch_install, running, random_bundle, tmp_path
