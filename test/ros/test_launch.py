@@ -94,7 +94,7 @@ def profiles(env: dict[str, str]) -> set[str]:
 
 
 def load_launch_module(prefix: Path, name: str) -> ModuleType:
-    """The installed launch file ``name`` as a module (to call its helpers in this process)."""
+    """The installed launch file ``name`` as a module (to call its functions in this process)."""
     path = prefix / "share" / "compactinst_ros" / "launch" / name
     spec = importlib.util.spec_from_file_location(name.replace(".", "_"), path)
     assert spec is not None and spec.loader is not None
