@@ -179,7 +179,9 @@ def test_one_camera_asked_batched_runs_as_its_single_camera_node(
     replay runs the per-camera node, whose outputs are under the camera's name."""
     (camera,) = open_cameras(camera_set / "bag", "/left/image_raw")
     try:
-        block, _ = lockstep_through_nodes([camera], random_bundle, tmp_path, True)
+        block, _ = lockstep_through_nodes(
+            [camera], random_bundle, tmp_path, True, diagnostics_period=0.2
+        )
     finally:
         camera.bag.close()
     assert block["nodes"] == 1 and block["node_exit_codes"] == [0], block["node_logs"]
