@@ -29,16 +29,27 @@ TEXT_COLOUR = (255, 255, 255)
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
 
 
-def _caption_items(result: FrameResult, labels: LabelSet) -> list:
-    """(x, y, caption, rgb colour) per instance, or none when the overlay shows no instances."""
+def _caption_items(
+    result: FrameResult, labels: LabelSet, distances: np.ndarray | None = None
+) -> list:
+    """(x, y, caption, rgb colour) per instance, or none when the overlay shows no instances.
+    A finite ``distances[i]`` (metres, row i of the table) is added to instance i's caption."""
     inst = result.instances
     if result.instance_raster is None or not len(inst):
         return []
     names = dict(zip(labels.ids, labels.names, strict=True))
     colours = palette_colours(inst.ids)
+    metres = np.full(len(inst), np.nan) if distances is None else np.asarray(distances, float)
     return [
-        (float(b[0]), float(b[1]), f"{names.get(int(lab), lab)} {s:.2f}", c)
-        for lab, s, b, c in zip(inst.label_id, inst.score, inst.box, colours, strict=True)
+        (
+            float(b[0]),
+            float(b[1]),
+            f"{names.get(int(lab), lab)} {s:.2f}" + (f" {d:.1f} m" if np.isfinite(d) else ""),
+            c,
+        )
+        for lab, s, b, c, d in zip(
+            inst.label_id, inst.score, inst.box, colours, metres, strict=True
+        )
     ]
 
 
@@ -129,10 +140,16 @@ def place_captions(
 
 
 def draw_captions(
-    canvas: np.ndarray, result: FrameResult, labels: LabelSet, bgr: bool = True
+    canvas: np.ndarray,
+    result: FrameResult,
+    labels: LabelSet,
+    bgr: bool = True,
+    distances: np.ndarray | None = None,
 ) -> np.ndarray:
     """Draw the instances' class/score captions onto ``canvas`` in place and return it: each
     inside the image (a caption wider than the image is drawn smaller) and none on another.
+    ``distances`` (metres per table row, NaN for none) adds "<d> m" to the captions: the node
+    lifts a frame in 3-D after inference, then captions its overlay.
 
     Shared by ``draw_overlay`` and ``overlay_bgr`` (a device-rendered blend has no text).
     """
@@ -140,7 +157,7 @@ def draw_captions(
     height, width = canvas.shape[:2]
     base_scale = max(0.4, min(height, width) / 800.0)
     thickness = max(1, round(base_scale * 1.5))
-    items, fonts, sizes = _caption_items(result, labels), [], []
+    items, fonts, sizes = _caption_items(result, labels, distances), [], []
     for _, _, caption, _ in items:
         scale = base_scale
         (tw, th), base = cv2.getTextSize(caption, _FONT, scale, thickness)
@@ -211,8 +228,10 @@ def overlay_bgr(
     labels: LabelSet,
     alpha: float,
     colours: np.ndarray | None = None,
+    captions: bool = True,
 ) -> np.ndarray:
-    """The instance overlay of ``FrameResult.overlay``: bgr8 blend, outlines and captions.
+    """The instance overlay of ``FrameResult.overlay``: bgr8 blend, outlines and, unless
+    ``captions`` is False (the caller draws them later with ``draw_captions``), captions.
 
     Takes the backend's device-rendered blend when there is one, else blends the instance raster
     over the camera frame (any supported encoding) on the CPU, the same picture. Instances only,
@@ -230,7 +249,7 @@ def overlay_bgr(
         if colours is not None:
             lut = colours
         canvas = _blend(bgr, index, lut[:, ::-1], alpha)
-    return draw_captions(canvas, result, labels, bgr=True)
+    return draw_captions(canvas, result, labels, bgr=True) if captions else canvas
 
 
 def _lookup_bgr(index: np.ndarray, rgb_table: np.ndarray) -> np.ndarray:

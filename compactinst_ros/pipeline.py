@@ -184,8 +184,9 @@ class Pipeline:
             colours = id_colours(frame_ids, track_ids)
             result.overlay = self.backend.render_overlay(colours, alpha, index)
             result.overlay = overlay_bgr(
-                item.image, item.encoding, result, self.bundle.labels, alpha, colours
-            )
+                item.image, item.encoding, result, self.bundle.labels, alpha, colours,
+                captions=outputs.captions,
+            )  # fmt: skip
         if not outputs.instance:
             result.instance_raster = None
         elif tracker.enabled:

@@ -102,13 +102,15 @@ class OutputSet:
     """Which outputs to compute; a node asks only for outputs that have subscribers.
 
     ``overlay`` makes the Pipeline fill ``FrameResult.overlay`` on every backend; it computes the
-    instance raster the overlay needs even when ``instance`` is False.
+    instance raster the overlay needs even when ``instance`` is False. ``captions`` False leaves
+    the overlay's captions to the caller (the node adds distances once a frame is in 3-D).
     """
 
     instance: bool = True
     panoptic: bool = True
     semantic: bool = True
     overlay: bool = False
+    captions: bool = True
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,24 @@ def test_captions_are_one_function_for_both_paths() -> None:
     assert np.abs(captioned.astype(int) - with_text.astype(int)).max() <= 1
 
 
+def test_distances_join_the_captions_and_the_pipeline_can_leave_them_to_the_node() -> None:
+    """captions=False gives the uncaptioned blend; draw_captions then adds "<d> m" to each
+    instance with a finite distance (the node's 3-D lifting), nothing to one without."""
+    from compactinst_ros.overlay import _caption_items
+
+    image = np.full((H, W, 3), 60, np.uint8)
+    result = _instances_result()
+    bare = overlay_bgr(image, "bgr8", result, SYNTHETIC_LABELS, ALPHA, captions=False)
+    assert np.array_equal(bare, _gpu_path(image, "bgr8", result))
+    distances = np.array([4.26, np.nan, 12.0])
+    texts = [c for _, _, c, _ in _caption_items(result, SYNTHETIC_LABELS, distances)]
+    plain = [c for _, _, c, _ in _caption_items(result, SYNTHETIC_LABELS)]
+    assert texts == [plain[0] + " 4.3 m", plain[1], plain[2] + " 12.0 m"]
+    with_metres = draw_captions(bare.copy(), result, SYNTHETIC_LABELS, distances=distances)
+    without = draw_captions(bare.copy(), result, SYNTHETIC_LABELS)
+    assert not np.array_equal(with_metres, without)
+
+
 def test_without_instances_the_overlay_is_the_plain_frame_on_both_paths() -> None:
     """Without instances the overlay is the camera frame on the GPU and on the CPU, whatever else
     was computed; only draw_overlay (replay's images) falls back to the panoptic raster."""

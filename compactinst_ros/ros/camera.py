@@ -34,6 +34,7 @@ from .. import video
 from ..errors import ConfigError, InputError
 from ..image_formats import mono_note
 from ..labels import LabelSet
+from ..overlay import draw_captions
 from ..pipeline import PendingBatch, Pipeline
 from ..structures import INFERENCE, BatchItem, FrameResult
 from ..tracking import InstanceTracker
@@ -368,6 +369,9 @@ class Camera:
             outputs = output_set(wanted)
             if depth_wanted:  # ~/detections_3d lifts the instances
                 outputs = dataclasses.replace(outputs, instance=True)
+            if self.depth is not None and outputs.overlay:
+                # the captions wait for the lifting, which adds each instance's distance
+                outputs = dataclasses.replace(outputs, instance=True, captions=False)
             item = pipeline.prepare(image, encoding, outputs)
         except Exception as exc:
             self.fail(exc)
@@ -384,9 +388,16 @@ class Camera:
         try:
             inferred = time.perf_counter()
             header = job.frame.msg.header
+            lifted = None
+            captions = job.item.outputs.captions
+            if self.depth is not None and (self.depth.wanted() or not captions):
+                lifted = self.depth.lift(header, result)
+            if not captions and result.overlay is not None:
+                distances = None if lifted is None else lifted.distance  # NaN: not lifted
+                draw_captions(result.overlay, result, self.depth.labels, distances=distances)
             pubs.publish(header, result, job.wanted)
-            if self.depth is not None:
-                self.depth.publish(header, result)
+            if self.depth is not None and self.depth.wanted():
+                self.depth.publish(header, result, lifted)
             if self.camera_info is not None:
                 self.camera_info.publish(header, result.meta.src_h, result.meta.src_w)
             done = time.perf_counter()

@@ -174,9 +174,7 @@ class DepthInput:
         if not self._subs:
             qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
             self._subs = [
-                self.node.create_subscription(
-                    self.message_type, self.topic, self._on_depth, qos
-                ),
+                self.node.create_subscription(self.message_type, self.topic, self._on_depth, qos),
                 self.node.create_subscription(CameraInfo, self.info_topic, self._on_info, qos),
             ]
 
@@ -255,11 +253,17 @@ class DepthInput:
             self.counts[kind] += 1
             self.last_problem = problem
 
-    def publish(self, header: Any, result: FrameResult) -> None:
-        """Lift the frame's instances once and publish the 3-D outputs that are subscribed."""
-        if not self.wanted() or result.instance_raster is None:
-            return
-        lifted = self._lift(header, result)
+    def lift(self, header: Any, result: FrameResult) -> Instances3D | None:
+        """The frame's instances in 3-D, lifted once for the 3-D outputs and the overlay's
+        captions; None without an instance raster, or when the frame cannot be lifted (then
+        counted, the reason kept for /diagnostics)."""
+        if result.instance_raster is None:
+            return None
+        return self._lift(header, result)
+
+    def publish(self, header: Any, result: FrameResult, lifted: Instances3D | None) -> None:
+        """Publish the frame's 3-D outputs that are subscribed (nothing when ``lifted`` is
+        None)."""
         if lifted is None:
             return
         if self.pub.get_subscription_count() > 0:
@@ -366,11 +370,15 @@ class CloudInput(DepthInput):
         """Whether a 3-D output, ``~/cloud_labelled`` included, has a subscriber."""
         return super().wanted() or self.labelled.get_subscription_count() > 0
 
-    def publish(self, header: Any, result: FrameResult) -> None:
-        """The 3-D outputs of :class:`DepthInput`, and the labelled cloud while subscribed."""
+    def lift(self, header: Any, result: FrameResult) -> Instances3D | None:
+        """As :meth:`DepthInput.lift`, keeping the points of this lift for ``~/cloud_labelled``."""
         self._points = None
-        super().publish(header, result)
-        if self._points is None or self.labelled.get_subscription_count() == 0:
+        return super().lift(header, result)
+
+    def publish(self, header: Any, result: FrameResult, lifted: Instances3D | None) -> None:
+        """The 3-D outputs of :class:`DepthInput`, and the labelled cloud while subscribed."""
+        super().publish(header, result, lifted)
+        if lifted is None or self._points is None or self.labelled.get_subscription_count() == 0:
             return
         xyz, ids = self._points
         inside = np.flatnonzero(ids)

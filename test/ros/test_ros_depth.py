@@ -28,10 +28,13 @@ from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 
 from compactinst_ros import cli
+from compactinst_ros.bundle import ModelBundle
 from compactinst_ros.errors import ConfigError
+from compactinst_ros.overlay import draw_captions, overlay_bgr
 from compactinst_ros.ros.convert import table_from_msg
 from compactinst_ros.ros.params import PARAMETERS, read_config
 from compactinst_ros.spatial.cloud import rigid_transform, transform_points
+from compactinst_ros.structures import FrameMeta, FrameResult, Instances, PostprocessOptions
 
 pytest.importorskip("rclpy")
 from diagnostic_msgs.msg import DiagnosticArray
@@ -122,7 +125,7 @@ def depth_node(vision_msgs_prefix, random_bundle):
                 image_topic=TOPIC,
                 camera_info_topic=INFO,
                 depth_topic=DEPTH,
-                outputs=["instance_mask", "instance_table"],
+                outputs=["instance_mask", "instance_table", "overlay"],
             ),
         )
         client = Client(domain)
@@ -131,6 +134,8 @@ def depth_node(vision_msgs_prefix, random_bundle):
             client.subscribe(msgs.Detection3DArray, f"{NS}/detections_3d", reliable)
             client.subscribe(MarkerArray, f"{NS}/markers_3d", reliable)
             client.subscribe(Image, f"{NS}/instance_mask", reliable)
+            client.subscribe(PointCloud2, f"{NS}/instance_table", reliable)
+            client.subscribe(Image, f"{NS}/overlay", reliable)
             client.subscribe(DiagnosticArray, "/diagnostics")
             pubs = {
                 TOPIC: client.publisher(Image, TOPIC),
@@ -212,6 +217,52 @@ def test_instances_lift_to_the_depth_plane_with_the_2d_ids(depth_node, encoding)
         centre = det.results[0].pose.pose.position
         distance = float(np.linalg.norm([centre.x, centre.y, centre.z]))
         assert captions[int(det.id)].endswith(f" {distance:.1f} m")
+
+
+def overlay_of(image: np.ndarray, mask: Image, table: PointCloud2, model, distances=None):
+    """The node's overlay as the CPU pipeline draws it from the published instance raster and
+    table (colours by track id, the default alpha), captioned with ``distances`` (by row)."""
+    rows = table_from_msg(table)
+    raster = raster_from_image(mask)
+    instances = Instances(
+        ids=rows["id"].astype(np.uint16),
+        class_index=rows["class_index"].astype(np.int32),
+        label_id=rows["label_id"].astype(np.int32),
+        score=rows["score"].astype(np.float32),
+        box=np.stack([rows[k] for k in ("x0", "y0", "x1", "y1")], 1).astype(np.float32),
+        area=rows["area"].astype(np.int64),
+    )
+    h, w = raster.shape
+    result = FrameResult(FrameMeta(h, w, h, w, 1.0, h, w), instances, raster)
+    labels = ModelBundle.load(model).labels
+    alpha = PostprocessOptions().overlay_alpha
+    canvas = overlay_bgr(image, "bgr8", result, labels, alpha, captions=False)
+    return draw_captions(canvas, result, labels, distances=distances)
+
+
+def test_the_overlay_captions_carry_each_instance_s_distance(depth_node, random_bundle):
+    _, client, pubs = depth_node
+    topics = [f"{NS}/{t}" for t in ("detections_3d", "instance_mask", "instance_table", "overlay")]
+    for sec in range(530, 600, 20):  # a frame taken before its depth arrived is not lifted
+        _send(pubs, sec, "16UC1", settle=0.2)
+        try:
+            client.wait_for(lambda sec=sec: all(client.stamped(t, sec) for t in topics), 8)
+            break
+        except AssertionError:
+            continue
+    dets, mask, table, overlay = (client.stamped(t, sec) for t in topics)
+    assert dets.detections, "the random model at score_threshold 0 must yield instances"
+    metres = {
+        int(d.id): float(np.linalg.norm([getattr(d.bbox.center.position, a) for a in "xyz"]))
+        for d in dets.detections
+    }
+    ids = table_from_msg(table)["id"]
+    distances = np.array([metres.get(int(i), np.nan) for i in ids])
+    image = scene(H, W, sec)
+    got = np.frombuffer(bytes(overlay.data), np.uint8).reshape(H, W, 3)
+    want = overlay_of(image, mask, table, random_bundle, distances)
+    assert np.abs(got.astype(int) - want).max() <= 1
+    assert not np.array_equal(want, overlay_of(image, mask, table, random_bundle))
 
 
 def test_a_frame_without_depth_keeps_its_2d_outputs_and_is_counted(depth_node):
@@ -365,15 +416,24 @@ def test_three_cameras_in_the_batched_node_each_pair_with_their_own_compressed_d
     batched_node,
 ):
     client, pubs = batched_node
-    sec = 601
-    for camera, plane in CAMERAS.items():
-        topics = pubs[camera]
-        topics[INFO].publish(camera_info(sec))
-        topics[DEPTH].publish(compressed_depth_msg(sec, plane))
-    for camera in CAMERAS:  # one round: the three frames share the stamp
-        pubs[camera][TOPIC].publish(image_msg(scene(H, W, 7), "bgr8", sec=sec))
     outputs = {c: f"{NS}/{c}/detections_3d" for c in CAMERAS}
-    client.wait_for(lambda: all(client.stamped(t, sec) for t in outputs.values()), 30, "3-D")
+    # as for one camera: a frame taken before its depth arrived is skipped by design, so later
+    # frames, each with its own depth, follow until one round lifts
+    for sec in range(601, 700, 20):
+        for camera, plane in CAMERAS.items():
+            pubs[camera][INFO].publish(camera_info(sec))
+            pubs[camera][DEPTH].publish(compressed_depth_msg(sec, plane))
+        time.sleep(0.2)
+        for camera in CAMERAS:  # one round: the three frames share the stamp
+            pubs[camera][TOPIC].publish(image_msg(scene(H, W, 7), "bgr8", sec=sec))
+        try:
+            client.wait_for(
+                lambda sec=sec: all(client.stamped(t, sec) for t in outputs.values()), 8
+            )
+            break
+        except AssertionError:
+            continue
+    client.wait_for(lambda: all(client.stamped(t, sec) for t in outputs.values()), 1, "3-D")
     for camera, plane in CAMERAS.items():
         dets = client.stamped(outputs[camera], sec).detections
         assert dets, camera
