@@ -362,16 +362,29 @@ def lift_depth(
 
 def interior(raster: np.ndarray, v: np.ndarray, u: np.ndarray, radius: int) -> np.ndarray:
     """Whether each pixel (v, u) of ``raster`` has no other label within ``radius`` pixels
-    (Chebyshev): :func:`erode_labels` evaluated at a few pixels only (a LiDAR's points)."""
+    (Chebyshev): :func:`erode_labels` evaluated at a few pixels only (a LiDAR's points).
+
+    Pixels at least ``radius`` from the border read their neighbours at fixed flat offsets;
+    only the few nearer the border clamp their neighbours to the image (the outside is no
+    other label, as in erode_labels), which keeps the per-offset clipping off the bulk."""
     h, w = raster.shape
     flat = raster.reshape(-1)
-    label = flat[v * w + u]
+    centre = v * w + u
+    label = flat[centre]
     keep = np.ones(len(v), bool)
+    inner = (v >= radius) & (v < h - radius) & (u >= radius) & (u < w - radius)
+    bulk, edge = np.flatnonzero(inner), np.flatnonzero(~inner)
+    bulk_centre, bulk_label = centre[bulk], label[bulk]
+    bulk_keep = np.ones(len(bulk), bool)
+    edge_v, edge_u, edge_label = v[edge], u[edge], label[edge]
+    edge_keep = np.ones(len(edge), bool)
     for dy in range(-radius, radius + 1):
-        row_start = np.clip(v + dy, 0, h - 1) * w
+        edge_rows = np.clip(edge_v + dy, 0, h - 1) * w
         for dx in range(-radius, radius + 1):
             if dy or dx:
-                keep &= flat[row_start + np.clip(u + dx, 0, w - 1)] == label
+                bulk_keep &= flat[bulk_centre + (dy * w + dx)] == bulk_label
+                edge_keep &= flat[edge_rows + np.clip(edge_u + dx, 0, w - 1)] == edge_label
+    keep[bulk], keep[edge] = bulk_keep, edge_keep
     return keep
 
 
