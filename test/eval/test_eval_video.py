@@ -24,8 +24,9 @@ from compactinst_ros.eval.bags import (
     image_message,
     write_video_bag,
 )
+from compactinst_ros.eval.fleet import Drive, drive_options, replay_drive
 from compactinst_ros.eval.groundtruth import GroundTruth
-from compactinst_ros.eval.replay import run_lockstep
+from compactinst_ros.eval.replay import ReplayOptions, run_lockstep
 from compactinst_ros.pipeline import Pipeline
 from compactinst_ros.resources import default_model
 from compactinst_ros.video import FFMPEG_PACKET, VIDEO_TYPES, VideoPacketError
@@ -55,6 +56,8 @@ def lockstep_ap(bag_path: Path, gt: GroundTruth, pipeline: Pipeline) -> dict:
 
 
 def test_h264_bags_replay_near_the_bgr8_frames(demo_data, tmp_path) -> None:
+    """Both video message types score within AP_POINTS of the bgr8 frames; a replay-fleet
+    drive of the H.264 bag scores exactly as its lockstep replay."""
     frames = stamped_frames(demo_data["bag"])
     bags = {"bgr8": demo_data["bag"]}
     for msgtype in VIDEO_TYPES:
@@ -62,8 +65,21 @@ def test_h264_bags_replay_near_the_bgr8_frames(demo_data, tmp_path) -> None:
     gt = GroundTruth(
         demo_data["gt_instances"], demo_data["gt_panoptic"], demo_data["gt_panoptic_dir"]
     )
+    drive = Drive(
+        name="h264",
+        bag=bags[FFMPEG_PACKET],
+        gt_instances=demo_data["gt_instances"],
+        gt_panoptic=demo_data["gt_panoptic"],
+        gt_panoptic_dir=demo_data["gt_panoptic_dir"],
+    )
+    template = ReplayOptions(bag=Path("."), model=default_model(), backend="onnxruntime")
     with Pipeline(default_model(), "onnxruntime") as pipeline:
         blocks = {name: lockstep_ap(path, gt, pipeline) for name, path in bags.items()}
+        # replay-fleet's per-drive step (what each Ray worker runs) on the same video drive
+        fleet = replay_drive(pipeline, drive, drive_options(template, drive))
+    assert fleet["status"] == "ok", fleet.get("error")
+    assert fleet["lockstep"]["frames"] == blocks[FFMPEG_PACKET]["frames"]
+    assert fleet["lockstep"]["accuracy"] == blocks[FFMPEG_PACKET]["accuracy"]
     reference = blocks["bgr8"]["accuracy"]["mask_ap"]["AP"]
     for msgtype in VIDEO_TYPES:
         block = blocks[msgtype]
