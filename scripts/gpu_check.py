@@ -4,8 +4,9 @@ against the numpy twin, the post-processing benchmark and, where TensorRT is ins
 TensorRT backend; a table comes last and everything also lands in OUTDIR/gpu_check.json.
 
 1. environment: GPU, CUDA driver, pycuda, PyTorch, TensorRT;
-2. preprocessing kernel vs its numpy twin and vs the OpenCV letterbox, every encoding, and the
-   overlay kernels vs their twin;
+2. preprocessing kernel vs its numpy twin and vs the OpenCV letterbox, every encoding, the
+   overlay kernels vs their twin, and the 3-D lifting kernels vs their twin and
+   spatial.lift_depth on the twin's synthetic scenes;
 3. fused post-processing kernels vs the numpy twin (bit-exact up to float ties) and vs the numpy
    reference (>= 99.9 % of pixels), on random, blob and constructed frames, tables included;
 4. the post-processing benchmark (scripts/bench_postprocess_gpu.py): fused kernels vs naive
@@ -167,6 +168,15 @@ def check_overlay(cuda, stream, checks: Checks) -> None:
     checks.add(
         "overlay kernels vs twin", worst <= 1, f"max |diff| {worst} levels", max_levels=worst
     )
+
+
+def check_lift(cuda, stream, checks: Checks) -> None:
+    """Lift kernels vs their twin (exact fields equal, sums to 1e-12 relative) and vs
+    spatial.lift_depth (centroid to 1e-6 m) on every scene of ``gpu.lift_twin.SCENES``."""
+    from compactinst_ros.gpu.lift import check_against_twin
+
+    ok, detail, worst = check_against_twin(stream)
+    checks.add("lift kernels vs twin", ok, detail, **worst)
 
 
 def _run_post(cuda, stream, raw, meta, labels, options, outputs):
@@ -408,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
             lambda: check_preprocess(cuda, stream, checks),
             lambda: check_postprocess(cuda, stream, checks, args.quick),
             lambda: check_overlay(cuda, stream, checks),
+            lambda: check_lift(cuda, stream, checks),
         ):
             try:
                 step()

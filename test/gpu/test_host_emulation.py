@@ -29,7 +29,8 @@ from compactinst_ros.structures import FrameMeta, OutputSet  # noqa: E402
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 KERNELS = {
     "pp_query_stats", "pp_select", "pp_semantic_low", "pp_fused", "pp_finalize",
-    "pre_letterbox", "ov_instance", "ov_panoptic",
+    "pre_letterbox", "ov_instance", "ov_panoptic", "lift_clear", "lift_bounds", "lift_plan",
+    "lift_classify", "lift_select", "lift_histogram", "lift_accumulate",
 }  # fmt: skip
 
 
@@ -94,11 +95,11 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     emu_lib, monkeypatch, capsys, tmp_path
 ) -> None:
     """scripts/gpu_check.py, unchanged, as scripts/gpu_check.sh runs it on a GPU machine, with
-    pycuda and TensorRT replaced by the stand-ins: environment, context, the six kernel parity
-    checks through GpuPreprocessor, GpuPostprocessor and GpuOverlay, the TensorRT backend vs
-    onnxruntime (--bundle), labelled as the stand-in it is (ONNX Runtime on both sides, not
-    FP16), a benchmark row (emulator times, meaningless as speed), the summary table last and
-    the same in OUTDIR/gpu_check.json; the naive PyTorch column is n/a without CUDA."""
+    pycuda and TensorRT replaced by the stand-ins: environment, context, the seven kernel parity
+    checks through GpuPreprocessor, GpuPostprocessor, GpuOverlay and GpuLift, the TensorRT
+    backend vs onnxruntime (--bundle), labelled as the stand-in it is (ONNX Runtime on both
+    sides, not FP16), a benchmark row (emulator times, meaningless as speed), the summary table
+    last and the same in OUTDIR/gpu_check.json; the naive PyTorch column is n/a without CUDA."""
     import json
 
     import gpu_check
@@ -115,18 +116,21 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     out = capsys.readouterr().out
     assert status == 0, out
     assert "pycuda emulated" in out and "GPU: CPU kernel emulator" in out
-    assert "checks: 9/9 passed" in out, out  # six kernel checks, the backend, fp16 and int8
+    assert "checks: 10/10 passed" in out, out  # seven kernel checks, the backend, fp16 and int8
+    assert "lift kernels vs twin: 5 scenes, exact fields equal" in out, out
     assert gpu_check.STAND_IN_ROW in out and gpu_check.TENSORRT_ROW not in out
     table = out[out.index("naive/fused") :].splitlines()
     assert len(table) == 2 and table[1].split()[0] == "512x1024", table
     assert table[1].split()[-1] == "100.000%", table
     assert set(driver.launches) == KERNELS  # the floor's idle launch is a shipped kernel too
     report = json.loads((tmp_path / "check" / "gpu_check.json").read_text())
-    assert report["gpu"] == "CPU kernel emulator" and len(report["checks"]) == 9
+    assert report["gpu"] == "CPU kernel emulator" and len(report["checks"]) == 10
     assert report["device_preset"] == "preset none (CPU kernel emulator; no preset for this GPU)"
-    shipped = {source: "sm_87" for source in ("overlay", "postprocess", "preprocess")}
+    shipped = {source: "sm_87" for source in ("lift", "overlay", "postprocess", "preprocess")}
     assert report["kernel_images"] == shipped
-    assert "kernel images: overlay sm_87, postprocess sm_87, preprocess sm_87" in out
+    assert "kernel images: lift sm_87, overlay sm_87, postprocess sm_87, preprocess sm_87" in out
+    (lift_row,) = [row for row in report["checks"] if row["name"] == "lift kernels vs twin"]
+    assert lift_row["sum_rel"] <= 1e-12 and lift_row["centroid_m"] <= 1e-6
     assert all(row["ok"] for row in report["checks"])
     (trt_row,) = [row for row in report["checks"] if "tensorrt_stand_in" in row]
     assert trt_row["name"] == gpu_check.STAND_IN_ROW and trt_row["tensorrt_stand_in"] is True
