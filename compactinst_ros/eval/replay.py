@@ -115,7 +115,8 @@ class ReplayOptions:
         notes = []
         if self.mode == "lockstep" and self.rate != default["rate"]:
             notes.append("--rate has no effect in --mode lockstep (it paces realtime playback)")
-        if self.mode == "lockstep" and self.domain_id is not None:
+        if self.mode == "lockstep" and self.domain_id is not None and self.cameras is None:
+            # with --cameras, lockstep also runs nodes, on that domain
             notes.append("--domain has no effect in --mode lockstep (no node is started)")
         if self.mode == "realtime" and self.overlays != default["overlays"]:
             notes.append("--overlays has no effect in --mode realtime (lockstep writes them)")

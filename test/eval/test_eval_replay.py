@@ -130,6 +130,10 @@ def test_options_without_effect_in_the_mode_are_warned(tmp_path) -> None:
         "--overlays has no effect in --mode realtime (lockstep writes them)"
     ]
     assert _options(tmp_path, "--mode", "both", "--rate", "2").ignored_options() == []
+    assert _options(tmp_path, "--domain", "7").ignored_options() == [
+        "--domain has no effect in --mode lockstep (no node is started)"
+    ]
+    assert _options(tmp_path, "--domain", "7", "--cameras", "all").ignored_options() == []
 
 
 def test_report_header_carries_the_model_caveat() -> None:
