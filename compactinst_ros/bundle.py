@@ -407,11 +407,16 @@ def typed_graph_path(root: str | Path, sha256: str) -> Path:
 
 
 def write_typed_graph(bundle: ModelBundle, stage: str, precision: str, target: str) -> Path:
-    """Write one typed graph of ``bundle`` into its ``typed/`` folder; returns the file."""
+    """Write one typed graph of ``bundle`` into its ``typed/`` folder; returns the file.
+
+    Written beside and renamed into place: a process loading the bundle meanwhile finds the
+    whole graph or none (then derives it), never a part that fails its sha256 check."""
     graph = bundle.stage_graph(stage, precision, target)
     path = typed_graph_path(bundle.root, graph.sha256)
     path.parent.mkdir(exist_ok=True)
-    path.write_bytes(graph.model_bytes)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_bytes(graph.model_bytes)
+    os.replace(partial, path)
     return path
 
 

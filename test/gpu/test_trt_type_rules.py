@@ -82,7 +82,7 @@ def test_gpu_check_builds_typed_engines_and_prints_the_parser_log(
     root = Path(shutil.copytree(default_bundle_path(), tmp_path / "bundle"))
     digest = hashlib.sha256(old_int8_decoder).hexdigest()
     path = typed_graph_path(root, digest)
-    path.parent.mkdir()
+    path.parent.mkdir(exist_ok=True)  # typed/ is there where the graphs were derived
     path.write_bytes(old_int8_decoder)
     meta = json.loads((root / "bundle.json").read_text())
     meta["variants"]["int8"]["stages"]["decoder"]["sha256"]["tensorrt"] = digest
