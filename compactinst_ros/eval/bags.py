@@ -794,14 +794,28 @@ def write_video_bag(
 ) -> Path:
     """Write (stamp_ns, bgr8 image) frames as an H.264 (libx264) or H.265 (libx265) stream of
     ``msgtype`` messages, one per frame (log time = header stamp, as ``write_image_bag``)."""
+    return write_video_streams(path, {topic: frames}, msgtype, encoder, gop, storage)
+
+
+def write_video_streams(
+    path: str | Path,
+    streams: dict[str, Iterable[tuple[int, np.ndarray]]],
+    msgtype: str = FFMPEG_PACKET,
+    encoder: str = "libx264",
+    gop: int = 10,
+    storage: str = "mcap",
+) -> Path:
+    """One bag of several cameras' video: each topic of ``streams`` its own encoder's stream
+    of its (stamp_ns, bgr8 image) frames, as ``write_video_bag`` writes one."""
     from ..video import encode
 
-    stamped = list(frames)
     codec = codec_of(encoder)
-    size = stamped[0][1].shape[:2] if stamped else (0, 0)
-    units = encode((bgr for _, bgr in stamped), encoder, gop)
     with BagWriter(path, storage) as writer:
-        for pts, ((stamp_ns, _), (data, key)) in enumerate(zip(stamped, units, strict=True)):
-            msg = video_message(data, key, pts, size, stamp_ns, msgtype, codec)
-            writer.write(topic, msgtype, stamp_ns, msg)
+        for topic, frames in streams.items():
+            stamped = list(frames)
+            size = stamped[0][1].shape[:2] if stamped else (0, 0)
+            units = encode((bgr for _, bgr in stamped), encoder, gop)
+            for pts, ((stamp_ns, _), (data, key)) in enumerate(zip(stamped, units, strict=True)):
+                msg = video_message(data, key, pts, size, stamp_ns, msgtype, codec)
+                writer.write(topic, msgtype, stamp_ns, msg)
     return Path(path)

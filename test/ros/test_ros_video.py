@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import contextlib
 import importlib
+import json
 
 import pytest
 from interface_build import FFMPEG_IMAGE_TRANSPORT_MSGS, FOXGLOVE_MSGS, built_for_test
@@ -20,9 +21,11 @@ from ros_harness import Client, NodeProcess, cpu_node_params
 from test_ros_multicamera import statuses
 from test_ros_node import scene
 
-from compactinst_ros.eval.bags import ImageBag, write_video_bag
+from compactinst_ros.cli import main
+from compactinst_ros.eval.bags import ImageBag, write_video_bag, write_video_streams
 from compactinst_ros.eval.realtime import run_realtime
 from compactinst_ros.ros.diagnostics import status_name
+from compactinst_ros.train.synthetic import generate_bag
 
 pytest.importorskip("rclpy")
 pytest.importorskip("av", reason="the video extra (PyAV) is not installed")
@@ -220,3 +223,36 @@ def test_realtime_replay_sends_a_video_bag_to_the_node(video_prefixes, random_bu
     assert block["frames"]["processed"] >= 1, (block["frames"], block["notes"], log)
     assert block["node_exit_code"] == 0, log
     assert "bad input frame" not in log, log
+
+
+def test_cameras_replay_of_h264_streams_scores_every_decoded_frame(
+    video_prefixes, random_bundle, tmp_path
+):
+    """``replay --cameras all`` in lockstep on a bag of two cameras' H.264 streams: one batched
+    node takes both as ffmpeg input, and every decoded frame of each camera is scored against
+    that camera's GT by its stamp."""
+    rig = tmp_path / "rig"
+    generate_bag(rig, 4, 2, 64, 96, ("left", "right"), fps=10.0, progress=False)
+    streams = {}
+    for camera in ("left", "right"):
+        with ImageBag(rig / "bag", f"/{camera}/image_raw") as bag:
+            streams[f"/{camera}/image_raw/ffmpeg"] = [
+                (f.stamp_ns, f.decode()[0]) for f in bag.frames()
+            ]
+    video = write_video_streams(tmp_path / "video", streams)
+    out = tmp_path / "out"
+    args = [
+        "replay", str(video), "--model", str(random_bundle), "--backend", "onnxruntime",
+        "--cameras", "all", "--gt-instances", str(rig / "instances.json"), "--out", str(out),
+        "--warmup", "0", "--no-plots", "--quiet", "--domain", str(next_domain()),
+    ]  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        for prefix in video_prefixes:
+            stack.enter_context(prefix.activated())
+        assert main(args) == 0
+    report = json.loads((out / "report.json").read_text())
+    block = report["modes"]["lockstep"]
+    assert set(block["cameras"]) == {"left", "right"} and block["nodes"] == 1
+    for camera in block["cameras"].values():
+        assert camera["frames"]["processed"] == 4, block["cameras"]
+    assert block["accuracy"]["frames_evaluated"] == 8
