@@ -10,9 +10,12 @@ import pytest
 
 from compactinst_ros.errors import InputError
 from compactinst_ros.video import (
+    HARDWARE_DECODERS,
+    Decoder,
     VideoPacket,
     VideoPacketError,
     VideoStream,
+    available_decoders,
     codec_of,
     encode,
     is_keyframe,
@@ -117,3 +120,24 @@ def test_a_stream_with_b_frames_names_the_encoder_setting() -> None:
         except VideoPacketError as exc:
             reasons.append(str(exc))
     assert any("B-frames" in r and "bframes=0" in r for r in reasons), reasons
+
+
+def test_hardware_decoders_are_tried_first_and_give_way_with_their_reason() -> None:
+    """Every decoder before the one in use is a hardware decoder of this FFmpeg that failed,
+    listed with why; without an NVIDIA driver (a CPU host) cuvid, which PyAV's own FFmpeg
+    carries, fails to open or to decode and the software decoder takes the same packets."""
+    import os
+
+    candidates = available_decoders("h264")
+    assert candidates[-1] == "h264"
+    assert set(candidates[:-1]) <= set(HARDWARE_DECODERS["h264"])
+    assert available_decoders("h264", hardware=False) == ["h264"]
+    source = frames(6)
+    decoder = Decoder("h264")
+    pictures = [decoder.decode(data, pts) for pts, (data, _) in enumerate(encode(source))]
+    assert sum(len(p) for p in pictures) == len(source)
+    tried = [line.split(" ", 1)[0] for line in decoder.skipped]
+    assert tried == candidates[: candidates.index(decoder.name)]
+    assert all("(" in line for line in decoder.skipped)  # each with its reason
+    if "h264_cuvid" in candidates and not os.path.exists("/dev/nvidia0"):
+        assert decoder.name == "h264" and "h264_cuvid" in tried
