@@ -4,7 +4,8 @@ The ROS node, the replay tool and the ``infer`` CLI all go through this one clas
 owner of the overlay: ``OutputSet.overlay`` gets the same picture on every backend (the instance
 blend from the TensorRT device or drawn here on the CPU, captions added here). With ``tracking``
 it also owns the instance tracker, so the node and replay see the same track ids: the instance
-table, raster and overlay colours all follow them. It never imports torch.
+table, raster and overlay colours all follow them. ``lift_depth`` lifts a frame's instances to
+3-D where its raster is: on the TensorRT device, else on the host. It never imports torch.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 import numpy as np
 
 from .backends import Backend, BackendOptions, StagedBackend, create_backend
+from .backends.base import DeviceLiftBackend
 from .bundle import ModelBundle
 from .image_formats import validate_image
 from .overlay import overlay_bgr
 from .palette import id_colours
+from .spatial.lift import Instances3D, Intrinsics, LiftOptions, lift_depth
 from .structures import (
     INFERENCE,
     BatchItem,
@@ -191,6 +194,39 @@ class Pipeline:
             result.instance_raster = None
         elif tracker.enabled:
             result.instance_raster = remap_ids(raster, frame_ids, track_ids)
+
+    def lift_depth(
+        self,
+        result: FrameResult,
+        depth_m: np.ndarray,
+        colour: Intrinsics,
+        depth: Intrinsics | None = None,
+        options: LiftOptions | None = None,
+    ) -> Instances3D:
+        """``spatial.lift_depth`` of ``result``'s instances (rows and ids of
+        ``result.instances``) with the registered depth image ``depth_m``; ``result`` needs its
+        instance raster (``OutputSet.instance``).
+
+        On the backend's device where it lifts there (``DeviceLiftBackend``: TensorRT, for a
+        frame of its last batch, sizes as the camera_infos say); otherwise, and for every size
+        mismatch (whose InputError the host's lift_depth words), on the host raster. The two
+        agree but for the centroid's float32 rounding (kernels/lift.cu)."""
+        raster = result.instance_raster
+        if raster is None:
+            raise ValueError(
+                "lift_depth needs the frame's instance raster: infer it with "
+                "OutputSet(instance=True)"
+            )
+        grid = depth or colour
+        if (
+            isinstance(self.backend, DeviceLiftBackend)
+            and raster.shape == (colour.height, colour.width)
+            and depth_m.shape == (grid.height, grid.width)
+        ):
+            lifted = self.backend.lift_depth(result, depth_m, colour, depth, options)
+            if lifted is not None:
+                return lifted
+        return lift_depth(raster, result.instances.ids, depth_m, colour, depth, options)
 
     def describe(self) -> dict:
         """Model and backend facts for logs, diagnostics and reports."""

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..bundle import ModelBundle
+    from ..spatial.lift import Instances3D, Intrinsics, LiftOptions
     from ..structures import BatchItem, FrameResult, PostprocessOptions
     from .trt_build import BuildOptions
 
@@ -158,6 +159,29 @@ class StagedBackend(Backend, Protocol):
     def decode_batch(self, encoded: Any, options: PostprocessOptions) -> list[FrameResult]:
         """The second half of ``infer_batch`` (decoder and postprocess) of ``encode_batch``'s
         result."""
+        ...
+
+
+@runtime_checkable
+class DeviceLiftBackend(Protocol):
+    """A backend that can lift a frame's instances to 3-D where its instance raster already is,
+    on its device (``spatial.lift_depth``'s computation; the Pipeline lifts on the host for any
+    other backend, and whenever this one answers None)."""
+
+    def lift_depth(
+        self,
+        result: FrameResult,
+        depth_m: np.ndarray,
+        colour: Intrinsics,
+        depth: Intrinsics | None,
+        options: LiftOptions | None,
+    ) -> Instances3D | None:
+        """``spatial.lift_depth`` of ``result`` (a frame of the last batch, its instance raster
+        still on the device) with the depth image ``depth_m``, rows and ids those of
+        ``result.instances``; None where that raster is no longer there (an older batch's
+        frame, one inferred without ``OutputSet.instance``) or the frame has more instances than
+        the device tables hold. The caller has checked the sizes: the raster's is the colour
+        camera's, ``depth_m``'s is ``depth``'s (None: the colour camera's)."""
         ...
 
 

@@ -19,13 +19,17 @@ CUDA events between the stages give the batch's stage times, which every result 
 host waits once, on the last (blocking-sync) event. Frames inferred with ``OutputSet.overlay``
 keep their raw frame and instance raster on the device for ``render_overlay``: once the
 Pipeline knows each instance's track id it uploads the per-frame-id colour table (a few hundred
-bytes) and the overlay kernel blends, a second short wait per such frame.
+bytes) and the overlay kernel blends, a second short wait per such frame. Likewise frames
+inferred with ``OutputSet.instance`` keep their instance raster on the device until the next
+batch, for ``lift_depth``: the depth image is uploaded and the lift kernels (gpu/lift.py) read
+the raster where the post-processing wrote it.
 """
 
 from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ..bundle import ModelBundle, StageSpec
+    from ..spatial.lift import Instances3D, Intrinsics, LiftOptions
     from ..structures import BatchItem, FrameMeta, FrameResult, OutputSet, PostprocessOptions
 
 #: Stage-time keys reported per frame, as the CPU backend's.
@@ -159,6 +164,12 @@ class TensorRTBackend:
         self._palette = cuda.to_device(palette(self._palette_rows))  # RGB row per instance id
         self._overlay_bufs: dict[tuple[int, int], tuple[Any, np.ndarray]] = {}
         self._overlay_frames: list[tuple[tuple[int, ...], str, FrameMeta, OutputSet] | None] = []
+        # the last batch's frames with an instance raster in their arena: (result, slot, meta,
+        # outputs, per-frame ids), matched by identity, so that a result of an older batch,
+        # whose arena now holds another frame, is never lifted from it
+        self._lift_frames: list[tuple[FrameResult, int, FrameMeta, OutputSet, np.ndarray]] = []
+        self._lift: Any = None  # GpuLift, made at the first lift (most nodes have no depth)
+        self._depth_bufs: tuple[Any, np.ndarray] | None = None  # device, pinned; grown
         self._stream = cuda.Stream()
         self._events = [cuda.Event() for _ in TIMED_STAGES] + [
             cuda.Event(cuda.event_flags.BLOCKING_SYNC)
@@ -278,6 +289,11 @@ class TensorRTBackend:
             result.timings_ms.update(timings)
             result.timings_ms["enqueue"] = enqueue_ms
             results.append(result)
+        self._lift_frames = [
+            (result, slot, item.meta, item.outputs, result.instances.ids.copy())
+            for slot, (item, result) in enumerate(zip(items, results, strict=True))
+            if item.outputs.instance
+        ]
         return results
 
     def render_overlay(self, colours: np.ndarray, alpha: float, index: int = 0) -> np.ndarray:
@@ -323,6 +339,55 @@ class TensorRTBackend:
         cuda.memcpy_dtoh_async(host, device, self._stream)
         return host
 
+    def lift_depth(
+        self,
+        result: FrameResult,
+        depth_m: np.ndarray,
+        colour: Intrinsics,
+        depth: Intrinsics | None = None,
+        options: LiftOptions | None = None,
+    ) -> Instances3D | None:
+        """``spatial.lift_depth`` of ``result`` on the GPU, from its instance raster still in
+        the arena of the last batch (``DeviceLiftBackend``); None where ``result`` is not a frame
+        of that batch inferred with ``OutputSet.instance``."""
+        return self._run(self._lift_depth, result, depth_m, colour, depth, options)
+
+    def _lift_depth(
+        self,
+        result: FrameResult,
+        depth_m: np.ndarray,
+        colour: Intrinsics,
+        depth: Intrinsics | None,
+        options: LiftOptions | None,
+    ) -> Instances3D | None:
+        """GPU thread: upload the depth, lift the slot's raster by its per-frame ids, wait; the
+        rows carry ``result.instances``' ids (track ids, where the Pipeline tracks)."""
+        from ..gpu.constants import MAX_QUERIES
+        from ..gpu.lift import GpuLift
+
+        frame = next((f for f in self._lift_frames if f[0] is result), None)
+        ids = result.instances.ids
+        if frame is None or len(frame[4]) != len(ids) or len(ids) > MAX_QUERIES:
+            return None
+        _, slot, meta, outputs, frame_ids = frame
+        cuda, stream = self._cuda, self._stream
+        if self._lift is None:
+            self._lift = GpuLift()
+        z = np.ascontiguousarray(depth_m, np.float32)
+        if self._depth_bufs is None or self._depth_bufs[1].size < z.size:
+            self._depth_bufs = (cuda.mem_alloc(z.nbytes), cuda.pagelocked_empty(z.size, np.float32))
+        device, pinned = self._depth_bufs
+        pinned[: z.size] = z.reshape(-1)
+        cuda.memcpy_htod_async(device, pinned[: z.size], stream)
+        offsets, _ = self._post.layout(meta, outputs)
+        raster = int(self._post.geometry(meta, slot).arena) + offsets["instance"]
+        self._lift.enqueue(
+            stream, raster_ptr=raster, ids=frame_ids, depth_ptr=int(device), colour=colour,
+            depth=depth, options=options,
+        )  # fmt: skip
+        stream.synchronize()
+        return replace(self._lift.collect(), ids=np.asarray(ids, np.uint16))
+
     def describe(self) -> dict:
         """Backend, GPU, TensorRT version, batch sizes, engine cache, each engine's activation
         memory (shared: the largest is allocated) and free/total GPU memory."""
@@ -361,7 +426,7 @@ class TensorRTBackend:
         for name in (
             "_contexts", "_activation", "_engines", "_runtime", "_buffers", "_pre", "_post",
             "_overlay", "_palette", "_palette_host", "_overlay_bufs", "_overlay_frames",
-            "_events",
+            "_lift_frames", "_lift", "_depth_bufs", "_events",
         ):  # fmt: skip
             if hasattr(self, name):
                 delattr(self, name)

@@ -380,8 +380,9 @@ class Camera:
         prepare_ms = (time.perf_counter() - decoded) * 1e3
         return Job(self, frame, item, wanted, queue_ms, (decoded - began) * 1e3, prepare_ms)
 
-    def publish(self, job: Job, result: FrameResult) -> None:
-        """Publish one frame's outputs, camera_info and latency with the frame's own header."""
+    def publish(self, job: Job, result: FrameResult, pipeline: Pipeline) -> None:
+        """Publish one frame's outputs, camera_info and latency with the frame's own header;
+        ``pipeline``, which inferred the frame, lifts its instances to 3-D."""
         pubs = self.pubs
         if pubs is None:
             return
@@ -391,7 +392,7 @@ class Camera:
             lifted = None
             captions = job.item.outputs.captions
             if self.depth is not None and (self.depth.wanted() or not captions):
-                lifted = self.depth.lift(header, result)
+                lifted = self.depth.lift(header, result, pipeline)
             if not captions and result.overlay is not None:
                 distances = None if lifted is None else lifted.distance  # NaN: not lifted
                 draw_captions(result.overlay, result, self.depth.labels, distances=distances)
@@ -514,4 +515,4 @@ def finish_round(pipeline: Pipeline, started: StartedRound) -> None:
             job.camera.fail(exc)
         return
     for job, result in zip(jobs, results, strict=True):
-        job.camera.publish(job, result)
+        job.camera.publish(job, result, pipeline)

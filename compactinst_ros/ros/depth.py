@@ -5,10 +5,12 @@ image_transport's PNG/RVL CompressedImage on ``<depth topic>/compressedDepth``; 
 colour camera) is paired with each frame by stamp within ``depth_tolerance_ms``; the frame's
 instances are lifted with it (``spatial.lift_depth``: eroded masks, percentile depth, inlier band)
 using the colour camera_info's K and, for a depth of another size, the depth's own camera_info
-(``<depth namespace>/camera_info``). ``~/detections_3d`` (vision_msgs/Detection3DArray) carries one
-detection per lifted instance with the 2-D detection's id (the instance / track id), class id and
-score; ``~/markers_3d`` (visualization_msgs/MarkerArray, where installed) draws each as a box with a
-"<class> <distance> m" caption in rviz. Each is published only while subscribed. A frame without
+(``<depth namespace>/camera_info``), through ``Pipeline.lift_depth``: on the GPU with the
+TensorRT backend, where the frame's instance raster already is, else on the CPU.
+``~/detections_3d`` (vision_msgs/Detection3DArray) carries one detection per lifted instance with
+the 2-D detection's id (the instance / track id), class id and score; ``~/markers_3d``
+(visualization_msgs/MarkerArray, where installed) draws each as a box with a "<class> <distance>
+m" caption in rviz. Each is published only while subscribed. A frame without
 depth within the tolerance still gets its 2-D outputs: its 3-D is skipped and counted, as are
 refused depth images (wrong encoding, a size that no camera_info explains), with the reason on
 /diagnostics.
@@ -17,7 +19,7 @@ refused depth images (wrong encoding, a size that no camera_info explains), with
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
@@ -28,12 +30,15 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from ..errors import InputError
 from ..labels import LabelSet
 from ..palette import palette_colours
-from ..spatial import Instances3D, Intrinsics, lift_cloud, lift_depth
+from ..spatial import Instances3D, Intrinsics, lift_cloud
 from ..spatial.cloud import cloud_xyz, rigid_transform, transform_points
 from ..structures import FrameResult
 from . import convert
 from .camera_info import StampMatcher, stamp_ns
 from .qos import frame_qos
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 
 try:
     import visualization_msgs.msg as visualization_msgs
@@ -218,8 +223,9 @@ class DepthInput:
             )
         return message
 
-    def _lift(self, header: Any, result: FrameResult) -> Instances3D | None:
-        """The frame's instances in 3-D; None (counted, the reason kept) when they cannot be."""
+    def _lift(self, header: Any, result: FrameResult, pipeline: Pipeline) -> Instances3D | None:
+        """The frame's instances in 3-D (lifted by ``pipeline``, which inferred the frame);
+        None (counted, the reason kept) when they cannot be."""
         stamp = stamp_ns(header.stamp)
         depth = self._paired(stamp)
         if depth is None:
@@ -232,9 +238,8 @@ class DepthInput:
                     "masks in 3-D)"
                 )
             own = self.infos.match(stamp_ns(depth.header.stamp))
-            lifted = lift_depth(
-                result.instance_raster,
-                result.instances.ids,
+            lifted = pipeline.lift_depth(
+                result,
                 convert.depth_from_msg(depth),
                 intrinsics(colour),
                 intrinsics(own) if own is not None else None,
@@ -253,13 +258,14 @@ class DepthInput:
             self.counts[kind] += 1
             self.last_problem = problem
 
-    def lift(self, header: Any, result: FrameResult) -> Instances3D | None:
+    def lift(self, header: Any, result: FrameResult, pipeline: Pipeline) -> Instances3D | None:
         """The frame's instances in 3-D, lifted once for the 3-D outputs and the overlay's
-        captions; None without an instance raster, or when the frame cannot be lifted (then
-        counted, the reason kept for /diagnostics)."""
+        captions by ``pipeline``, the one that inferred the frame (``Pipeline.lift_depth``);
+        None without an instance raster, or when the frame cannot be lifted (then counted, the
+        reason kept for /diagnostics)."""
         if result.instance_raster is None:
             return None
-        return self._lift(header, result)
+        return self._lift(header, result, pipeline)
 
     def publish(self, header: Any, result: FrameResult, lifted: Instances3D | None) -> None:
         """Publish the frame's 3-D outputs that are subscribed (nothing when ``lifted`` is
@@ -370,10 +376,10 @@ class CloudInput(DepthInput):
         """Whether a 3-D output, ``~/cloud_labelled`` included, has a subscriber."""
         return super().wanted() or self.labelled.get_subscription_count() > 0
 
-    def lift(self, header: Any, result: FrameResult) -> Instances3D | None:
+    def lift(self, header: Any, result: FrameResult, pipeline: Pipeline) -> Instances3D | None:
         """As :meth:`DepthInput.lift`, keeping the points of this lift for ``~/cloud_labelled``."""
         self._points = None
-        return super().lift(header, result)
+        return super().lift(header, result, pipeline)
 
     def publish(self, header: Any, result: FrameResult, lifted: Instances3D | None) -> None:
         """The 3-D outputs of :class:`DepthInput`, and the labelled cloud while subscribed."""
@@ -409,7 +415,8 @@ class CloudInput(DepthInput):
                 ),
             ]
 
-    def _lift(self, header: Any, result: FrameResult) -> Instances3D | None:
+    def _lift(self, header: Any, result: FrameResult, pipeline: Pipeline) -> Instances3D | None:
+        """The cloud lifted on the CPU (``spatial.lift_cloud``; ``pipeline`` is not needed)."""
         stamp = stamp_ns(header.stamp)
         cloud = self._paired(stamp)
         if cloud is None:
