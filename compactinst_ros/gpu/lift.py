@@ -6,7 +6,8 @@ Everything is enqueued on the caller's stream; ``collect`` reads the tables afte
 wait. The host's part: the depth-pixel -> colour-pixel index tables (labels_on_grid's float64
 nearest pixel, per camera pair), the id -> slot table, and turning the tables into
 ``Instances3D`` (the division of the sums and the choice between the eroded and the whole mask).
-Not wired into the TensorRT backend or the node yet; ``check_against_twin`` is the GPU check's.
+``TensorRTBackend.lift_depth`` runs it on the frame's arena; ``check_against_twin`` is the GPU
+check's (``scripts/gpu_check.py``).
 """
 
 from __future__ import annotations
