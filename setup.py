@@ -1,6 +1,7 @@
 """ament_python package for the CompactInst perception node (also pip-installable)."""
 
 from glob import glob
+from os.path import isfile
 
 from setuptools import find_packages, setup
 
@@ -95,7 +96,10 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.py")),
         (f"share/{PACKAGE}/config", glob("config/*")),
         (f"share/{PACKAGE}/rviz", glob("rviz/*.rviz")),
-        (f"share/{PACKAGE}/models/default", glob("models/default/*")),
+        (f"share/{PACKAGE}/models/default", [p for p in glob("models/default/*") if isfile(p)]),
+        # the typed graphs where `compactinst derive` wrote them: a machine without the
+        # derivation tools (a Jetson) loads them instead of deriving
+        (f"share/{PACKAGE}/models/default/typed", glob("models/default/typed/*.onnx")),
     ],
     package_data={PACKAGE: ["gpu/kernels/*.cu", "gpu/kernels/*.cuh", "gpu/kernels/images/*"]},
     install_requires=RUNTIME,
