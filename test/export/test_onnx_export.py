@@ -77,7 +77,8 @@ def test_parity_catches_other_weights(random_export) -> None:
     [
         "compactinst_r18",
         "fastinst_r18_d3",
-        pytest.param("compactinst_r18_m4", marks=pytest.mark.slow),
+        # ~14 s; make test checks m4's export parity in test_export_friendly (make test-full: both)
+        pytest.param("compactinst_r18_m4", marks=[pytest.mark.slow, pytest.mark.full]),
     ],
 )
 def test_paper_config_parity(config, tmp_path) -> None:
