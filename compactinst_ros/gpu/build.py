@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import json
 import sys
+from collections.abc import Sequence
 from importlib import metadata
 
 from . import nvrtc
@@ -26,15 +27,16 @@ from .images import (
 )
 
 
-def build_all() -> tuple[dict[str, bytes], dict]:
-    """Every (source, target) image, by file name, and the manifest that describes them."""
+def build_all(targets: Sequence[str] = TARGETS) -> tuple[dict[str, bytes], dict]:
+    """Every (source, target) image of ``targets``, by file name, and the manifest that
+    describes them (the shipped manifest when ``targets`` is all of TARGETS)."""
     options = [*COMPILE_OPTIONS, f"-I{KERNEL_DIR}"]
     files: dict[str, bytes] = {}
     sources = {}
     for source in SOURCES:
         text = (KERNEL_DIR / f"{source}.cu").read_text()
         images = {}
-        for target in TARGETS:
+        for target in targets:
             data = nvrtc.compile_source(text, f"{source}.cu", target, options)
             name = image_path(source, target).name
             files[name] = data

@@ -6,6 +6,7 @@ the parameter layout the host's prepare() strings pack."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -68,6 +69,25 @@ def test_source_digest_follows_included_headers(tmp_path: Path) -> None:
     assert source_digest("preprocess", tmp_path) != before
 
 
+#: the images make test rebuilds: Jetson Orin's cubin and the PTX every newer GPU JITs
+REBUILT_IN_MAKE_TEST = ("sm_87", "compute_75")
+
+
+def test_the_orin_and_ptx_images_are_a_fresh_nvrtc_12_6_build() -> None:
+    """Each source's sm_87 cubin and compute_75 PTX rebuild with NVRTC 12.6 into exactly the
+    shipped bytes, and every shipped image is the one its manifest entry names (sha256); the
+    other targets' rebuild, a minute of NVRTC, is make test-full's (below)."""
+    assert nvrtc.version() == (12, 6), f"{nvrtc.library_path()} is not NVRTC 12.6"
+    files, _ = build.build_all(REBUILT_IN_MAKE_TEST)
+    stale = [n for n, data in files.items() if (IMAGE_DIR / n).read_bytes() != data]
+    assert not stale, f"stale kernel images {stale}: run `make kernels`"
+    for source, entry in load_manifest()["sources"].items():
+        for target, image in entry["images"].items():
+            data = image_path(source, target).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == image["sha256"], image["file"]
+
+
+@pytest.mark.full
 def test_shipped_images_are_a_fresh_nvrtc_12_6_build() -> None:
     """Every source compiles with NVRTC 12.6 for every target (sm_75..sm_90 cubins, compute_75
     PTX), without a warning, into exactly the committed bytes and manifest, and kernels/images
