@@ -115,7 +115,16 @@ def lockstep_through_nodes(cameras, bundle, tmp_path, batched: bool, **params):
     )
 
 
-@pytest.mark.parametrize("batched", [True, False], ids=["batched", "per-camera"])
+@pytest.mark.parametrize(
+    "batched",
+    [
+        True,
+        # three node starts: make test-full; make test runs per-camera nodes through
+        # test_one_camera_asked_batched_runs_as_its_single_camera_node
+        pytest.param(False, marks=pytest.mark.full),
+    ],
+    ids=["batched", "per-camera"],
+)
 def test_lockstep_through_nodes_scores_each_camera_as_the_pipeline(
     camera_set, random_bundle, tmp_path, batched
 ):

@@ -41,6 +41,8 @@ def assert_same(a: dict, b: dict) -> None:
             assert a[name][key] == pytest.approx(b[name][key], abs=1e-3), (name, key)
 
 
+# ~12 s of replay; make test keeps the constructed cases below, make test-full adds this one
+@pytest.mark.full
 def test_demo_predictions_agree(tmp_path: Path) -> None:
     """The 40-frame demo bag through the embedded model: ours, as the replay runs it, equals
     panopticapi on the same predictions and the demo's own GT files."""
