@@ -72,12 +72,13 @@ test-network: $(STAMP)
 # pytest worker rewrite every test module's asserts again; the suite starts ~200 processes.
 unexport PYTHONDONTWRITEBYTECODE
 
-# The network tests (mostly waiting on the package index) and the Python 3.12 step run beside
-# the main suite rather than before it: together they took a minute and a half of wall time and
-# little CPU. Their few lines of output come between the suite's progress lines (make's output
-# sync would hold the suite's progress back until it ends).
-test: $(STAMP) lint
-	$(MAKE) --no-print-directory -j3 test-network test-py312 test-suite
+# Lint, the network tests (mostly waiting on the package index) and the Python 3.12 step run
+# beside the main suite rather than before it: together they took a minute and a half of wall
+# time and little CPU. Their few lines of output come between the suite's progress lines (make's
+# output sync would hold the suite's progress back until it ends); any of them failing fails
+# make test.
+test: $(STAMP)
+	$(MAKE) --no-print-directory -j4 lint test-network test-py312 test-suite
 
 # The default model's FP16 and INT8 graphs as files (models/default/typed/, ignored by git), each
 # checked against the sha256 bundle.json records as it is written: the test processes that load
