@@ -79,7 +79,15 @@ def test_rviz_topics_encodings_track_ids_and_the_gpu_fallback_warning(tmp_path: 
     assert camera == f"{NAMESPACE}/{CAMERA}"
     assert all(t.startswith(f"{NAMESPACE}/{NODE}/") for t in topics.values()), topics
     domain = next_domain()
-    params = {"backend": "auto", "ort_threads": 1, "image_topic": CAMERA, "diagnostics_period": 0.3}
+    # reliable input from the start: under auto the node re-subscribes once it sees the
+    # publisher's QoS, and a frame sent during that switch is lost (auto has its own tests)
+    params = {
+        "backend": "auto",
+        "ort_threads": 1,
+        "image_topic": CAMERA,
+        "input_reliability": "reliable",
+        "diagnostics_period": 0.3,
+    }
     command = [*realtime.node_command(params), "-r", f"__ns:={NAMESPACE}", "-r", f"__node:={NODE}"]
     env = {**ros_env(domain), MARKER_ROOT_ENV: str(tmp_path / "root")}
     node = realtime.NodeProcess(command, env, tmp_path / "node.log", cwd=REPO)
