@@ -52,6 +52,7 @@ from .realtime import (
     bundle_facts,
     log_ending,
     node_command,
+    quiet_limit,
     replay_namespace,
     ros_environment,
     scored_statistics,
@@ -244,9 +245,10 @@ def _play_realtime(
 
 
 def _drain(recorders: dict[str, Recorder], total: int, drain_s: float) -> None:
-    """Wait until every sent frame is back or nothing came back for ``drain_s``."""
+    """Wait until every sent frame is back or nothing came back for ``drain_s`` (before the
+    first output: ``quiet_limit``'s longer wait for nodes still busy with their first frames)."""
     last, quiet_since = -1, time.monotonic()
-    while time.monotonic() - quiet_since < drain_s:
+    while time.monotonic() - quiet_since < quiet_limit(drain_s, last):
         done = sum(r.processed() for r in recorders.values())
         if done >= total:
             return

@@ -74,6 +74,13 @@ CAMERA_INFO_TOLERANCE_NS = 1_000_000
 FIRST_OUTPUT_S = 10.0
 
 
+def quiet_limit(drain_s: float, outputs: int) -> float:
+    """Seconds without a new output that end a realtime replay's drain: ``drain_s``, but before
+    the first output at least FIRST_OUTPUT_S, since a node still busy with its first frames (a
+    loaded host) is not done."""
+    return drain_s if outputs > 0 else max(drain_s, FIRST_OUTPUT_S)
+
+
 def replay_namespace(pid: int | None = None) -> str:
     """The namespace of the replayed node: unique per replaying process, so that its topics and
     its /diagnostics status name differ from a vehicle's ``/compactinst``."""
@@ -537,10 +544,8 @@ def run_realtime(
                 f"its log ({node.log_path}) ends with:\n{node.tail()}"
             )
         last, quiet_since = -1, time.monotonic()
-        # before the first output, a node still busy with its first frames (a loaded host) gets
-        # longer than the quiet gap between outputs
         while (
-            time.monotonic() - quiet_since < (drain_s if last > 0 else max(drain_s, FIRST_OUTPUT_S))
+            time.monotonic() - quiet_since < quiet_limit(drain_s, last)
             and recorder.processed() < len(frames)
         ):
             done = recorder.processed()
