@@ -175,22 +175,31 @@ def _send(pubs, sec: int, encoding: str | None, settle: float = 0.0) -> None:
     pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
 
 
+def first_lifted(client: Client, topics: Any, secs: range, send: Any) -> int:
+    """The first stamp of ``secs`` whose frame, sent with its depth (or cloud) by ``send(sec)``,
+    got every output on ``topics``. Depth and colour come on separate subscriptions, so on a
+    loaded host a frame may be taken before its depth arrived (its 3-D is then skipped and
+    counted, as designed): a later frame with its own depth must lift."""
+    topics = list(topics)
+    for sec in secs:
+        send(sec)
+        try:
+            client.wait_for(lambda sec=sec: all(client.stamped(t, sec) for t in topics), 8)
+            return sec
+        except AssertionError:
+            continue
+    raise AssertionError(f"no frame stamped {secs.start}..{secs.stop - 1} got all of {topics}")
+
+
 @pytest.mark.parametrize("encoding", ["16UC1", "32FC1"])
 def test_instances_lift_to_the_depth_plane_with_the_2d_ids(depth_node, encoding):
     msgs, client, pubs = depth_node
     client.wait_for(lambda: client.matched(f"{NS}/detections_3d"), 10, "detections_3d")
     topics = (f"{NS}/detections_3d", f"{NS}/instance_mask")
-    # depth and colour come on separate subscriptions: on a loaded host a frame may be taken
-    # before its depth arrived (its 3-D is then skipped and counted, as designed), so a later
-    # frame with its own depth must lift
-    for sec in range({"16UC1": 510, "32FC1": 520}[encoding], 600, 20):
-        _send(pubs, sec, encoding, settle=0.2)
-        try:
-            client.wait_for(lambda sec=sec: all(client.stamped(t, sec) for t in topics), 8)
-            break
-        except AssertionError:
-            continue
-    client.wait_for(lambda: all(client.stamped(t, sec) for t in topics), 1, "3-D outputs")
+    start = {"16UC1": 510, "32FC1": 520}[encoding]
+    sec = first_lifted(
+        client, topics, range(start, 600, 20), lambda s: _send(pubs, s, encoding, settle=0.2)
+    )
     markers = client.wait_for(lambda: markers_of(client, sec), 10, "~/markers_3d")
     dets = client.stamped(topics[0], sec)
     raster = raster_from_image(client.stamped(topics[1], sec))
@@ -243,13 +252,9 @@ def overlay_of(image: np.ndarray, mask: Image, table: PointCloud2, model, distan
 def test_the_overlay_captions_carry_each_instance_s_distance(depth_node, random_bundle):
     _, client, pubs = depth_node
     topics = [f"{NS}/{t}" for t in ("detections_3d", "instance_mask", "instance_table", "overlay")]
-    for sec in range(530, 600, 20):  # a frame taken before its depth arrived is not lifted
-        _send(pubs, sec, "16UC1", settle=0.2)
-        try:
-            client.wait_for(lambda sec=sec: all(client.stamped(t, sec) for t in topics), 8)
-            break
-        except AssertionError:
-            continue
+    sec = first_lifted(
+        client, topics, range(530, 600, 20), lambda s: _send(pubs, s, "16UC1", settle=0.2)
+    )
     dets, mask, table, overlay = (client.stamped(t, sec) for t in topics)
     assert dets.detections, "the random model at score_threshold 0 must yield instances"
     metres = {
@@ -417,23 +422,16 @@ def test_three_cameras_in_the_batched_node_each_pair_with_their_own_compressed_d
 ):
     client, pubs = batched_node
     outputs = {c: f"{NS}/{c}/detections_3d" for c in CAMERAS}
-    # as for one camera: a frame taken before its depth arrived is skipped by design, so later
-    # frames, each with its own depth, follow until one round lifts
-    for sec in range(601, 700, 20):
+
+    def send_round(sec: int) -> None:
         for camera, plane in CAMERAS.items():
             pubs[camera][INFO].publish(camera_info(sec))
             pubs[camera][DEPTH].publish(compressed_depth_msg(sec, plane))
         time.sleep(0.2)
         for camera in CAMERAS:  # one round: the three frames share the stamp
             pubs[camera][TOPIC].publish(image_msg(scene(H, W, 7), "bgr8", sec=sec))
-        try:
-            client.wait_for(
-                lambda sec=sec: all(client.stamped(t, sec) for t in outputs.values()), 8
-            )
-            break
-        except AssertionError:
-            continue
-    client.wait_for(lambda: all(client.stamped(t, sec) for t in outputs.values()), 1, "3-D")
+
+    sec = first_lifted(client, outputs.values(), range(601, 700, 20), send_round)
     for camera, plane in CAMERAS.items():
         dets = client.stamped(outputs[camera], sec).detections
         assert dets, camera
@@ -550,20 +548,15 @@ def lidar_node(vision_msgs_prefix, tf2_msgs_prefix, random_bundle):
 def test_a_lidar_cloud_placed_by_tf_static_lifts_the_instances(lidar_node):
     client, pubs, _ = lidar_node
     outputs = (f"{NS}/detections_3d", f"{NS}/cloud_labelled", f"{NS}/instance_mask")
-    # The cloud, the latched transform and the frame come on separate subscriptions, so on a
-    # loaded host a frame may be taken before its cloud or the transform arrived (then its 3-D
-    # is skipped and counted, as designed): a later frame with its own cloud must lift.
-    for sec in range(701, 707):
+    # the latched transform, too, may come after the first frames
+
+    def send(sec: int) -> None:
         pubs[INFO].publish(camera_info(sec))
         pubs[CLOUD].publish(cloud_msg(sec, LIDAR_FRAME))
         time.sleep(0.2)
         pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
-        try:
-            client.wait_for(lambda sec=sec: all(client.stamped(t, sec) for t in outputs), 8)
-            break
-        except AssertionError:
-            continue
-    client.wait_for(lambda: all(client.stamped(t, sec) for t in outputs), 1, "3-D outputs")
+
+    sec = first_lifted(client, outputs, range(701, 707), send)
     dets, cloud, mask = (client.stamped(t, sec) for t in outputs)
     assert dets.detections
     for det in dets.detections:
