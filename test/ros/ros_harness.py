@@ -74,6 +74,15 @@ class NodeProcess(realtime.NodeProcess):
             raise AssertionError(f"node did not exit within {timeout} s:\n{self.log()}")
         return code
 
+    def exited(self, timeout: float) -> tuple[int, str]:
+        """(exit code, log) of a node expected to end on its own (a refused start), waited for
+        up to ``timeout`` s; stopped either way."""
+        try:
+            code = self.proc.wait(timeout=timeout)
+        finally:
+            self.stop()
+        return code, self.log()
+
 
 class Client:
     """A test-side rclpy context and node, spun on a background thread; records messages."""

@@ -140,12 +140,7 @@ def test_model_files_damaged_while_running_then_refused_at_the_next_start(tmp_pa
     finally:
         stop(node, client)
 
-    again = NodeProcess(next_domain(), node_params(bundle))
-    try:
-        code = again.proc.wait(timeout=60)
-    finally:
-        again.stop()
-    log = again.log()
+    code, log = NodeProcess(next_domain(), node_params(bundle)).exited(60)
     assert code == 1, log
     assert "encoder.onnx does not match its sha256" in log
     assert "re-export the bundle" in log and "Traceback" not in log

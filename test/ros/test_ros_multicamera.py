@@ -359,10 +359,6 @@ def test_three_cameras_on_the_tensorrt_stand_ins_run_padded_batches_and_survive_
         assert node.stop() == 0, node.log()
 
     refused = NodeProcess(next_domain(), {**params, "allow_engine_build": False}, script=script)
-    try:
-        code = refused.proc.wait(timeout=180)
-    finally:
-        refused.stop()
-    log = refused.log()
+    code, log = refused.exited(180)
     assert code == 1, log
     assert "corrupt" in log and "building is disabled; run 'compactinst build-engine" in log
