@@ -117,7 +117,7 @@ def test_realtime_output_bag_and_pipeline_latency(random_bundle, tmp_path):
             bag,
             random_bundle,
             "onnxruntime",
-            rate=0.2,  # 2 Hz: at 5 Hz a loaded 2-core host dropped 3-4 of 6 frames
+            rate=0.1,  # 1 Hz: a loaded 2-core host dropped 3-4 of 6 frames at 5 Hz, 4 at 2 Hz
             output_bag=out,
             warmup=1,
             progress=False,
