@@ -11,13 +11,24 @@ LAUNCH_WHEELS ?= $(or $(COMPACTINST_LAUNCH_WHEELS),../shared/ros-launch)
 
 .PHONY: venv test test-suite test-full test-network test-py312 lint demo clean default-model kernels
 
+# The install goes through uv (from PyPI): it resolves the same versions as pip but downloads and
+# unpacks in parallel, 20 s here against pip's 2 min 20 s for the dev extra. It leaves the
+# bytecode to the first import (pip compiles all of torch, most of which no test imports). uv
+# reads none of pip's settings, so pip's find-links (a local torch wheel, say) are passed on;
+# where uv cannot be had or fails, pip does the install.
+UV := $(VENV)/bin/uv
+UV_FIND_LINKS_ARGS := $(foreach link,$(PIP_FIND_LINKS),--find-links $(link))
+# $(call PIP_INSTALL,python,arguments)
+PIP_INSTALL = { test -x $(UV) && $(UV) pip install -q --python $(1) $(UV_FIND_LINKS_ARGS) $(2); } || \
+	$(1) -m pip install -q $(2)
+
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q uv || echo 'uv not installed: pip installs instead'
+	$(call PIP_INSTALL,$(PY),-e '.[dev]')
 	if [ -d '$(LAUNCH_WHEELS)' ]; then \
-		$(PY) -m pip install -q --no-deps '$(LAUNCH_WHEELS)'/*.whl && \
-		$(PY) -m pip install -q osrf-pycommon pyyaml lark-parser; \
+		$(call PIP_INSTALL,$(PY),--no-deps '$(LAUNCH_WHEELS)'/*.whl) && \
+		$(call PIP_INSTALL,$(PY),osrf-pycommon pyyaml lark-parser); \
 	fi
 	touch $(STAMP)
 
@@ -52,9 +63,9 @@ PY312_TESTS := test/test_image_formats.py test/test_depth_formats.py test/test_o
 	test/postprocess/test_postprocess_geometry.py test/postprocess/test_postprocess_instance.py \
 	test/postprocess/test_postprocess_semantic.py test/postprocess/test_postprocess_panoptic.py
 
-$(STAMP312): setup.py
+$(STAMP312): setup.py $(STAMP)
 	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
-	$(VENV312)/bin/python -m pip install -q -e . 'pytest>=7' 'pytest-timeout>=2.1'
+	$(call PIP_INSTALL,$(VENV312)/bin/python,-e . 'pytest>=7' 'pytest-timeout>=2.1')
 	touch $(STAMP312)
 
 # Without a python3.12 this step says so and passes, except in CI (CI=true), where it fails.
