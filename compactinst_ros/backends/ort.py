@@ -166,13 +166,14 @@ class OrtBackend:
             return
         logits, masks = (cases[0].outputs[name][0] for name in DECODER_OUTPUTS)
         h, w = self.bundle.input_h, self.bundle.input_w
-        fast_postprocess(
-            RawOutputs(logits, masks, self.bundle.mask_stride),
-            FrameMeta.letterbox(h, w, h, w),
-            self.bundle.labels,
-            PostprocessOptions(),
-            OutputSet(),
-        )
+        with compiled.compile_lock():
+            fast_postprocess(
+                RawOutputs(logits, masks, self.bundle.mask_stride),
+                FrameMeta.letterbox(h, w, h, w),
+                self.bundle.labels,
+                PostprocessOptions(),
+                OutputSet(),
+            )
 
     def infer_batch(
         self, items: Sequence[BatchItem], options: PostprocessOptions

@@ -14,6 +14,11 @@ it. Install with the ``fast`` extra; without numba the numpy loops run, with the
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +41,23 @@ PER_PIXEL = -1
 def _jit(function):
     """numba.njit with an on-disk cache (compiled once per machine), or None without numba."""
     return None if numba is None else numba.njit(cache=True, nogil=True)(function)
+
+
+@contextlib.contextmanager
+def compile_lock() -> Iterator[None]:
+    """Held while a process compiles the loops (or loads them from numba's cache).
+
+    numba's cache has no lock: processes that start together on a fresh install (the cameras
+    of a launch file, test workers) would each compile for seconds. Under this per-user file
+    lock the first compiles and writes the cache, the others then load it.
+    """
+    path = os.path.join(tempfile.gettempdir(), f"compactinst_ros-numba-{os.getuid()}.lock")
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _axis(axis: AxisTiles) -> tuple[np.ndarray, ...]:

@@ -245,3 +245,4 @@ def test_sampled_pairs_are_the_reference_samples(src: tuple) -> None:
     np.testing.assert_array_equal(values[real], expected[pair[real], index[real]])
     per_pixel = np.bincount(index[real], minlength=tiles.raster_size)
     assert (per_pixel == len(grids)).all()  # every pixel once per map
+

@@ -279,7 +279,7 @@ def build_interface(
             log,
             f"{name}: cmake configure",
         )
-        progress(f"{name}: compiling with {jobs} jobs (about 20-60 s, once)")
+        progress(f"{name}: compiling with {jobs} jobs (about 10-25 s, once)")
         _run(["cmake", "--build", str(build), "-j", jobs], env, log, f"{name}: cmake build")
         _run(["cmake", "--install", str(build)], env, log, f"{name}: cmake install")
         shutil.rmtree(build, ignore_errors=True)
