@@ -613,11 +613,9 @@ def _rvl_run_heads(values: np.ndarray, count: int, pixels: int) -> tuple[np.ndar
 def _compiled_rvl_run_heads() -> Callable | None:
     """``_rvl_run_heads`` compiled by numba (the optional ``fast`` extra; imported on the first
     RVL frame, not with this module), or None without numba: the walk then runs in Python."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    return numba.njit(cache=True, nogil=True)(_rvl_run_heads)
+    from .jit import njit_cached
+
+    return njit_cached(_rvl_run_heads)
 
 
 def decode_rvl(payload: np.ndarray, pixels: int) -> np.ndarray:

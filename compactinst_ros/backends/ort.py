@@ -18,6 +18,7 @@ import numpy as np
 
 from ..bundle import DECODER_OUTPUTS, ModelBundle
 from ..errors import BackendError
+from ..jit import compile_lock
 from ..postprocess import compiled
 from ..postprocess.fast import fast_postprocess
 from ..preprocess import letterbox
@@ -166,7 +167,7 @@ class OrtBackend:
             return
         logits, masks = (cases[0].outputs[name][0] for name in DECODER_OUTPUTS)
         h, w = self.bundle.input_h, self.bundle.input_w
-        with compiled.compile_lock():
+        with compile_lock():
             fast_postprocess(
                 RawOutputs(logits, masks, self.bundle.mask_stride),
                 FrameMeta.letterbox(h, w, h, w),

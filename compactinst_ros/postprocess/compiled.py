@@ -14,50 +14,19 @@ it. Install with the ``fast`` extra; without numba the numpy loops run, with the
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import jit
 from .resample import sigmoid
 from .tiles import AxisTiles, TileBounds, TileGrid
 
-try:
-    import numba
-except ImportError:  # the optional ``fast`` extra
-    numba = None
-
-#: True where numba is installed and the compiled loops run.
-AVAILABLE = numba is not None
+#: True where numba is installed and the compiled loops run (tests turn them off here).
+AVAILABLE = jit.AVAILABLE
 
 #: Tile code of a tile whose pixels carry their own codes (in the pixel-code buffer).
 PER_PIXEL = -1
-
-
-def _jit(function):
-    """numba.njit with an on-disk cache (compiled once per machine), or None without numba."""
-    return None if numba is None else numba.njit(cache=True, nogil=True)(function)
-
-
-@contextlib.contextmanager
-def compile_lock() -> Iterator[None]:
-    """Held while a process compiles the loops (or loads them from numba's cache).
-
-    numba's cache has no lock: processes that start together on a fresh install (the cameras
-    of a launch file, test workers) would each compile for seconds. Under this per-user file
-    lock the first compiles and writes the cache, the others then load it.
-    """
-    path = os.path.join(tempfile.gettempdir(), f"compactinst_ros-numba-{os.getuid()}.lock")
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _axis(axis: AxisTiles) -> tuple[np.ndarray, ...]:
@@ -79,7 +48,7 @@ def _column_blends(grid, i0, i1, j0, j1, wy):
     return vert0, top + (grid[i1, j1] - top) * wy
 
 
-_column_blends_jit = _jit(_column_blends)
+_column_blends_jit = jit.njit_cached(_column_blends)
 
 
 def _needed_maps(needed, r, c, out):
@@ -93,7 +62,7 @@ def _needed_maps(needed, r, c, out):
     return m
 
 
-_needed_maps_jit = _jit(_needed_maps)
+_needed_maps_jit = jit.njit_cached(_needed_maps)
 
 
 def _compose(tile_code, pixel_code, lut, out, rs, rn, cs, cn):
@@ -285,11 +254,11 @@ def _semantic_pixels(maps, needed, floor, tile_code, pixel_code, rs, rn, r0, r1,
                     out += 1
 
 
-_compose_jit = _jit(_compose)
-_paint_instances_jit = _jit(_paint_instances)
-_sample_needed_jit = _jit(_sample_needed)
-_panoptic_pixels_jit = _jit(_panoptic_pixels)
-_semantic_pixels_jit = _jit(_semantic_pixels)
+_compose_jit = jit.njit_cached(_compose)
+_paint_instances_jit = jit.njit_cached(_paint_instances)
+_sample_needed_jit = jit.njit_cached(_sample_needed)
+_panoptic_pixels_jit = jit.njit_cached(_panoptic_pixels)
+_semantic_pixels_jit = jit.njit_cached(_semantic_pixels)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from test_postprocess_dense import CASES, OPTIONS, random_frame
 sys.path.insert(0, str(Path(__file__).parents[1] / "backends"))
 from ort_stages import raw_outputs
 
+from compactinst_ros import jit
 from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.errors import BundleError
 from compactinst_ros.labels import SYNTHETIC_LABELS, LabelSet
@@ -56,7 +57,7 @@ CAMERA_SIZES = [(256, 384), (720, 1280), (1080, 1920)]
 @pytest.fixture(autouse=True, params=["compiled", "numpy"])
 def loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which per-pixel loops the fast path runs; the compiled ones need numba."""
-    if request.param == "compiled" and compiled.numba is None:
+    if request.param == "compiled" and not jit.AVAILABLE:
         pytest.skip("numba is not installed (pip install '.[fast]')")
     monkeypatch.setattr(compiled, "AVAILABLE", request.param == "compiled")
     return request.param

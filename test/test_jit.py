@@ -1,4 +1,4 @@
-"""The lock around compiling the post-processing loops (numba's cache has none of its own)."""
+"""The lock around compiling the CPU loops with numba (its cache has none of its own)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ import subprocess
 import sys
 import time
 
-from compactinst_ros.postprocess import compiled
+from compactinst_ros import jit
 
 
 def test_a_second_process_takes_the_lock_only_after_the_first_releases_it() -> None:
     """Processes starting together would each compile the loops; under the lock the others
     wait and then load numba's cache."""
     waiter = (
-        "import time; from compactinst_ros.postprocess import compiled\n"
-        "with compiled.compile_lock(): print(time.time())\n"
+        "import time; from compactinst_ros import jit\n"
+        "with jit.compile_lock(): print(time.time())\n"
     )
-    with compiled.compile_lock():
+    with jit.compile_lock():
         proc = subprocess.Popen([sys.executable, "-c", waiter], stdout=subprocess.PIPE, text=True)
         time.sleep(1.5)
         assert proc.poll() is None  # still waiting for the lock

@@ -1,0 +1,45 @@
+"""The optional numba compilation that the CPU loops share (post-processing, 3-D lifting, RVL
+depth): the ``fast`` extra. Without numba every caller runs its numpy (or Python) loop, with
+the same results."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+try:
+    import numba
+except ImportError:  # the optional ``fast`` extra
+    numba = None
+
+#: True where numba is installed (and imports)
+AVAILABLE = numba is not None
+
+
+def njit_cached(function: Callable) -> Any:
+    """``function`` compiled by numba in nopython mode, with numba's on-disk cache (compiled
+    once per machine, on the first call) and without the GIL held; None without numba."""
+    if numba is None:
+        return None
+    return numba.njit(cache=True, nogil=True)(function)
+
+
+@contextlib.contextmanager
+def compile_lock() -> Iterator[None]:
+    """Held while a process compiles its loops (or loads them from numba's cache).
+
+    numba's cache has no lock: processes that start together on a fresh install (the cameras
+    of a launch file, test workers) would each compile for seconds. Under this per-user file
+    lock the first compiles and writes the cache, the others then load it.
+    """
+    path = os.path.join(tempfile.gettempdir(), f"compactinst_ros-numba-{os.getuid()}.lock")
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
