@@ -103,7 +103,7 @@ $(DERIVED): $(STAMP) models/default/bundle.json models/default/encoder.onnx mode
 test-suite: $(STAMP) $(DERIVED)
 	. ./scripts/ros_env.sh && \
 		./scripts/private_net.sh $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile \
-			--durations=30 -m '$(TEST_MARKS)' test
+			--no-loadscope-reorder --durations=30 -m '$(TEST_MARKS)' test
 
 test-full:
 	$(MAKE) test TEST_MARKS='not network'

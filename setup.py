@@ -80,7 +80,7 @@ NVDISASM = ["nvidia-cuda-nvdisasm==13.5.37"]
 # Foxglove's own MCAP readers: tests read the replay's output bag back as Foxglove would.
 FOXGLOVE_READERS = ["mcap>=1.2", "mcap-ros2-support>=0.5"]
 DEV = [
-    "pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.5", "ruff>=0.6", "vermin>=1.6",
+    "pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.8", "ruff>=0.6", "vermin>=1.6",
     "fvcore>=0.1.5", *NVRTC, *NVDISASM,
     *COLCON, *ROSIDL_BUILD, *FOXGLOVE_READERS,
 ]  # fmt: skip

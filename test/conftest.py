@@ -19,6 +19,35 @@ RANDOM_BUNDLE_SIZE = (256, 320)
 RANDOM_BUNDLE_SEED = 0
 #: the CPU stand-ins of pycuda and TensorRT (imported by name: pycuda_emu, tensorrt_emu)
 EMU_DIR = Path(__file__).parent / "gpu" / "emu"
+#: The files that take longest on two cores (a Ray cluster, interface builds on a fresh clone,
+#: many node processes), longest first. The suite runs them before all others, so that the
+#: parallel run does not end with one worker still busy on one of them while the others idle
+#: (longest-first scheduling; `make test` passes --no-loadscope-reorder so that pytest-xdist
+#: hands the files out in this order).
+SLOW_FILES = (
+    "test/eval/test_eval_fleet.py",
+    "test/ros/test_ros_depth.py",
+    "test/ros/test_ros_video.py",
+    "test/ros/test_launch.py",
+    "test/scripts/test_scripts_run.py",
+    "test/backends/test_openvino.py",
+    "test/ros/test_ros_multicamera.py",
+    "test/eval/test_eval_cameras.py",
+    "test/export/test_onnx_export.py",
+    "test/postprocess/test_postprocess_fast.py",
+    "test/ros/test_ros_tool.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the tests of SLOW_FILES first, in that order; the others keep theirs."""
+    root = Path(__file__).resolve().parent.parent
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+
+    def order(item: pytest.Item) -> int:
+        return rank.get(item.path.resolve().relative_to(root).as_posix(), len(SLOW_FILES))
+
+    items.sort(key=order)  # stable: the others and the tests within a file keep their order
 
 
 @pytest.fixture(scope="session")
