@@ -6,7 +6,9 @@ cover the most pixels, segmented by the default model on the CPU (ONNX Runtime, 
 outputs only: the smallest frame, so the largest ratio); then, in every round,
 the frame through the Pipeline and the lifting of its instances with the depth at the frame's
 resolution and at 480x640 (a depth camera's usual size, scaled by the two camera_infos), and
-the LiDAR path with a 100k-point cloud. Prints the medians and spreads over the rounds and the
+the LiDAR path with 100k points in the camera's view twice: in a spinning LiDAR's scan order
+and in random order (a voxel-filtered or merged cloud). With the ``fast`` extra (numba) the
+cloud's pass over its points is compiled. Prints the medians and spreads over the rounds and the
 ratio lift / frame per round (its median and range).
 
     .venv/bin/python scripts/bench_lift3d.py [--rounds 7] [--threads 2]
@@ -32,11 +34,29 @@ H, W = 1080, 1920
 
 
 def _cloud(depth: np.ndarray, camera: object, points: int, rng: np.random.Generator) -> np.ndarray:
-    """``points`` camera-frame points sampled from the scene's depth (a LiDAR's returns)."""
+    """``points`` camera-frame points sampled from the scene's depth at random pixels and in
+    random order: a cloud as a voxel filter or a merge of several LiDARs leaves it (the
+    raster is then read all over for every point: the heavy end)."""
     v = rng.integers(0, H, points)
     u = rng.integers(0, W, points)
+    return _points(depth, camera, v, u)
+
+
+def _scan(depth: np.ndarray, camera: object, points: int, beams: int = 64) -> np.ndarray:
+    """About ``points`` camera-frame points in a spinning LiDAR's order: ``beams`` lasers fire
+    together at each azimuth step, step after step (a Velodyne driver's cloud), the beams
+    spread over the image's rows and the steps over its columns."""
+    steps = -(-points // beams)
+    v = np.repeat(np.linspace(0, H - 1, beams).round().astype(int)[None], steps, 0).reshape(-1)
+    u = np.repeat(np.linspace(0, W - 1, steps).round().astype(int), beams)
+    return _points(depth, camera, v, u)
+
+
+def _points(depth: np.ndarray, camera: object, v: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """The points that pixels (v, u) of ``depth`` see, in the camera's optical frame."""
     z = depth[v, u]
-    return np.stack([(u - camera.cx) * z / camera.fx, (v - camera.cy) * z / camera.fy, z], 1)
+    xyz = np.stack([(u - camera.cx) * z / camera.fx, (v - camera.cy) * z / camera.fy, z], 1)
+    return xyz.astype(np.float32)
 
 
 def _busiest_scenes(count: int) -> list:
@@ -61,12 +81,14 @@ def main() -> None:
             depth = synthetic_depth.depth_image(depth_mm, "32FC1")
             small_k = cam.k.scaled_to(640, 480)
             small = cv2.resize(depth, (640, 480), interpolation=cv2.INTER_NEAREST)
-            cloud = _cloud(truth, cam.k, 100_000, np.random.default_rng(1)).astype(np.float32)
+            scan = _scan(truth, cam.k, 100_000)
+            cloud = _cloud(truth, cam.k, 100_000, np.random.default_rng(1))
             bgr = np.ascontiguousarray(scene.image[..., ::-1])
             times: dict[str, list[float]] = {
                 "frame": [],
                 "depth 1080p": [],
                 "depth 480p": [],
+                "scan 100k": [],
                 "cloud 100k": [],
             }
             result = pipeline(bgr, "bgr8", outputs)  # warm-up
@@ -79,9 +101,12 @@ def main() -> None:
                 t2 = time.perf_counter()
                 lift_depth(raster, ids, small, cam.k, small_k)
                 t3 = time.perf_counter()
-                lift_cloud(raster, ids, cloud, cam.k)
+                lift_cloud(raster, ids, scan, cam.k)
                 t4 = time.perf_counter()
-                for name, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                lift_cloud(raster, ids, cloud, cam.k)
+                t5 = time.perf_counter()
+                steps = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)
+                for name, dt in zip(times, steps, strict=True):
                     times[name].append(dt * 1e3)
             area = (raster > 0).mean() * 100
             print(

@@ -1,6 +1,7 @@
 """Instances in 3-D: each instance mask lifted with a registered depth image or a LiDAR cloud.
 
-Pure numpy (and OpenCV for the mask erosion); no ROS. ``lift`` holds the per-instance robust
+numpy (OpenCV for the mask erosion, numba for the cloud's pass over its points where the
+``fast`` extra is installed); no ROS. ``lift`` holds the per-instance robust
 depth, centroid and extent; ``cloud`` turns PointCloud2 fields into points and projects them.
 """
 
@@ -14,6 +15,7 @@ from .lift import (
     lift_cloud,
     lift_depth,
     lift_points,
+    prepare_cloud_lifting,
 )
 
 __all__ = [
@@ -26,4 +28,5 @@ __all__ = [
     "lift_cloud",
     "lift_depth",
     "lift_points",
+    "prepare_cloud_lifting",
 ]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 import cv2
 import numpy as np
 
+from .. import jit
 from ..errors import ConfigError, InputError
 
 #: instance ids are uint16 raster values, so a lookup table over all of them is 65536 entries
@@ -382,7 +383,7 @@ def interior(raster: np.ndarray, v: np.ndarray, u: np.ndarray, radius: int) -> n
         edge_rows = np.clip(edge_v + dy, 0, h - 1) * w
         for dx in range(-radius, radius + 1):
             if dy or dx:
-                bulk_keep &= flat[bulk_centre + (dy * w + dx)] == bulk_label
+                bulk_keep &= np.take(flat, bulk_centre + (dy * w + dx)) == bulk_label
                 edge_keep &= flat[edge_rows + np.clip(edge_u + dx, 0, w - 1)] == edge_label
     keep[bulk], keep[edge] = bulk_keep, edge_keep
     return keep
@@ -404,6 +405,81 @@ def project_points(
     return inside, v[inside].astype(np.intp), u[inside].astype(np.intp)
 
 
+def _label_cloud_numpy(
+    raster: np.ndarray, xyz: np.ndarray, camera: Intrinsics, options: LiftOptions
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the points that land in a mask, their instance ids, whether each lies in its mask's
+    interior) with numpy: :func:`project_points`, a gather, :func:`interior`."""
+    inside, v, u = project_points(xyz, camera, options.min_range_m, options.max_range_m)
+    whole = raster.reshape(-1)[v * raster.shape[1] + u]
+    masked = np.flatnonzero(whole)  # only points in a mask are looked up in the erosion
+    v, u = v[masked], u[masked]
+    return inside[masked], whole[masked], interior(raster, v, u, options.erode_px)
+
+
+def _label_cloud_loop(raster, xyz, fx, fy, cx, cy, min_z, max_z, radius, on, whole, inner):
+    """The compiled twin of :func:`_label_cloud_numpy`, one pass over the points: fills the
+    first n entries of ``on``, ``whole`` and ``inner`` and returns n. Its float32 arithmetic
+    is numpy's, in numpy's order, so the two give the same pixels."""
+    h, w = raster.shape
+    n = 0
+    for p in range(xyz.shape[0]):
+        z = xyz[p, 2]
+        if not (z >= min_z and z <= max_z) or z == 0:  # numpy's x / 0 lands nowhere either
+            continue
+        u = np.rint(fx * xyz[p, 0] / z + cx)
+        v = np.rint(fy * xyz[p, 1] / z + cy)
+        if not (u >= 0 and u < w and v >= 0 and v < h):
+            continue
+        iu, iv = int(u), int(v)
+        label = raster[iv, iu]
+        if label == 0:
+            continue
+        alone = True
+        for dy in range(-radius, radius + 1):
+            y = min(max(iv + dy, 0), h - 1)
+            for dx in range(-radius, radius + 1):
+                if raster[y, min(max(iu + dx, 0), w - 1)] != label:
+                    alone = False
+                    break
+            if not alone:
+                break
+        on[n], whole[n], inner[n] = p, label, alone
+        n += 1
+    return n
+
+
+_label_cloud_compiled = jit.njit_cached(_label_cloud_loop)
+
+
+def _label_cloud(
+    raster: np.ndarray, xyz: np.ndarray, camera: Intrinsics, options: LiftOptions
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_label_cloud_numpy`'s result, by the compiled loop where numba is installed
+    (a 100k-point cloud at 1080p in a LiDAR's scan order: 2.4 ms against 5.7)."""
+    if _label_cloud_compiled is None:
+        return _label_cloud_numpy(raster, xyz, camera, options)
+    xyz = np.ascontiguousarray(xyz, np.float32)
+    on = np.empty(len(xyz), np.int64)
+    whole = np.empty(len(xyz), raster.dtype)
+    inner = np.empty(len(xyz), bool)
+    f32 = np.float32
+    with jit.compile_lock():  # the first call compiles (or loads numba's cache)
+        n = _label_cloud_compiled(
+            np.ascontiguousarray(raster), xyz, f32(camera.fx), f32(camera.fy), f32(camera.cx),
+            f32(camera.cy), f32(options.min_range_m), f32(options.max_range_m),
+            options.erode_px, on, whole, inner,
+        )  # fmt: skip
+    return on[:n], whole[:n], inner[:n]
+
+
+def prepare_cloud_lifting() -> None:
+    """Compile the cloud loop now (or load it from numba's cache: about 1 s, 2 s the first time
+    on a machine), so that the first cloud does not wait for it; nothing without numba."""
+    camera = Intrinsics(1.0, 1.0, 0.0, 0.0, 1, 1)
+    _label_cloud(np.zeros((1, 1), np.uint16), np.zeros((1, 3), np.float32), camera, LiftOptions())
+
+
 def lift_cloud(
     raster: np.ndarray,
     ids: np.ndarray,
@@ -419,12 +495,9 @@ def lift_cloud(
     options = options or LiftOptions()
     ids = np.asarray(ids, np.uint16)
     labels_on_grid(raster, colour, colour)  # the size check
-    inside, v, u = project_points(xyz_camera, colour, options.min_range_m, options.max_range_m)
-    whole = raster.reshape(-1)[v * raster.shape[1] + u]
-    masked = np.flatnonzero(whole)  # only points in a mask are looked up in the erosion
-    on, v, u, whole = inside[masked], v[masked], u[masked], whole[masked]
+    on, whole, inner = _label_cloud(raster, xyz_camera, colour, options)
     point_labels = np.zeros(len(xyz_camera), np.uint16)
-    point_labels[on] = np.where(interior(raster, v, u, options.erode_px), whole, 0)
+    point_labels[on] = np.where(inner, whole, 0)
     points = np.take(xyz_camera, on, axis=0)
     lifted = lift_points(point_labels[on], points, ids, options)
     retry = np.flatnonzero(~lifted.valid)

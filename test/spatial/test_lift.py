@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from compactinst_ros import jit
 from compactinst_ros.errors import ConfigError, InputError
 from compactinst_ros.spatial import (
     Intrinsics,
@@ -15,6 +16,7 @@ from compactinst_ros.spatial import (
     lift_points,
 )
 from compactinst_ros.spatial.cloud import cloud_xyz, rigid_transform, transform_points
+from compactinst_ros.spatial.lift import _label_cloud, _label_cloud_numpy
 
 H, W = 240, 320
 CAMERA = Intrinsics(fx=300.0, fy=300.0, cx=159.5, cy=119.5, width=W, height=H)
@@ -153,7 +155,7 @@ def test_erosion_removes_pixels_near_any_other_label_per_instance():
     assert erode_labels(labels, 0) is labels
 
 
-@pytest.mark.parametrize("radius", [1, 2, 3])
+@pytest.mark.parametrize("radius", [1, 2, 3, 4, 6])
 def test_erosion_of_the_raster_and_at_single_pixels_agree(radius):
     rng = np.random.default_rng(radius)
     labels = np.kron(rng.integers(0, 4, (12, 16)), np.ones((3, 2), np.int64)).astype(np.uint16)
@@ -257,3 +259,30 @@ def test_large_masks_are_sampled_on_a_stride_within_max_points():
         assert np.linalg.norm(sampled.centroid[row] - truth[inst]) < 0.01 * truth[inst][2]
         stride_m = 5 * truth[inst][2] / CAMERA.fx  # the box loses at most a stride per side
         np.testing.assert_allclose(sampled.extent[row], full.extent[row], atol=2 * stride_m)
+
+
+@pytest.mark.skipif(not jit.AVAILABLE, reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("radius", [0, 1, 2, 5])
+def test_compiled_cloud_labelling_equals_the_numpy_one(radius):
+    """The compiled pass over the points gives the numpy path's points, ids and interiors,
+    edge cases included: points on the border, behind the camera, at z = 0, NaN and inf, out of
+    range, and between pixels."""
+    rng = np.random.default_rng(radius)
+    labels = np.kron(rng.integers(0, 4, (12, 16)), np.ones((3, 2), np.int64)).astype(np.uint16)
+    camera = Intrinsics(40.0, 38.0, 15.5, 17.3, labels.shape[1], labels.shape[0])
+    points = 4000
+    u = rng.uniform(-3, labels.shape[1] + 3, points)
+    v = rng.uniform(-3, labels.shape[0] + 3, points)
+    z = rng.uniform(-1, 30, points)
+    xyz = np.stack([(u - camera.cx) * z / camera.fx, (v - camera.cy) * z / camera.fy, z], 1)
+    xyz = xyz.astype(np.float32)
+    xyz[:40, 2] = 0
+    xyz[40:80, 0] = np.nan
+    xyz[80:120, 2] = np.inf
+    xyz[120:160, 1] = -np.inf
+    options = LiftOptions(erode_px=radius, min_range_m=0.0, max_range_m=25.0)
+    numpy_path = _label_cloud_numpy(labels, xyz, camera, options)
+    compiled_path = _label_cloud(labels, xyz, camera, options)
+    assert len(numpy_path[0]) > points // 4
+    for a, b in zip(numpy_path, compiled_path, strict=True):
+        np.testing.assert_array_equal(a, b)
