@@ -47,8 +47,9 @@ NETWORK_TESTS := test/launch/test_vehicle_install.py
 # within 10 minutes on 2 cores; `make test-full` runs those too.
 TEST_MARKS ?= not network and not full
 # pytest-xdist workers: three on two cores, since the workers wait on nodes and DDS part of the
-# time (two kept 1.7 of the 2 cores busy; three, 1.9: a fresh make test 9:01 against ~10:30);
-# loadfile keeps each file (and its module fixtures) on one worker. TEST_WORKERS=1 runs serially.
+# time (two kept 1.7 of the 2 cores busy; three, 1.9: a make test 9:01 against ~10:30);
+# loadfile keeps each file (and its module fixtures) on one worker, and --no-loadscope-reorder
+# keeps the order test/conftest.py gives them (the slowest first). TEST_WORKERS=1 runs serially.
 TEST_WORKERS ?= 3
 
 # Python 3.12 (Jazzy's, the lowest Lyrical takes): the tests that need no ROS, torch or GPU
