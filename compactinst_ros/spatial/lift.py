@@ -456,7 +456,7 @@ def _label_cloud(
     raster: np.ndarray, xyz: np.ndarray, camera: Intrinsics, options: LiftOptions
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_label_cloud_numpy`'s result, by the compiled loop where numba is installed
-    (a 100k-point cloud at 1080p in a LiDAR's scan order: 2.4 ms against 5.7)."""
+    (a 100k-point cloud at 1080p in a LiDAR's scan order: 2.4 ms against 5.9)."""
     if _label_cloud_compiled is None:
         return _label_cloud_numpy(raster, xyz, camera, options)
     xyz = np.ascontiguousarray(xyz, np.float32)
