@@ -285,6 +285,11 @@ def test_batch_and_camera_diagnostics_are_present_and_plausible(ros):
     assert found[status_name(SINGLE)][-1]["stage_threads"] == "1"
 
 
+# ~30 s of CPU (an engine build per batch size on the stand-ins): make test-full. make test covers
+# its parts in smaller tests: padded batches (test_trt_batch), the TensorRT node on the stand-ins
+# (test_ros_tensorrt_emulated), a corrupt cached engine (test_trt_emulation), the batched
+# multi-camera node (this file's other tests).
+@pytest.mark.full
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 @pytest.mark.usefixtures("emu_library_for_nodes")
 def test_three_cameras_on_the_tensorrt_stand_ins_run_padded_batches_and_survive_a_corrupt_engine(

@@ -97,6 +97,7 @@ def test_bench_postprocess_cpu_prints_every_output_per_size() -> None:
             assert re.search(rf"\|  fast wall +{NUMBER} ms cpu +{NUMBER} ms", line), line
 
 
+@pytest.mark.full  # ~27 s of CPU at the paper configs; the other scripts' runs stay in make test
 def test_bench_ort_stages_checks_both_configs_and_prints_their_ratio(paper_bundles) -> None:
     """On the session's exported bundles (the script's export is ``bench.models.random_bundle``,
     run by test_bench_latency); the script loads, checks and times them."""
