@@ -4,8 +4,9 @@ The ROS node, the replay tool and the ``infer`` CLI all go through this one clas
 owner of the overlay: ``OutputSet.overlay`` gets the same picture on every backend (the instance
 blend from the TensorRT device or drawn here on the CPU, captions added here). With ``tracking``
 it also owns the instance tracker, so the node and replay see the same track ids: the instance
-table, raster and overlay colours all follow them. ``lift_depth`` lifts a frame's instances to
-3-D where its raster is: on the TensorRT device, else on the host. It never imports torch.
+table, raster and overlay colours all follow them. ``lift_depth`` and ``lift_cloud`` lift a
+frame's instances to 3-D where its raster is: on the TensorRT device, else on the host. It never
+imports torch.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .bundle import ModelBundle
 from .image_formats import validate_image
 from .overlay import overlay_bgr
 from .palette import id_colours
-from .spatial.lift import Instances3D, Intrinsics, LiftOptions, lift_depth
+from .spatial.lift import Instances3D, Intrinsics, LiftOptions, lift_cloud, lift_depth
 from .structures import (
     INFERENCE,
     BatchItem,
@@ -227,6 +228,34 @@ class Pipeline:
             if lifted is not None:
                 return lifted
         return lift_depth(raster, result.instances.ids, depth_m, colour, depth, options)
+
+    def lift_cloud(
+        self,
+        result: FrameResult,
+        xyz_camera: np.ndarray,
+        colour: Intrinsics,
+        options: LiftOptions | None = None,
+    ) -> tuple[Instances3D, np.ndarray]:
+        """``spatial.lift_cloud`` of ``result``'s instances with the (P, 3) points
+        ``xyz_camera`` in the camera's optical frame (a LiDAR cloud transformed by the
+        LiDAR-to-camera transform): the table and each point's instance id (0: in no mask).
+
+        On the backend's device where it lifts there, as :meth:`lift_depth`; otherwise on the
+        host raster. The two agree but for the centroid's float32 rounding."""
+        raster = result.instance_raster
+        if raster is None:
+            raise ValueError(
+                "lift_cloud needs the frame's instance raster: infer it with "
+                "OutputSet(instance=True)"
+            )
+        if isinstance(self.backend, DeviceLiftBackend) and raster.shape == (
+            colour.height,
+            colour.width,
+        ):
+            lifted = self.backend.lift_cloud(result, xyz_camera, colour, options)
+            if lifted is not None:
+                return lifted
+        return lift_cloud(raster, result.instances.ids, xyz_camera, colour, options)
 
     def describe(self) -> dict:
         """Model and backend facts for logs, diagnostics and reports."""

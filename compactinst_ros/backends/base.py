@@ -165,8 +165,8 @@ class StagedBackend(Backend, Protocol):
 @runtime_checkable
 class DeviceLiftBackend(Protocol):
     """A backend that can lift a frame's instances to 3-D where its instance raster already is,
-    on its device (``spatial.lift_depth``'s computation; the Pipeline lifts on the host for any
-    other backend, and whenever this one answers None)."""
+    on its device (``spatial.lift_depth``'s and ``spatial.lift_cloud``'s computations; the
+    Pipeline lifts on the host for any other backend, and whenever this one answers None)."""
 
     def lift_depth(
         self,
@@ -182,6 +182,19 @@ class DeviceLiftBackend(Protocol):
         frame, one inferred without ``OutputSet.instance``) or the frame has more instances than
         the device tables hold. The caller has checked the sizes: the raster's is the colour
         camera's, ``depth_m``'s is ``depth``'s (None: the colour camera's)."""
+        ...
+
+    def lift_cloud(
+        self,
+        result: FrameResult,
+        xyz_camera: np.ndarray,
+        colour: Intrinsics,
+        options: LiftOptions | None,
+    ) -> tuple[Instances3D, np.ndarray] | None:
+        """``spatial.lift_cloud`` of ``result`` with the (P, 3) float32 points ``xyz_camera``
+        (the camera's optical frame): the table, rows and ids those of ``result.instances``, and
+        each point's instance id; None as for :meth:`lift_depth`. The caller has checked that
+        the raster's size is the camera's."""
         ...
 
 

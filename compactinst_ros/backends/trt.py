@@ -21,8 +21,8 @@ keep their raw frame and instance raster on the device for ``render_overlay``: o
 Pipeline knows each instance's track id it uploads the per-frame-id colour table (a few hundred
 bytes) and the overlay kernel blends, a second short wait per such frame. Likewise frames
 inferred with ``OutputSet.instance`` keep their instance raster on the device until the next
-batch, for ``lift_depth``: the depth image is uploaded and the lift kernels (gpu/lift.py) read
-the raster where the post-processing wrote it.
+batch, for ``lift_depth`` and ``lift_cloud``: the depth image or the cloud's points are uploaded
+and the lift kernels (gpu/lift.py) read the raster where the post-processing wrote it.
 """
 
 from __future__ import annotations
@@ -362,31 +362,89 @@ class TensorRTBackend:
     ) -> Instances3D | None:
         """GPU thread: upload the depth, lift the slot's raster by its per-frame ids, wait; the
         rows carry ``result.instances``' ids (track ids, where the Pipeline tracks)."""
+        frame = self._lift_frame(result)
+        if frame is None:
+            return None
+        raster, frame_ids = frame
+        depth_ptr = self._upload_float32(depth_m)
+        lifter = self._lifter()
+        lifter.enqueue(
+            self._stream, raster_ptr=raster, ids=frame_ids, depth_ptr=depth_ptr, colour=colour,
+            depth=depth, options=options,
+        )  # fmt: skip
+        self._stream.synchronize()
+        return replace(lifter.collect(), ids=np.asarray(result.instances.ids, np.uint16))
+
+    def lift_cloud(
+        self,
+        result: FrameResult,
+        xyz_camera: np.ndarray,
+        colour: Intrinsics,
+        options: LiftOptions | None = None,
+    ) -> tuple[Instances3D, np.ndarray] | None:
+        """``spatial.lift_cloud`` of ``result`` on the GPU, from its instance raster still in
+        the arena of the last batch (``DeviceLiftBackend``); None as for :meth:`lift_depth`."""
+        return self._run(self._lift_cloud, result, xyz_camera, colour, options)
+
+    def _lift_frame(self, result: FrameResult) -> tuple[int, np.ndarray] | None:
+        """GPU thread: (device address of the instance raster, its per-frame ids) of a frame of
+        the last batch that the lift kernels can take, else None."""
         from ..gpu.constants import MAX_QUERIES
-        from ..gpu.lift import GpuLift
 
         frame = next((f for f in self._lift_frames if f[0] is result), None)
         ids = result.instances.ids
         if frame is None or len(frame[4]) != len(ids) or len(ids) > MAX_QUERIES:
             return None
         _, slot, meta, outputs, frame_ids = frame
-        cuda, stream = self._cuda, self._stream
+        offsets, _ = self._post.layout(meta, outputs)
+        return int(self._post.geometry(meta, slot).arena) + offsets["instance"], frame_ids
+
+    def _upload_float32(self, values: np.ndarray) -> int:
+        """GPU thread: ``values`` as contiguous float32 through the pinned buffer into the lift
+        input buffer (grown when needed), enqueued on the stream; its device address."""
+        cuda = self._cuda
+        flat = np.ascontiguousarray(values, np.float32).reshape(-1)
+        if self._depth_bufs is None or self._depth_bufs[1].size < flat.size:
+            self._depth_bufs = (
+                cuda.mem_alloc(max(flat.nbytes, 4)),
+                cuda.pagelocked_empty(max(flat.size, 1), np.float32),
+            )
+        device, pinned = self._depth_bufs
+        pinned[: flat.size] = flat
+        cuda.memcpy_htod_async(device, pinned[: flat.size], self._stream)
+        return int(device)
+
+    def _lifter(self) -> Any:
+        """GPU thread: the lift kernels, loaded at the first lift (most nodes have no depth)."""
+        from ..gpu.lift import GpuLift
+
         if self._lift is None:
             self._lift = GpuLift()
-        z = np.ascontiguousarray(depth_m, np.float32)
-        if self._depth_bufs is None or self._depth_bufs[1].size < z.size:
-            self._depth_bufs = (cuda.mem_alloc(z.nbytes), cuda.pagelocked_empty(z.size, np.float32))
-        device, pinned = self._depth_bufs
-        pinned[: z.size] = z.reshape(-1)
-        cuda.memcpy_htod_async(device, pinned[: z.size], stream)
-        offsets, _ = self._post.layout(meta, outputs)
-        raster = int(self._post.geometry(meta, slot).arena) + offsets["instance"]
-        self._lift.enqueue(
-            stream, raster_ptr=raster, ids=frame_ids, depth_ptr=int(device), colour=colour,
-            depth=depth, options=options,
+        return self._lift
+
+    def _lift_cloud(
+        self,
+        result: FrameResult,
+        xyz_camera: np.ndarray,
+        colour: Intrinsics,
+        options: LiftOptions | None,
+    ) -> tuple[Instances3D, np.ndarray] | None:
+        """GPU thread: upload the points, lift the slot's raster by its per-frame ids, label
+        the points with ``result.instances``' ids (track ids, where the Pipeline tracks), wait."""
+        frame = self._lift_frame(result)
+        if frame is None:
+            return None
+        raster, frame_ids = frame
+        ids = np.asarray(result.instances.ids, np.uint16)
+        points = self._upload_float32(xyz_camera)
+        lifter = self._lifter()
+        lifter.enqueue_cloud(
+            self._stream, raster_ptr=raster, ids=frame_ids, points_ptr=points,
+            n_points=len(xyz_camera), colour=colour, point_ids=ids, options=options,
         )  # fmt: skip
-        stream.synchronize()
-        return replace(self._lift.collect(), ids=np.asarray(ids, np.uint16))
+        self._stream.synchronize()
+        lifted, labels = lifter.collect_cloud()
+        return replace(lifted, ids=ids), labels
 
     def describe(self) -> dict:
         """Backend, GPU, TensorRT version, batch sizes, engine cache, each engine's activation

@@ -60,6 +60,9 @@ TABLES_DTYPE = np.dtype(
 LIFT_BINS = 2048
 #: ``kSelectThreads`` in lift.cu: the block size of ``lift_select``.
 LIFT_SELECT_THREADS = 256
+#: ``kCloudRow`` in lift.cu: a cloud's points are laid out as rows of this many, so that the
+#: depth kernels' one-thread-per-pixel launches cover them.
+LIFT_CLOUD_ROW = 256
 #: ``LiftFrame`` and ``LiftSlot`` in lift.cu, field by field in declaration order (8-byte fields
 #: first, so no padding); ``LIFT_TABLES_DTYPE`` is ``LiftTables``: the frame, then one slot per
 #: variant (0: eroded mask, 1: whole mask) and query slot.
@@ -101,4 +104,7 @@ SIGNATURES: dict[str, str] = {
     "lift_select": "iidPP",
     "lift_histogram": "iPPiiiPP",
     "lift_accumulate": "PPiiddffffP",
+    "lift_cloud_classify": "PiiPiiffffPiffiiPPP",
+    "lift_cloud_accumulate": "PPiffP",
+    "lift_cloud_labels": "PiiPiPP",
 }

@@ -1,13 +1,14 @@
-"""3-D lifting launcher: spatial.lift_depth on the device (kernels/lift.cu; numpy twin:
-``lift_twin.lift_tables``), for an instance raster and a registered depth image that are already
-in device memory.
+"""3-D lifting launcher: spatial.lift_depth and spatial.lift_cloud on the device
+(kernels/lift.cu; numpy twins: ``lift_twin.lift_tables`` and ``lift_twin.cloud_tables``), for an
+instance raster and a registered depth image or a cloud in the camera's frame that are already in
+device memory.
 
 Everything is enqueued on the caller's stream; ``collect`` reads the tables after the caller's
 wait. The host's part: the depth-pixel -> colour-pixel index tables (labels_on_grid's float64
 nearest pixel, per camera pair), the id -> slot table, and turning the tables into
 ``Instances3D`` (the division of the sums and the choice between the eroded and the whole mask).
-``TensorRTBackend.lift_depth`` runs it on the frame's arena; ``check_against_twin`` is the GPU
-check's (``scripts/gpu_check.py``).
+``TensorRTBackend.lift_depth`` and ``lift_cloud`` run it on the frame's arena;
+``check_against_twin`` is the GPU check's (``scripts/gpu_check.py``).
 """
 
 from __future__ import annotations
@@ -18,13 +19,24 @@ import numpy as np
 
 from ..errors import InputError
 from ..spatial.lift import Instances3D, Intrinsics, LiftOptions
-from .constants import LIFT_BINS, LIFT_SELECT_THREADS, LIFT_TABLES_DTYPE, MAX_QUERIES
+from .constants import (
+    LIFT_BINS,
+    LIFT_CLOUD_ROW,
+    LIFT_SELECT_THREADS,
+    LIFT_TABLES_DTYPE,
+    MAX_QUERIES,
+)
 from .launch import load_kernels, pixel_grid
 
 KERNELS = (
     "lift_clear", "lift_bounds", "lift_plan", "lift_classify", "lift_select", "lift_histogram",
-    "lift_accumulate",
+    "lift_accumulate", "lift_cloud_classify", "lift_cloud_accumulate", "lift_cloud_labels",
 )  # fmt: skip
+
+
+def cloud_rows(n_points: int) -> int:
+    """Rows of the kernels' layout of a cloud (``LIFT_CLOUD_ROW`` points each), at least one."""
+    return max(1, -(-n_points // LIFT_CLOUD_ROW))
 
 
 def source_indices(colour: Intrinsics, grid: Intrinsics) -> tuple[np.ndarray, np.ndarray]:
@@ -92,10 +104,12 @@ def instances_from_tables(tables: np.void, ids: np.ndarray, options: LiftOptions
 
 
 class GpuLift:
-    """Lift kernels for device-resident instance rasters and depth images, one frame at a time.
+    """Lift kernels for device-resident instance rasters and depth images or clouds, one frame at
+    a time.
 
-    Buffers (the tables and their pinned mirror, per-pixel codes, histograms, index tables) are
-    allocated once and grown or rebuilt when the frame needs it."""
+    Buffers (the tables and their pinned mirror, per-pixel or per-point codes, histograms, index
+    tables, a cloud's depths and point labels) are allocated once and grown or rebuilt when the
+    frame needs it."""
 
     def __init__(self) -> None:
         import pycuda.driver as cuda
@@ -103,7 +117,8 @@ class GpuLift:
         self.cuda = cuda
         (
             self.k_clear, self.k_bounds, self.k_plan, self.k_classify, self.k_select,
-            self.k_histogram, self.k_accumulate,
+            self.k_histogram, self.k_accumulate, self.k_cloud_classify, self.k_cloud_accumulate,
+            self.k_cloud_labels,
         ) = load_kernels("lift", *KERNELS)  # fmt: skip
         self.tables = cuda.mem_alloc(LIFT_TABLES_DTYPE.itemsize)
         self.host = cuda.pagelocked_empty(LIFT_TABLES_DTYPE.itemsize, np.uint8)
@@ -116,20 +131,49 @@ class GpuLift:
         self._lut: Any = None
         self._ids = np.zeros(0, np.uint16)
         self._options = LiftOptions()
+        self._cloud_z: Any = None  # a cloud's depths in the layout, then its labels
+        self._cloud_labels: Any = None
+        self._cloud_host: Any = None
+        self._cloud_ids: Any = None
+        self._cloud_points = 0
+        self._cloud_size = 0
 
-    def _prepare(self, colour: Intrinsics, depth: Intrinsics, ids: np.ndarray) -> None:
-        """Index tables for this camera pair, codes and histograms big enough, the slot table."""
+    def _prepare(self, items: int, ids: np.ndarray) -> None:
+        """Codes for ``items`` pixels or points and histograms for ``ids``, big enough; the slot
+        table."""
         cuda = self.cuda
-        if self._cameras != (colour, depth):
-            self._sources = [cuda.to_device(a) for a in source_indices(colour, depth)]
-            self._cameras = (colour, depth)
-        if depth.width * depth.height > self._code_pixels:
-            self._code_pixels = depth.width * depth.height
+        if items > self._code_pixels:
+            self._code_pixels = items
             self._code = cuda.mem_alloc(4 * self._code_pixels)
         if len(ids) > self._hist_slots:
             self._hist_slots = len(ids)
             self._hist = cuda.mem_alloc(4 * 2 * self._hist_slots * LIFT_BINS)
         self._lut = cuda.to_device(slot_table(ids))  # synchronous: kept until the next frame
+
+    def _clear(self, stream: Any, n: int) -> None:
+        """lift_clear: the tables and the histograms of ``n`` slots to their start values."""
+        n_hist = 2 * n * LIFT_BINS
+        clear = max(n_hist, 2 * MAX_QUERIES)
+        self.k_clear.prepared_async_call(
+            (-(-clear // 256), 1), (256, 1, 1), stream, n_hist, int(self.tables), int(self._hist)
+        )
+
+    def _select(
+        self, stream: Any, n: int, depth_ptr: int, h: int, w: int, options: LiftOptions
+    ) -> None:
+        """The three radix levels of the percentile, over the codes and depths of an h x w
+        layout (a depth image, or a cloud's rows)."""
+        grid, block = pixel_grid(w, h)
+        tables, code, hist = int(self.tables), int(self._code), int(self._hist)
+        fraction = options.percentile / 100.0
+        for level in range(3):
+            if level:
+                self.k_histogram.prepared_async_call(
+                    grid, block, stream, level, code, depth_ptr, h, w, n, tables, hist
+                )
+            self.k_select.prepared_async_call(
+                (n, 2), (LIFT_SELECT_THREADS, 1, 1), stream, level, n, fraction, tables, hist
+            )
 
     def enqueue(
         self,
@@ -151,19 +195,18 @@ class GpuLift:
         ids = np.asarray(ids, np.uint16)
         check_capacity(ids)
         depth = depth or colour
-        self._ids, self._options = ids, options
+        self._ids, self._options, self._cloud_points = ids, options, 0
         n = len(ids)
         if n == 0:
             return
-        self._prepare(colour, depth, ids)
+        if self._cameras != (colour, depth):
+            self._sources = [self.cuda.to_device(a) for a in source_indices(colour, depth)]
+            self._cameras = (colour, depth)
+        self._prepare(depth.width * depth.height, ids)
         h, w = depth.height, depth.width
         rows, cols = (int(a) for a in self._sources)
         tables, code, hist = int(self.tables), int(self._code), int(self._hist)
-        n_hist = 2 * n * LIFT_BINS
-        clear = max(n_hist, 2 * MAX_QUERIES)
-        self.k_clear.prepared_async_call(
-            (-(-clear // 256), 1), (256, 1, 1), stream, n_hist, tables, hist
-        )
+        self._clear(stream, n)
         grid, block = pixel_grid(w, h)
         self.k_bounds.prepared_async_call(
             grid, block, stream, raster_ptr, colour.width, rows, cols, h, w, tables
@@ -176,15 +219,7 @@ class GpuLift:
             int(self._lut), len(slot_table(ids)), np.float32(options.min_range_m),
             np.float32(options.max_range_m), n, tables, code, hist,
         )  # fmt: skip
-        fraction = options.percentile / 100.0
-        for level in range(3):
-            if level:
-                self.k_histogram.prepared_async_call(
-                    grid, block, stream, level, code, depth_ptr, h, w, n, tables, hist
-                )
-            self.k_select.prepared_async_call(
-                (n, 2), (LIFT_SELECT_THREADS, 1, 1), stream, level, n, fraction, tables, hist
-            )
+        self._select(stream, n, depth_ptr, h, w, options)
         self.k_accumulate.prepared_async_call(
             grid, block, stream, code, depth_ptr, h, w, float(depth.cx), float(depth.cy),
             np.float32(depth.fx), np.float32(depth.fy), np.float32(options.band_m),
@@ -192,11 +227,76 @@ class GpuLift:
         )  # fmt: skip
         self.cuda.memcpy_dtoh_async(self.host, self.tables, stream)
 
+    def enqueue_cloud(
+        self,
+        stream: Any,
+        *,
+        raster_ptr: int,
+        ids: np.ndarray,
+        points_ptr: int,
+        n_points: int,
+        colour: Intrinsics,
+        point_ids: np.ndarray | None = None,
+        options: LiftOptions | None = None,
+    ) -> None:
+        """Lift ``ids`` of the uint16 instance raster at ``raster_ptr`` (``colour``'s size) with
+        the ``n_points`` float32 x, y, z points at ``points_ptr`` (the camera's optical frame,
+        contiguous), then copy the tables and each point's instance id to the host;
+        ``collect_cloud`` after the stream's wait. ``point_ids``: the id a point in row i's
+        mask gets (the table's ids where the raster holds per-frame ids; None: ``ids``)."""
+        options = options or LiftOptions()
+        ids = np.asarray(ids, np.uint16)
+        check_capacity(ids)
+        self._ids, self._options, self._cloud_points = ids, options, n_points
+        n = len(ids)
+        if n == 0:
+            return
+        cuda = self.cuda
+        rows = cloud_rows(n_points)
+        size = rows * LIFT_CLOUD_ROW
+        self._prepare(size, ids)
+        if size > self._cloud_size:
+            self._cloud_size = size
+            self._cloud_z = cuda.mem_alloc(4 * size)
+            self._cloud_labels = cuda.mem_alloc(2 * size)
+            self._cloud_host = cuda.pagelocked_empty(size, np.uint16)
+        labels = ids if point_ids is None else np.asarray(point_ids, np.uint16)
+        self._cloud_ids = cuda.to_device(labels)  # synchronous, as the slot table
+        tables, code, hist = int(self.tables), int(self._code), int(self._hist)
+        z = int(self._cloud_z)
+        self._clear(stream, n)
+        grid, block = pixel_grid(LIFT_CLOUD_ROW, rows)
+        f32 = np.float32
+        self.k_cloud_classify.prepared_async_call(
+            grid, block, stream, raster_ptr, colour.width, colour.height, points_ptr, n_points,
+            rows, f32(colour.fx), f32(colour.fy), f32(colour.cx), f32(colour.cy), int(self._lut),
+            len(slot_table(ids)), f32(options.min_range_m), f32(options.max_range_m),
+            options.erode_px, n, code, z, hist,
+        )  # fmt: skip
+        self._select(stream, n, z, rows, LIFT_CLOUD_ROW, options)
+        self.k_cloud_accumulate.prepared_async_call(
+            grid, block, stream, code, points_ptr, rows, f32(options.band_m),
+            f32(options.band_rel), tables,
+        )  # fmt: skip
+        self.k_cloud_labels.prepared_async_call(
+            grid, block, stream, code, n_points, rows, int(self._cloud_ids), options.min_points,
+            tables, int(self._cloud_labels),
+        )  # fmt: skip
+        cuda.memcpy_dtoh_async(self.host, self.tables, stream)
+        cuda.memcpy_dtoh_async(self._cloud_host[:n_points], self._cloud_labels, stream)
+
     def collect(self) -> Instances3D:
         """The last enqueued frame's table (call after the stream's wait)."""
         if len(self._ids) == 0:
             return Instances3D.unsupported(self._ids)
         return instances_from_tables(self.raw_tables(), self._ids, self._options)
+
+    def collect_cloud(self) -> tuple[Instances3D, np.ndarray]:
+        """The last enqueued cloud's table and each point's instance id (0: in no mask), as
+        spatial.lift_cloud returns them (call after the stream's wait)."""
+        if len(self._ids) == 0:
+            return self.collect(), np.zeros(self._cloud_points, np.uint16)
+        return self.collect(), self._cloud_host[: self._cloud_points].copy()
 
     def raw_tables(self) -> np.void:
         """A copy of the last frame's ``LiftTables`` record (call after the stream's wait)."""
@@ -204,11 +304,12 @@ class GpuLift:
 
 
 def check_against_twin(stream: Any) -> tuple[bool, str, dict[str, float]]:
-    """The GPU check's row "lift kernels vs twin": every scene of ``lift_twin.SCENES`` lifted by
-    the kernels, compared with the twin's tables (integers and depths exact, sums to 1e-12
-    relative) and with spatial.lift_depth (centroid and distance to 1e-6 relative or 1e-6 m,
-    everything else exact). Returns (ok, detail, measured values). Imports the twin, so it is
-    for checks, never for the runtime."""
+    """The GPU check's row "lift kernels vs twin": every scene of ``lift_twin.SCENES`` and
+    ``lift_twin.CLOUD_SCENES`` lifted by the kernels, compared with the twin's tables (integers,
+    depths and point labels exact, sums to 1e-12 relative) and with spatial.lift_depth or
+    lift_cloud (centroid and distance to 1e-6 relative or 1e-6 m, everything else exact).
+    Returns (ok, detail, measured values). Imports the twin, so it is for checks, never for the
+    runtime."""
     import pycuda.driver as cuda
 
     from . import lift_twin
@@ -216,15 +317,26 @@ def check_against_twin(stream: Any) -> tuple[bool, str, dict[str, float]]:
     lifter = GpuLift()
     worst = {"sum_rel": 0.0, "centroid_m": 0.0}
     exact = True
-    for name, scene in lift_twin.SCENES.items():
+    scenes = {**lift_twin.SCENES, **lift_twin.CLOUD_SCENES}
+    for name, scene in scenes.items():
         d_raster = cuda.to_device(np.ascontiguousarray(scene.raster))
-        d_depth = cuda.to_device(np.ascontiguousarray(scene.depth_m, np.float32))
-        lifter.enqueue(
-            stream, raster_ptr=int(d_raster), ids=scene.ids, depth_ptr=int(d_depth),
-            colour=scene.colour, depth=scene.depth, options=scene.options,
-        )  # fmt: skip
-        stream.synchronize()
-        diff = lift_twin.compare(lifter.raw_tables(), lifter.collect(), scene)
+        if isinstance(scene, lift_twin.CloudScene):
+            d_points = cuda.to_device(np.ascontiguousarray(scene.xyz, np.float32))
+            lifter.enqueue_cloud(
+                stream, raster_ptr=int(d_raster), ids=scene.ids, points_ptr=int(d_points),
+                n_points=len(scene.xyz), colour=scene.colour, options=scene.options,
+            )  # fmt: skip
+            stream.synchronize()
+            lifted, labels = lifter.collect_cloud()
+            diff = lift_twin.compare_cloud(lifter.raw_tables(), lifted, labels, scene)
+        else:
+            d_depth = cuda.to_device(np.ascontiguousarray(scene.depth_m, np.float32))
+            lifter.enqueue(
+                stream, raster_ptr=int(d_raster), ids=scene.ids, depth_ptr=int(d_depth),
+                colour=scene.colour, depth=scene.depth, options=scene.options,
+            )  # fmt: skip
+            stream.synchronize()
+            diff = lift_twin.compare(lifter.raw_tables(), lifter.collect(), scene)
         exact &= diff.exact
         worst["sum_rel"] = max(worst["sum_rel"], diff.sum_rel)
         worst["centroid_m"] = max(worst["centroid_m"], diff.centroid_m)
@@ -232,7 +344,8 @@ def check_against_twin(stream: Any) -> tuple[bool, str, dict[str, float]]:
             print(f"    lift scene {name}: {diff.mismatch}", flush=True)
     ok = exact and worst["sum_rel"] <= 1e-12 and worst["centroid_m"] <= 1e-6
     detail = (
-        f"{len(lift_twin.SCENES)} scenes, exact fields {'equal' if exact else 'DIFFER'}, "
-        f"sums {worst['sum_rel']:.1e} rel, centroid {worst['centroid_m']:.1e} m"
+        f"{len(scenes)} scenes ({len(lift_twin.CLOUD_SCENES)} clouds), exact fields "
+        f"{'equal' if exact else 'DIFFER'}, sums {worst['sum_rel']:.1e} rel, centroid "
+        f"{worst['centroid_m']:.1e} m"
     )
     return ok, detail, worst

@@ -1,8 +1,9 @@
 """Numpy twin of the lift kernels (gpu/kernels/lift.cu), step for step: the oracle of the tests
 and of the GPU check (``gpu.lift.check_against_twin``), never imported by the runtime.
 
-``lift_tables`` computes the kernels' ``LiftTables`` record with the same stages, the same
-integer arithmetic and the same float32/float64 roundings:
+``lift_tables`` computes the kernels' ``LiftTables`` record of a depth image with the same
+stages, the same integer arithmetic and the same float32/float64 roundings (``cloud_tables``:
+a cloud's, whose first stage projects each point and tests the raster where it lands):
 
 1. ``lift_bounds``: the raster sampled at every depth pixel through the host's index tables
    (``gpu.lift.source_indices``); labelled pixels, first row and column.
@@ -14,8 +15,9 @@ integer arithmetic and the same float32/float64 roundings:
 5. ``lift_accumulate``: inliers' support, float64 sums, min and max (as ordered ints).
 
 The atomics' order is the one thing left out: the twin adds in pixel order, the kernels in any.
-``SCENES`` are the synthetic frames the tests and the GPU check share; ``compare`` judges a
-kernel result against the twin and spatial.lift_depth.
+``SCENES`` and ``CLOUD_SCENES`` are the synthetic frames the tests and the GPU check share;
+``compare`` and ``compare_cloud`` judge a kernel result against the twin and spatial.lift_depth
+or spatial.lift_cloud.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..spatial.lift import Instances3D, Intrinsics, LiftOptions, lift_depth
+from ..spatial.lift import Instances3D, Intrinsics, LiftOptions, lift_cloud, lift_depth
 from .constants import LIFT_BINS, LIFT_TABLES_DTYPE
 from .lift import slot_table, source_indices
 
@@ -56,11 +58,9 @@ def lift_tables(
     depth = depth or colour
     ids = np.asarray(ids, np.uint16)
     n = len(ids)
-    tables = np.zeros(1, LIFT_TABLES_DTYPE)
+    tables = _cleared_tables()  # lift_clear
     t = tables[0]
     frame, slots = t["frame"], t["slot"]
-    slots["lo"], slots["hi"], slots["depth"] = INT_MAX, -INT_MAX - 1, np.nan  # lift_clear
-    frame["min_row"] = frame["min_col"] = INT_MAX
 
     # 1. lift_bounds
     rows, cols = source_indices(colour, depth)
@@ -100,8 +100,36 @@ def lift_tables(
             seen = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
             other = grid[np.clip(yy, 0, h - 1), np.clip(xx, 0, w - 1)] != label
             interior &= ~(seen & other)
+    # 4 and 5: the select, then lift_accumulate with x and y as _depth_points rounds them
+    point = np.stack(
+        [
+            ((px - col0).astype(np.float64) + (col0 - depth.cx))
+            * (z / np.float32(depth.fx)).astype(np.float64),
+            ((py - row0).astype(np.float64) + (row0 - depth.cy))
+            * (z / np.float32(depth.fy)).astype(np.float64),
+            z,
+        ],
+        1,
+    ).astype(np.float32)
+    _select_and_accumulate(slots, n, slot, interior, point, options)
+    return t
+
+
+def _select_and_accumulate(
+    slots: np.ndarray,
+    n: int,
+    slot: np.ndarray,
+    interior: np.ndarray,
+    point: np.ndarray,
+    options: LiftOptions,
+) -> None:
+    """Stages 4 and 5 of the depth and the cloud kernels alike, into the first ``n`` slots of
+    ``slots`` (2, MAX_QUERIES): the radix select of the percentile and the inliers' sums and
+    box, from each point's ``slot``, whether it is ``interior`` to its eroded mask, and its
+    float32 x, y, z (``point``)."""
+    z = point[:, 2]
     key = z.view(np.int32) & INT_MAX
-    members = [interior, np.ones(len(py), bool)]  # variant 0: eroded mask, 1: whole mask
+    members = [interior, np.ones(len(z), bool)]  # variant 0: eroded mask, 1: whole mask
 
     # 4. three radix levels per (variant, slot); lift_select takes the nearest rank first
     fraction = options.percentile / 100.0
@@ -125,17 +153,7 @@ def lift_tables(
                 if level == 2:
                     record["depth"] = np.int32(record["prefix"]).view(np.float32)
 
-    # 5. lift_accumulate: x and y as _depth_points rounds them
-    point = np.stack(
-        [
-            ((px - col0).astype(np.float64) + (col0 - depth.cx))
-            * (z / np.float32(depth.fx)).astype(np.float64),
-            ((py - row0).astype(np.float64) + (row0 - depth.cy))
-            * (z / np.float32(depth.fy)).astype(np.float64),
-            z,
-        ],
-        1,
-    ).astype(np.float32)
+    # 5. lift_accumulate / lift_cloud_accumulate
     for variant in range(2):
         robust = slots["depth"][variant][np.maximum(slot, 0)]
         half = np.maximum(np.float32(options.band_m), np.float32(options.band_rel) * robust)
@@ -148,7 +166,65 @@ def lift_tables(
             if len(mine):
                 record["lo"] = float_to_ordered(mine.min(0))
                 record["hi"] = float_to_ordered(mine.max(0))
-    return t
+
+
+def _cleared_tables() -> np.ndarray:
+    """A ``LiftTables`` record (array of one) as lift_clear leaves it."""
+    tables = np.zeros(1, LIFT_TABLES_DTYPE)
+    slots, frame = tables[0]["slot"], tables[0]["frame"]
+    slots["lo"], slots["hi"], slots["depth"] = INT_MAX, -INT_MAX - 1, np.nan
+    frame["min_row"] = frame["min_col"] = INT_MAX
+    return tables
+
+
+def cloud_tables(
+    raster: np.ndarray,
+    ids: np.ndarray,
+    xyz: np.ndarray,
+    colour: Intrinsics,
+    options: LiftOptions | None = None,
+    point_ids: np.ndarray | None = None,
+) -> tuple[np.void, np.ndarray]:
+    """The ``LiftTables`` record and the point labels the cloud kernels write for this cloud
+    (float32 x, y, z in the camera's optical frame): lift_cloud_classify, the same select and
+    accumulate stages, lift_cloud_labels (``point_ids``: each row's point label, None: ``ids``)."""
+    options = options or LiftOptions()
+    ids = np.asarray(ids, np.uint16)
+    xyz = np.asarray(xyz, np.float32).reshape(-1, 3)
+    tables = _cleared_tables()
+    t = tables[0]
+    h, w = raster.shape
+    f32 = np.float32
+
+    # lift_cloud_classify: project in float32, each operation rounded, then rint
+    z = xyz[:, 2]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        front = (z >= f32(options.min_range_m)) & (z <= f32(options.max_range_m))
+        u = np.rint((f32(colour.fx) * xyz[:, 0]) / z + f32(colour.cx))
+        v = np.rint((f32(colour.fy) * xyz[:, 1]) / z + f32(colour.cy))
+        lands = front & (u >= 0) & (u < w) & (v >= 0) & (v < h)
+    p = np.flatnonzero(lands)
+    iu, iv = u[p].astype(np.int64), v[p].astype(np.int64)
+    label = raster[iv, iu]
+    lut = slot_table(ids)
+    slot_of = np.where((label > 0) & (label < len(lut)), lut[np.minimum(label, len(lut) - 1)], -1)
+    mine = slot_of >= 0
+    p, iu, iv, label, slot = p[mine], iu[mine], iv[mine], label[mine], slot_of[mine]
+    interior = np.ones(len(p), bool)
+    radius = options.erode_px
+    for dy in range(-radius, radius + 1):
+        for dx in range(-radius, radius + 1):
+            yy, xx = np.clip(iv + dy, 0, h - 1), np.clip(iu + dx, 0, w - 1)
+            interior &= raster[yy, xx] == label
+    _select_and_accumulate(t["slot"], len(ids), slot, interior, xyz[p], options)
+
+    # lift_cloud_labels
+    labels = np.zeros(len(xyz), np.uint16)
+    whole = t["slot"][0]["support"] < options.min_points
+    shown = interior | whole[slot]
+    names = ids if point_ids is None else np.asarray(point_ids, np.uint16)
+    labels[p[shown]] = names[slot[shown]]
+    return t, labels
 
 
 @dataclass(frozen=True)
@@ -266,6 +342,87 @@ SCENES: dict[str, Scene] = {
 
 
 @dataclass(frozen=True)
+class CloudScene:
+    """One synthetic cloud: lift_cloud's arguments."""
+
+    raster: np.ndarray  # (H, W) uint16 at the camera's resolution
+    ids: np.ndarray  # uint16 ids to lift
+    xyz: np.ndarray  # (P, 3) float32 points in the camera's optical frame
+    colour: Intrinsics
+    options: LiftOptions
+
+    def cpu(self) -> tuple[Instances3D, np.ndarray]:
+        """spatial.lift_cloud's table and point labels of this cloud."""
+        return lift_cloud(self.raster, self.ids, self.xyz, self.colour, self.options)
+
+    def twin(self) -> tuple[np.void, np.ndarray]:
+        """The twin's tables and point labels of this cloud."""
+        return cloud_tables(self.raster, self.ids, self.xyz, self.colour, self.options)
+
+
+def _points_through(scene: Scene, count: int, seed: int) -> np.ndarray:
+    """``count`` points seen through a depth scene (its depth where a point lands, at
+    sub-pixel positions a little beyond the image), then the cases a LiDAR sends: NaN, inf,
+    zero and negative depths, points exactly at the range limits."""
+    rng = np.random.default_rng(seed)
+    c, h, w = scene.colour, *scene.raster.shape
+    u = rng.uniform(-3.0, w + 3.0, count)
+    v = rng.uniform(-3.0, h + 3.0, count)
+    rows = np.clip(np.rint(v), 0, h - 1).astype(int)
+    depth = scene.depth_m[rows, np.clip(np.rint(u), 0, w - 1).astype(int)]
+    z = (depth + rng.normal(0.0, 0.005, count)).astype(np.float32)
+    xyz = np.stack([(u - c.cx) * z / c.fx, (v - c.cy) * z / c.fy, z], 1).astype(np.float32)
+    odd = np.array(
+        [
+            [0.1, 0.1, np.nan], [np.nan, 0.0, 1.5], [0.0, 0.0, np.inf], [0.0, 0.0, 0.0],
+            [0.2, 0.1, -1.5], [0.0, 0.0, scene.options.min_range_m],
+            [0.0, 0.0, scene.options.max_range_m],
+        ],
+        np.float32,
+    )  # fmt: skip
+    return np.concatenate([xyz, odd])
+
+
+def _cloud_planes() -> CloudScene:
+    """The planes scene seen by a LiDAR: NaN, 0 and see-through depths, an instance the
+    erosion removes, one too small, a labelled neighbour that is not lifted, an absent id."""
+    scene = _planes()
+    xyz = _points_through(scene, 3000, 10)
+    return CloudScene(scene.raster, scene.ids, xyz, scene.colour, scene.options)
+
+
+def _cloud_at_the_border() -> CloudScene:
+    """Instances that touch the image's edges (the erosion's neighbourhood clamped to the
+    image), a wide erosion, the highest percentile."""
+    scene = _strided()
+    options = LiftOptions(min_points=5, erode_px=3, percentile=100.0, band_rel=0.05)
+    raster = scene.raster.copy()
+    raster[0:12, 0:20] = 4
+    raster[30:, 50:] = 5
+    xyz = _points_through(scene, 2500, 11)
+    ids = np.array([5, 1, 2, 3, 4], np.uint16)
+    return CloudScene(raster, ids, xyz, scene.colour, options)
+
+
+def _cloud_unexpanded() -> CloudScene:
+    """No erosion, the lowest percentile and a wide band, ids in another order."""
+    scene = _half_resolution_depth()
+    colour = scene.depth or scene.colour
+    raster = scene.raster[::2, ::2].copy()
+    depth_scene = Scene(raster, scene.ids, scene.depth_m, colour, None, scene.options)
+    options = LiftOptions(min_points=3, erode_px=0, percentile=0.0, band_m=1.0)
+    xyz = _points_through(depth_scene, 800, 12)
+    return CloudScene(raster, np.array([2, 1], np.uint16), xyz, colour, options)
+
+
+CLOUD_SCENES: dict[str, CloudScene] = {
+    "cloud_planes": _cloud_planes(),
+    "cloud_at_the_border": _cloud_at_the_border(),
+    "cloud_unexpanded": _cloud_unexpanded(),
+}
+
+
+@dataclass(frozen=True)
 class Difference:
     """How a kernel result differs from the twin and from spatial.lift_depth."""
 
@@ -282,11 +439,31 @@ EXACT_INSTANCE_FIELDS = ("ids", "valid", "support", "depth", "extent")
 
 def compare(tables: np.void, lifted: Instances3D, scene: Scene) -> Difference:
     """The kernels' ``tables`` and their ``lifted`` table against the twin and lift_depth."""
-    n = len(scene.ids)
-    twin = scene.twin()
-    cpu = scene.cpu()
+    return _difference(tables, scene.twin(), lifted, scene.cpu(), len(scene.ids), [])
+
+
+def compare_cloud(
+    tables: np.void, lifted: Instances3D, labels: np.ndarray, scene: CloudScene
+) -> Difference:
+    """The cloud kernels' ``tables``, ``lifted`` table and point ``labels`` against the twin
+    and spatial.lift_cloud."""
+    twin, twin_labels = scene.twin()
+    cpu, cpu_labels = scene.cpu()
+    bad = [
+        name
+        for name, want in (("labels vs twin", twin_labels), ("labels vs lift_cloud", cpu_labels))
+        if not np.array_equal(labels, want)
+    ]
+    return _difference(tables, twin, lifted, cpu, len(scene.ids), bad)
+
+
+def _difference(
+    tables: np.void, twin: np.void, lifted: Instances3D, cpu: Instances3D, n: int, bad: list[str]
+) -> Difference:
+    """compare's judgement of kernel ``tables`` and ``lifted`` against the ``twin``'s tables
+    and the host's ``cpu`` table, adding to the mismatches already found (``bad``)."""
     frame, twin_frame = tables["frame"], twin["frame"]
-    bad = [f"frame.{f}" for f in frame.dtype.names if frame[f] != twin_frame[f]]
+    bad = bad + [f"frame.{f}" for f in frame.dtype.names if frame[f] != twin_frame[f]]
     for f in EXACT_SLOT_FIELDS:
         if not np.array_equal(tables["slot"][f][:, :n], twin["slot"][f][:, :n], equal_nan=True):
             bad.append(f"slot.{f}")

@@ -30,7 +30,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from ..errors import InputError
 from ..labels import LabelSet
 from ..palette import palette_colours
-from ..spatial import Instances3D, Intrinsics, lift_cloud, prepare_cloud_lifting
+from ..spatial import Instances3D, Intrinsics, prepare_cloud_lifting
 from ..spatial.cloud import cloud_xyz, rigid_transform, transform_points
 from ..structures import FrameResult
 from . import convert
@@ -417,7 +417,8 @@ class CloudInput(DepthInput):
             ]
 
     def _lift(self, header: Any, result: FrameResult, pipeline: Pipeline) -> Instances3D | None:
-        """The cloud lifted on the CPU (``spatial.lift_cloud``; ``pipeline`` is not needed)."""
+        """The cloud lifted through ``Pipeline.lift_cloud``: on the GPU with TensorRT, else on
+        the host."""
         stamp = stamp_ns(header.stamp)
         cloud = self._paired(stamp)
         if cloud is None:
@@ -453,9 +454,7 @@ class CloudInput(DepthInput):
                 bool(cloud.is_bigendian),
             )
             xyz = transform_points(xyz, matrix)
-            lifted, point_ids = lift_cloud(
-                result.instance_raster, result.instances.ids, xyz, intrinsics(colour)
-            )
+            lifted, point_ids = pipeline.lift_cloud(result, xyz, intrinsics(colour))
             self._points = (xyz, point_ids)
         except InputError as exc:
             self._count("refused", f"cloud refused: {exc}")

@@ -490,12 +490,16 @@ def lift_cloud(
     """Lift the instances ``ids`` of ``raster`` with points already in the camera's optical
     frame (a LiDAR cloud transformed by the LiDAR-to-camera transform).
 
-    Returns the table and each point's instance id (0: in no mask), for a labelled cloud.
+    Returns the table and each point's instance id (0: in no mask of ``ids``), for a labelled
+    cloud: the points its eroded mask holds, or all its mask holds where the instance is lifted
+    from its whole mask.
     """
     options = options or LiftOptions()
     ids = np.asarray(ids, np.uint16)
     labels_on_grid(raster, colour, colour)  # the size check
     on, whole, inner = _label_cloud(raster, xyz_camera, colour, options)
+    listed = _rows_of(ids)[whole] >= 0  # a raster label the table does not lift labels nothing
+    on, whole, inner = on[listed], whole[listed], inner[listed]
     point_labels = np.zeros(len(xyz_camera), np.uint16)
     point_labels[on] = np.where(inner, whole, 0)
     points = np.take(xyz_camera, on, axis=0)

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not ins
 KERNELS = {
     "pp_query_stats", "pp_select", "pp_semantic_low", "pp_fused", "pp_finalize",
     "pre_letterbox", "ov_instance", "ov_panoptic", "lift_clear", "lift_bounds", "lift_plan",
-    "lift_classify", "lift_select", "lift_histogram", "lift_accumulate",
+    "lift_classify", "lift_select", "lift_histogram", "lift_accumulate", "lift_cloud_classify",
+    "lift_cloud_accumulate", "lift_cloud_labels",
 }  # fmt: skip
 
 
@@ -117,7 +118,7 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     assert status == 0, out
     assert "pycuda emulated" in out and "GPU: CPU kernel emulator" in out
     assert "checks: 10/10 passed" in out, out  # seven kernel checks, the backend, fp16 and int8
-    assert "lift kernels vs twin: 5 scenes, exact fields equal" in out, out
+    assert "lift kernels vs twin: 8 scenes (3 clouds), exact fields equal" in out, out
     assert gpu_check.STAND_IN_ROW in out and gpu_check.TENSORRT_ROW not in out
     table = out[out.index("naive/fused") :].splitlines()
     assert len(table) == 2 and table[1].split()[0] == "512x1024", table

@@ -1,7 +1,8 @@
-"""Pipeline.lift_depth: on the TensorRT stand-in the lift kernels (gpu/lift.py, run on the CPU
-emulator) read the instance raster where the post-processing left it on the device and give
-spatial.lift_depth's table of the host raster, ids the track ids; a frame of an older batch
-(its arena reused since), a size mismatch and the CPU backend lift on the host.
+"""Pipeline.lift_depth and lift_cloud: on the TensorRT stand-in the lift kernels (gpu/lift.py, run
+on the CPU emulator) read the instance raster where the post-processing left it on the device and
+give spatial.lift_depth's and spatial.lift_cloud's tables of the host raster (and the cloud's point
+labels), ids the track ids; a frame of an older batch (its arena reused since), a size mismatch
+and the CPU backend lift on the host.
 
 Exact: ids, validity, support, robust depth, extent. Within 1e-6 relative + 1e-6 m: centroid and
 distance (float64 atomics add in the threads' order; kernels/lift.cu)."""
@@ -18,7 +19,13 @@ from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.errors import InputError
 from compactinst_ros.gpu.frames import smooth_rgb
 from compactinst_ros.pipeline import Pipeline
-from compactinst_ros.spatial.lift import Instances3D, Intrinsics, LiftOptions, lift_depth
+from compactinst_ros.spatial.lift import (
+    Instances3D,
+    Intrinsics,
+    LiftOptions,
+    lift_cloud,
+    lift_depth,
+)
 from compactinst_ros.structures import FrameResult, OutputSet
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
@@ -44,6 +51,19 @@ def depth_for(raster: np.ndarray, grid: Intrinsics, seed: int) -> np.ndarray:
     depth[rng.random(depth.shape) < 0.05] = np.nan
     depth[rng.random(depth.shape) < 0.03] = 0.0
     return depth
+
+
+def cloud_for(raster: np.ndarray, seed: int, count: int = 4000) -> np.ndarray:
+    """A LiDAR-like cloud in the camera's frame: points at sub-pixel positions (some beyond the
+    image) at depth_for's depths, NaN and zeros included."""
+    rng = np.random.default_rng(seed)
+    depth = depth_for(raster, COLOUR, seed)
+    u = rng.uniform(-2.0, COLOUR.width + 2.0, count)
+    v = rng.uniform(-2.0, COLOUR.height + 2.0, count)
+    rows = np.clip(np.rint(v), 0, COLOUR.height - 1).astype(int)
+    z = depth[rows, np.clip(np.rint(u), 0, COLOUR.width - 1).astype(int)]
+    x, y = (u - COLOUR.cx) * z / COLOUR.fx, (v - COLOUR.cy) * z / COLOUR.fy
+    return np.stack([x, y, z], 1).astype(np.float32)
 
 
 def host_lift(result: FrameResult, depth_m, grid) -> Instances3D:
@@ -89,6 +109,16 @@ def test_tensorrt_lifts_on_the_device_as_the_host_does(emulated_gpu) -> None:
                 want = host_lift(result, depth_m, grid)
                 assert want.valid.sum() > 1, want.support
                 assert_same(got, want)
+            xyz = cloud_for(result.instance_raster, 4)
+            emulated_gpu.launches.clear()
+            got, labels = pipe.lift_cloud(result, xyz, COLOUR, OPTIONS)
+            assert "lift_cloud_labels" in lift_launches(emulated_gpu)
+            ids = result.instances.ids
+            want, want_labels = lift_cloud(result.instance_raster, ids, xyz, COLOUR, OPTIONS)
+            assert want.valid.sum() > 1, want.support
+            assert_same(got, want)
+            np.testing.assert_array_equal(labels, want_labels)
+            assert set(np.unique(labels)) - {0} <= set(ids.tolist()) and labels.any()
         result = pair[0]
         # an older batch's frame: its arena holds the last frame now, so the host lifts it
         emulated_gpu.launches.clear()
@@ -96,6 +126,14 @@ def test_tensorrt_lifts_on_the_device_as_the_host_does(emulated_gpu) -> None:
         got = pipe.lift_depth(older, depth_m, COLOUR, None, OPTIONS)
         assert lift_launches(emulated_gpu) == []
         assert_same(got, host_lift(older, depth_m, None), exact=True)
+        xyz = cloud_for(older.instance_raster, 5)
+        got, labels = pipe.lift_cloud(older, xyz, COLOUR, OPTIONS)
+        want, want_labels = lift_cloud(
+            older.instance_raster, older.instances.ids, xyz, COLOUR, OPTIONS
+        )
+        assert lift_launches(emulated_gpu) == []
+        assert_same(got, want, exact=True)
+        np.testing.assert_array_equal(labels, want_labels)
         # sizes the camera_info does not explain: the host's InputError, no kernel
         with pytest.raises(InputError, match="publish the depth camera_info"):
             pipe.lift_depth(result, depth_m[:-1], COLOUR)
@@ -112,5 +150,15 @@ def test_cpu_backend_lifts_on_the_host() -> None:
         got = pipe.lift_depth(result, depth_m, COLOUR, HALF, OPTIONS)
         assert got.valid.sum() > 1
         assert_same(got, host_lift(result, depth_m, HALF), exact=True)
+        xyz = cloud_for(result.instance_raster, 6)
+        got, labels = pipe.lift_cloud(result, xyz, COLOUR, OPTIONS)
+        want, want_labels = lift_cloud(
+            result.instance_raster, result.instances.ids, xyz, COLOUR, OPTIONS
+        )
+        assert_same(got, want, exact=True)
+        np.testing.assert_array_equal(labels, want_labels)
+        blind = pipe(frame(), "bgr8", OutputSet(instance=False))
         with pytest.raises(ValueError, match="instance raster"):
-            pipe.lift_depth(pipe(frame(), "bgr8", OutputSet(instance=False)), depth_m, COLOUR)
+            pipe.lift_depth(blind, depth_m, COLOUR)
+        with pytest.raises(ValueError, match="instance raster"):
+            pipe.lift_cloud(blind, xyz, COLOUR)

@@ -1,5 +1,6 @@
-// Per-instance 3-D from the instance raster and a registered depth image: spatial/lift.py
-// `lift_depth` on the device, step for step. Twin: gpu/lift_twin.py; launcher: gpu/lift.py.
+// Per-instance 3-D from the instance raster and a registered depth image (spatial/lift.py
+// `lift_depth`) or a point cloud in the camera's optical frame (`lift_cloud`), on the device,
+// step for step. Twin: gpu/lift_twin.py; launcher: gpu/lift.py.
 //
 // One frame is ten launches on one stream, nothing read back in between:
 //   lift_clear          tables and histograms to their start values
@@ -20,6 +21,12 @@
 // mask (variant 1), lift_depth's retry of an instance the erosion leaves with too few points; the
 // host keeps variant 0 where it has min_points inliers and divides the sums (gpu/lift.py).
 //
+// A cloud is nine launches: lift_clear, lift_cloud_classify (in place of bounds, plan and
+// classify: a point is projected and tested against the raster where it lands, no stride), the
+// same lift_select and lift_histogram, lift_cloud_accumulate, and lift_cloud_labels (each
+// point's instance id for the labelled cloud). Its points are laid out as an image of
+// kCloudRow-point rows, so that lift_histogram reads their depths as it reads a depth image's.
+//
 // Exactness: the sampling, erosion, depth tests, percentile (a radix select on the float bits,
 // positive floats order as their bits) and inlier test are exact, and every point's x and y are
 // computed with _depth_points' own float32/float64 roundings. The sums are float64 atomics in
@@ -32,6 +39,7 @@ using namespace ci;
 constexpr int kLiftBins = 2048;  // first radix level: float bits 30..20; then 19..10 and 9..0
 constexpr int kSelectThreads = 256;  // block size of lift_select
 constexpr int kIntMax = 0x7fffffff;
+constexpr int kCloudRow = 256;  // points per row of a cloud's layout (gpu/constants.py)
 
 // Frame-wide values, in gpu/constants.py LIFT_TABLES_DTYPE's order.
 struct LiftFrame {
@@ -265,4 +273,92 @@ extern "C" __global__ void lift_accumulate(const int* __restrict__ code,
       atomicMax(&s.hi[a], float_to_ordered(p[a]));
     }
   }
+}
+
+// One thread per point of the kCloudRow-wide layout, 32x8 blocks; points past n_points get no
+// code. Projection as spatial.project_points computes it in float32 (fx * x / z + cx, each
+// operation rounded, then rint), the erosion as spatial.interior: every pixel within the radius,
+// clamped to the image, carries the point's label. code and hist as lift_classify writes them;
+// z is the point's depth in the layout, for lift_histogram.
+extern "C" __global__ void lift_cloud_classify(
+    const uint16_t* __restrict__ raster, int colour_w, int colour_h,
+    const float* __restrict__ xyz, int n_points, int rows, float fx, float fy, float cx,
+    float cy, const int* __restrict__ slot_lut, int n_lut, float min_range, float max_range,
+    int radius, int n, int* __restrict__ code, float* __restrict__ z_out,
+    int* __restrict__ hist) {
+  const int x = blockIdx.x * blockDim.x + threadIdx.x;
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x >= kCloudRow || y >= rows) return;
+  const int p = y * kCloudRow + x;
+  code[p] = -1;
+  if (p >= n_points) return;
+  const float z = xyz[3 * (size_t)p + 2];
+  z_out[p] = z;
+  if (!(z >= min_range && z <= max_range)) return;  // NaN compares false
+  const float u = rintf(__fadd_rn(__fdiv_rn(__fmul_rn(fx, xyz[3 * (size_t)p]), z), cx));
+  const float v = rintf(__fadd_rn(__fdiv_rn(__fmul_rn(fy, xyz[3 * (size_t)p + 1]), z), cy));
+  // inf and NaN (x / 0 where min_range is 0) fail these too
+  if (!(u >= 0.0f && u < (float)colour_w && v >= 0.0f && v < (float)colour_h)) return;
+  const int iu = (int)u, iv = (int)v;
+  const int label = raster[(size_t)iv * colour_w + iu];
+  const int slot = (label > 0 && label < n_lut) ? slot_lut[label] : -1;
+  if (slot < 0) return;
+  bool interior = true;
+  for (int dy = -radius; dy <= radius && interior; ++dy) {
+    const size_t row = (size_t)min(max(iv + dy, 0), colour_h - 1) * colour_w;
+    for (int dx = -radius; dx <= radius; ++dx) {
+      if (raster[row + min(max(iu + dx, 0), colour_w - 1)] != label) {
+        interior = false;
+        break;
+      }
+    }
+  }
+  code[p] = slot * 2 + (interior ? 1 : 0);
+  const int bin = depth_key(z) >> 20;
+  atomicAdd(bins_of(hist, n, 1, slot) + bin, 1);
+  if (interior) atomicAdd(bins_of(hist, n, 0, slot) + bin, 1);
+}
+
+// As lift_accumulate, with each point's own x, y, z.
+extern "C" __global__ void lift_cloud_accumulate(const int* __restrict__ code,
+                                                 const float* __restrict__ xyz, int rows,
+                                                 float band_m, float band_rel,
+                                                 LiftTables* __restrict__ t) {
+  const int x = blockIdx.x * blockDim.x + threadIdx.x;
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x >= kCloudRow || y >= rows) return;
+  const int p = y * kCloudRow + x;
+  const int c = code[p];
+  if (c < 0) return;
+  const float* point = xyz + 3 * (size_t)p;
+  const float z = point[2];
+  for (int variant = c & 1 ? 0 : 1; variant < 2; ++variant) {
+    LiftSlot& s = t->slot[variant][c >> 1];
+    const float robust = s.depth;
+    if (!(fabsf(z - robust) <= fmaxf(band_m, band_rel * robust))) continue;
+    atomicAdd(&s.support, 1);
+    for (int a = 0; a < 3; ++a) {
+      atomicAdd(&s.sum[a], (double)point[a]);
+      atomicMin(&s.lo[a], float_to_ordered(point[a]));
+      atomicMax(&s.hi[a], float_to_ordered(point[a]));
+    }
+  }
+}
+
+// One thread per point of the layout: the instance id (ids: per slot) of the mask the point
+// lies in, as lift_cloud labels it: where the instance keeps its eroded mask (min_points
+// inliers), only its interior points; where it falls back to its whole mask, all of them.
+extern "C" __global__ void lift_cloud_labels(const int* __restrict__ code, int n_points,
+                                             int rows, const uint16_t* __restrict__ ids,
+                                             int min_points,
+                                             const LiftTables* __restrict__ t,
+                                             uint16_t* __restrict__ labels) {
+  const int x = blockIdx.x * blockDim.x + threadIdx.x;
+  const int y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x >= kCloudRow || y >= rows) return;
+  const int p = y * kCloudRow + x;
+  if (p >= n_points) return;
+  const int c = code[p];
+  const bool whole = c >= 0 && t->slot[0][c >> 1].support < min_points;
+  labels[p] = (c >= 0 && ((c & 1) || whole)) ? ids[c >> 1] : 0;
 }

@@ -71,6 +71,7 @@ inline T __ldg(const T* p) { return *p; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline int __float_as_int(float f) {
   int i;
   std::memcpy(&i, &f, 4);

@@ -116,6 +116,12 @@ extern "C" int emu_launch_packed(const char* name, unsigned gx, unsigned gy, uns
     else if (kernel == "lift_select") emu_call_packed(lift_select, grid, block, buf, size);
     else if (kernel == "lift_histogram") emu_call_packed(lift_histogram, grid, block, buf, size);
     else if (kernel == "lift_accumulate") emu_call_packed(lift_accumulate, grid, block, buf, size);
+    else if (kernel == "lift_cloud_classify")
+      emu_call_packed(lift_cloud_classify, grid, block, buf, size);
+    else if (kernel == "lift_cloud_accumulate")
+      emu_call_packed(lift_cloud_accumulate, grid, block, buf, size);
+    else if (kernel == "lift_cloud_labels")
+      emu_call_packed(lift_cloud_labels, grid, block, buf, size);
     else return 1;
   } catch (const std::runtime_error&) {
     return 2;
