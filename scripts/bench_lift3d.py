@@ -8,8 +8,8 @@ the frame through the Pipeline and the lifting of its instances with the depth a
 resolution and at 480x640 (a depth camera's usual size, scaled by the two camera_infos), and
 the LiDAR path with 100k points in the camera's view twice: in a spinning LiDAR's scan order
 and in random order (a voxel-filtered or merged cloud). With the ``fast`` extra (numba) the
-cloud's pass over its points is compiled. Prints the medians and spreads over the rounds and the
-ratio lift / frame per round (its median and range).
+passes over the depth window and over the cloud's points are compiled. Prints the medians and
+spreads over the rounds and the ratio lift / frame per round (its median and range).
 
     .venv/bin/python scripts/bench_lift3d.py [--rounds 7] [--threads 2]
 """
@@ -25,7 +25,7 @@ import numpy as np
 
 from compactinst_ros.pipeline import Pipeline
 from compactinst_ros.resources import default_model
-from compactinst_ros.spatial import lift_cloud, lift_depth
+from compactinst_ros.spatial import lift_cloud, lift_depth, prepare_lifting
 from compactinst_ros.structures import OutputSet
 from compactinst_ros.train import synthetic_depth
 from compactinst_ros.train.synthetic import render_scene
@@ -74,6 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     outputs = OutputSet(instance=True, panoptic=False, semantic=False)
     header = f"{'step':<14}{'median ms':>10}{'min':>9}{'max':>9}{'ratio (median, range)':>28}"
+    prepare_lifting()  # numba's compilation (or cache load) is not a frame's cost
     with Pipeline(default_model(), "onnxruntime", threads=args.threads) as pipeline:
         for scene in _busiest_scenes(args.scenes):
             truth, cam = synthetic_depth.scene_depth(scene)

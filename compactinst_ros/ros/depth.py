@@ -30,7 +30,7 @@ from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 from ..errors import InputError
 from ..labels import LabelSet
 from ..palette import palette_colours
-from ..spatial import Instances3D, Intrinsics, prepare_cloud_lifting
+from ..spatial import Instances3D, Intrinsics, prepare_lifting
 from ..spatial.cloud import cloud_xyz, rigid_transform, transform_points
 from ..structures import FrameResult
 from . import convert
@@ -177,6 +177,7 @@ class DepthInput:
     def start(self) -> None:
         """Subscribe (best effort matches reliable and best-effort drivers alike)."""
         if not self._subs:
+            prepare_lifting()
             qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
             self._subs = [
                 self.node.create_subscription(self.message_type, self.topic, self._on_depth, qos),
@@ -402,7 +403,7 @@ class CloudInput(DepthInput):
     def start(self) -> None:
         """Subscribe to the cloud and to /tf_static (transient local: the latched transforms)."""
         if not self._subs:
-            prepare_cloud_lifting()
+            prepare_lifting()
             qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
             static = QoSProfile(
                 depth=100,

@@ -1,8 +1,9 @@
 """Instances in 3-D: each instance mask lifted with a registered depth image or a LiDAR cloud.
 
-numpy (OpenCV for the mask erosion, numba for the cloud's pass over its points where the
-``fast`` extra is installed); no ROS. ``lift`` holds the per-instance robust
-depth, centroid and extent; ``cloud`` turns PointCloud2 fields into points and projects them.
+numpy (OpenCV for the mask erosion; numba, where the ``fast`` extra is installed, compiles the
+passes over the depth window and over a cloud's points); no ROS. ``lift`` holds the
+per-instance robust depth, centroid and extent; ``cloud`` turns PointCloud2 fields into points
+and projects them.
 """
 
 from .lift import (
@@ -15,7 +16,7 @@ from .lift import (
     lift_cloud,
     lift_depth,
     lift_points,
-    prepare_cloud_lifting,
+    prepare_lifting,
 )
 
 __all__ = [
@@ -28,5 +29,5 @@ __all__ = [
     "lift_cloud",
     "lift_depth",
     "lift_points",
-    "prepare_cloud_lifting",
+    "prepare_lifting",
 ]

@@ -16,7 +16,18 @@ from compactinst_ros.spatial import (
     lift_points,
 )
 from compactinst_ros.spatial.cloud import cloud_xyz, rigid_transform, transform_points
-from compactinst_ros.spatial.lift import _label_cloud, _label_cloud_numpy
+from compactinst_ros.spatial.lift import (
+    _label_cloud,
+    _label_cloud_numpy,
+    _labelled_extent,
+    _labelled_extent_numpy,
+    _lift_points_jit,
+    _lift_points_numpy,
+    _rows_of,
+    _window_of,
+    _window_points,
+    _window_points_numpy,
+)
 
 H, W = 240, 320
 CAMERA = Intrinsics(fx=300.0, fy=300.0, cx=159.5, cy=119.5, width=W, height=H)
@@ -286,3 +297,63 @@ def test_compiled_cloud_labelling_equals_the_numpy_one(radius):
     assert len(numpy_path[0]) > points // 4
     for a, b in zip(numpy_path, compiled_path, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not jit.AVAILABLE, reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_point_lifting_equals_the_numpy_one(seed):
+    """The compiled selection, inlier band and sums give the numpy path's robust depths,
+    supports, float64 sums and boxes bit for bit: NaN and out-of-range depths, an instance of
+    one point, one with none, points exactly on the band's edges, several percentiles."""
+    rng = np.random.default_rng(seed)
+    points = 6000
+    labels = rng.integers(0, 7, points).astype(np.uint16)
+    labels[labels == 6] = 0
+    labels[0], labels[1:][labels[1:] == 5] = 5, 4  # instance 5 has one point
+    xyz = rng.normal(0, 2, (points, 3)).astype(np.float32)
+    xyz[:, 2] = rng.choice(np.float32([2.0, 2.5, 3.0, 7.5, 6.75, 8.25]), points)
+    xyz[rng.random(points) < 0.1, 2] = rng.uniform(0.1, 40, 1)[0]
+    xyz[rng.random(points) < 0.05, 2] = np.nan
+    xyz[rng.random(points) < 0.05, 2] = -1.0
+    ids = np.array([3, 1, 5, 2, 9, 4], np.uint16)  # 9 has no points
+    rows = _rows_of(ids)[labels]
+    for percentile in (0.0, 37.5, 50.0, 100.0):
+        options = LiftOptions(percentile=percentile, band_m=0.5, band_rel=0.1, max_range_m=30.0)
+        want = _lift_points_numpy(rows, xyz, len(ids), options)
+        got = _lift_points_jit(rows, xyz, len(ids), options)
+        assert (want[1] > 0).sum() >= 4, want[1]
+        for a, b in zip(want, got, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not jit.AVAILABLE, reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_depth_window_pass_equals_the_numpy_one(seed):
+    """The compiled extent of the labelled pixels and the compiled pass over the window
+    (erosion test, back-projection) give numpy's window, labels, interiors and float32 x, y, z
+    bit for bit, on strides 1-3, erosion radii 0-3, masks touching the image's edges, an empty
+    raster."""
+    rng = np.random.default_rng(seed)
+    h, w = int(rng.integers(30, 90)), int(rng.integers(30, 120))
+    labels = np.zeros((h, w), np.uint16)
+    for label in rng.integers(1, 9, 7):
+        y, x = rng.integers(0, h - 2), rng.integers(0, w - 2)
+        labels[y : y + rng.integers(2, h // 2), x : x + rng.integers(2, w // 2)] = label
+    if seed == 3:
+        labels[:] = 0
+    fx, fy, dx, dy = rng.uniform(30, 90, 2).tolist() + rng.normal(0, 3, 2).tolist()
+    camera = Intrinsics(fx, fy, w / 2 + dx, h / 2 + dy, w, h)
+    depth = rng.uniform(0.3, 9.0, (h, w)).astype(np.float32)
+    depth[rng.random((h, w)) < 0.05] = np.nan
+    count, *box = _labelled_extent(labels)
+    assert (count, *box) == _labelled_extent_numpy(labels)
+    assert count == np.count_nonzero(labels)
+    for step in (1, 2, 3):
+        window = _window_of(tuple(box), labels.shape, step, step)
+        for radius in range(4):
+            args = (labels[window], depth[window], camera, window, radius)
+            want = _window_points_numpy(*args)
+            got = _window_points(*args, count)
+            assert len(want[0]) == np.count_nonzero(labels[window])
+            for a, b in zip(want, got, strict=True):
+                np.testing.assert_array_equal(a, b)
