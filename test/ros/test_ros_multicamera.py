@@ -268,14 +268,17 @@ def test_batch_and_camera_diagnostics_are_present_and_plausible(ros):
         assert float(report["batch_window_ms"]) == WINDOW_MS
 
     def settled_a() -> dict | None:
-        """Camera a's newest report once every frame it got is processed or counted dropped."""
+        """Camera a's newest report once all 14 frames it was sent so far have arrived and
+        each is processed or counted dropped (a report from before the last frame arrived
+        would look settled too)."""
         recent = statuses(client, max(0, len(client.received("/diagnostics")) - 12))
         last = recent.get(status_name(MULTI, "a"), [{}])[-1]
         done = int(last.get("frames_processed", -1)) + int(last.get("frames_dropped", 0))
-        return last if done == int(last.get("frames_received", 0)) else None
+        return last if done == int(last.get("frames_received", 0)) == 14 else None
 
-    camera_a = client.wait_for(settled_a, 10, "camera a's last frame processed or dropped")
-    # camera a was sent 14 frames so far: each arrived, and each was processed or counted dropped
+    camera_a = client.wait_for(
+        settled_a, 10, "camera a's 14 frames received, each processed or dropped"
+    )
     assert camera_a["frames_received"] == "14", camera_a
     processed, dropped = int(camera_a["frames_processed"]), int(camera_a["frames_dropped"])
     assert processed + dropped == 14 and processed >= 12, camera_a
