@@ -2,15 +2,19 @@
 
 vision_msgs is built by ``interface_build`` (as for ~/detections) and the node runs with that
 prefix on its paths. The random-weight model at score threshold 0 yields instances anywhere, so
-the depth is a plane: every instance must lift to it.
+the depth is a plane: every instance must lift to it. A LiDAR cloud is lifted on the CPU node
+and on the node's TensorRT path (the CPU stand-ins of test/gpu/emu, the lift kernels on the
+emulator).
 """
 
 from __future__ import annotations
 
 import array
+import contextlib
 import importlib
 import io
 import json
+import shutil
 import sys
 import threading
 import time
@@ -23,7 +27,7 @@ import numpy as np
 import pytest
 from interface_build import TF2_MSGS, VISION_MSGS, built_for_test
 from ros_domains import next_domain
-from ros_harness import Client, NodeProcess, cpu_node_params
+from ros_harness import REPO, Client, NodeProcess, cpu_node_params
 from ros_messages import raster_from_image
 from test_ros_node import image_msg, scene
 
@@ -488,22 +492,17 @@ def cloud_msg(sec: int, frame: str) -> PointCloud2:
     return msg
 
 
-@pytest.fixture(scope="module")
-def lidar_node(vision_msgs_prefix, tf2_msgs_prefix, random_bundle):
-    """(client, {topic: publisher}) with a node placing a LiDAR cloud by /tf_static."""
+@contextlib.contextmanager
+def lidar_node_running(vision_msgs_prefix, tf2_msgs_prefix, params: dict, script=None):
+    """(client, {topic: publisher}, node) with a node placing a LiDAR cloud by /tf_static."""
     with vision_msgs_prefix.activated(), tf2_msgs_prefix.activated():
         msgs = importlib.import_module("vision_msgs.msg")
         tf2 = importlib.import_module("tf2_msgs.msg")
         domain = next_domain()
         node = NodeProcess(
             domain,
-            lifting_node_params(
-                random_bundle,
-                image_topic=TOPIC,
-                camera_info_topic=INFO,
-                cloud_topic=CLOUD,
-                outputs=["instance_mask"],
-            ),
+            {**params, "image_topic": TOPIC, "camera_info_topic": INFO, "cloud_topic": CLOUD},
+            script=script,
         )
         client = Client(domain)
         try:
@@ -535,7 +534,7 @@ def lidar_node(vision_msgs_prefix, tf2_msgs_prefix, random_bundle):
                     and all(p.get_subscription_count() for p in pubs.values())
                     and static.get_subscription_count()
                 ),
-                60,
+                120,
                 f"the node's subscriptions and publishers (log {node.log_path})",
             )
             yield client, pubs, node
@@ -545,8 +544,17 @@ def lidar_node(vision_msgs_prefix, tf2_msgs_prefix, random_bundle):
             assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
 
 
-def test_a_lidar_cloud_placed_by_tf_static_lifts_the_instances(lidar_node):
-    client, pubs, _ = lidar_node
+@pytest.fixture(scope="module")
+def lidar_node(vision_msgs_prefix, tf2_msgs_prefix, random_bundle):
+    """(client, {topic: publisher}, node) with a CPU node placing a LiDAR cloud by /tf_static."""
+    params = lifting_node_params(random_bundle, outputs=["instance_mask"])
+    with lidar_node_running(vision_msgs_prefix, tf2_msgs_prefix, params) as running:
+        yield running
+
+
+def assert_the_cloud_lifts(client: Client, pubs: dict, secs: range) -> None:
+    """Frames with their clouds give detections on the cloud's plane and a labelled cloud whose
+    points carry the ids of the masks they project into."""
     outputs = (f"{NS}/detections_3d", f"{NS}/cloud_labelled", f"{NS}/instance_mask")
     # the latched transform, too, may come after the first frames
 
@@ -556,7 +564,7 @@ def test_a_lidar_cloud_placed_by_tf_static_lifts_the_instances(lidar_node):
         time.sleep(0.2)
         pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
 
-    sec = first_lifted(client, outputs, range(701, 707), send)
+    sec = first_lifted(client, outputs, secs, send)
     dets, cloud, mask = (client.stamped(t, sec) for t in outputs)
     assert dets.detections
     for det in dets.detections:
@@ -570,6 +578,33 @@ def test_a_lidar_cloud_placed_by_tf_static_lifts_the_instances(lidar_node):
     u = np.rint(points["x"] * FX / points["z"] + CX).astype(int)
     v = np.rint(points["y"] * FX / points["z"] + CY).astype(int)
     np.testing.assert_array_equal(raster[v, u], points["id"])
+
+
+def test_a_lidar_cloud_placed_by_tf_static_lifts_the_instances(lidar_node):
+    client, pubs, _ = lidar_node
+    assert_the_cloud_lifts(client, pubs, range(701, 707))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.usefixtures("emu_library_for_nodes")
+def test_a_lidar_cloud_lifts_on_the_tensorrt_kernels(
+    vision_msgs_prefix, tf2_msgs_prefix, random_bundle, tmp_path
+):
+    """The node on its TensorRT path (the CPU stand-ins of test/gpu/emu: engines on ONNX
+    Runtime, the real kernel sources on the emulator) lifts the cloud with the lift kernels,
+    from the raster the post-processing kernels left on the device."""
+    params = {
+        "model": random_bundle, "backend": "tensorrt", "engine_cache_dir": str(tmp_path),
+        "score_threshold": 0.0, "max_instances": 10, "diagnostics_period": 0.25,
+        "outputs": ["instance_mask"],
+    }  # fmt: skip
+    script = REPO / "test" / "gpu" / "emu" / "emulated_node.py"
+    with lidar_node_running(vision_msgs_prefix, tf2_msgs_prefix, params, script) as running:
+        client, pubs, node = running
+        assert_the_cloud_lifts(client, pubs, range(801, 807))
+        assert client.latest_diagnostics().get("backend") == "tensorrt"
+    launched = node.log().split("emulated kernels launched:")[-1]
+    assert "lift_cloud_classify" in launched and "lift_cloud_labels" in launched, launched
 
 
 def test_a_cloud_in_a_frame_without_transform_is_named_once_and_counted(lidar_node):
