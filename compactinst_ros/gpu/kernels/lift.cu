@@ -81,6 +81,34 @@ __device__ __forceinline__ int* bins_of(int* hist, int n, int variant, int slot)
   return hist + ((size_t)variant * n + slot) * kLiftBins;
 }
 
+// A classified point: its code (slot * 2 + interior) and the first radix level of its depth in
+// the whole mask's histogram, and in the eroded mask's where it is interior.
+__device__ __forceinline__ void classified(int* code, int slot, bool interior, float z, int n,
+                                           int* hist) {
+  *code = slot * 2 + (interior ? 1 : 0);
+  const int bin = depth_key(z) >> 20;
+  atomicAdd(bins_of(hist, n, 1, slot) + bin, 1);
+  if (interior) atomicAdd(bins_of(hist, n, 0, slot) + bin, 1);
+}
+
+// A point of code c with coordinates p: an inlier of each variant whose robust depth it lies
+// within max(band_m, band_rel * depth) of (float32, as lift_points) adds to its support, float64
+// sums and box.
+__device__ __forceinline__ void accumulated(LiftTables* t, int c, const float p[3], float band_m,
+                                            float band_rel) {
+  for (int variant = c & 1 ? 0 : 1; variant < 2; ++variant) {
+    LiftSlot& s = t->slot[variant][c >> 1];
+    const float robust = s.depth;
+    if (!(fabsf(p[2] - robust) <= fmaxf(band_m, band_rel * robust))) continue;
+    atomicAdd(&s.support, 1);
+    for (int a = 0; a < 3; ++a) {
+      atomicAdd(&s.sum[a], (double)p[a]);
+      atomicMin(&s.lo[a], float_to_ordered(p[a]));
+      atomicMax(&s.hi[a], float_to_ordered(p[a]));
+    }
+  }
+}
+
 extern "C" __global__ void lift_clear(int n_hist, LiftTables* __restrict__ t,
                                       int* __restrict__ hist) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -179,10 +207,7 @@ extern "C" __global__ void lift_classify(const uint16_t* __restrict__ raster, in
       }
     }
   }
-  code[idx] = slot * 2 + (interior ? 1 : 0);
-  const int bin = depth_key(z) >> 20;
-  atomicAdd(bins_of(hist, n, 1, slot) + bin, 1);
-  if (interior) atomicAdd(bins_of(hist, n, 0, slot) + bin, 1);
+  classified(code + idx, slot, interior, z, n, hist);
 }
 
 // Grid (n, 2): one block of kSelectThreads per (slot, variant). Level 0 also counts the points
@@ -262,17 +287,7 @@ extern "C" __global__ void lift_accumulate(const int* __restrict__ code,
       (float)(((double)(y - f.row0) + ((double)f.row0 - cy)) * (double)(z / fy)),
       z,
   };
-  for (int variant = c & 1 ? 0 : 1; variant < 2; ++variant) {
-    LiftSlot& s = t->slot[variant][c >> 1];
-    const float robust = s.depth;
-    if (!(fabsf(z - robust) <= fmaxf(band_m, band_rel * robust))) continue;
-    atomicAdd(&s.support, 1);
-    for (int a = 0; a < 3; ++a) {
-      atomicAdd(&s.sum[a], (double)p[a]);
-      atomicMin(&s.lo[a], float_to_ordered(p[a]));
-      atomicMax(&s.hi[a], float_to_ordered(p[a]));
-    }
-  }
+  accumulated(t, c, p, band_m, band_rel);
 }
 
 // One thread per point of the kCloudRow-wide layout, 32x8 blocks; points past n_points get no
@@ -313,10 +328,7 @@ extern "C" __global__ void lift_cloud_classify(
       }
     }
   }
-  code[p] = slot * 2 + (interior ? 1 : 0);
-  const int bin = depth_key(z) >> 20;
-  atomicAdd(bins_of(hist, n, 1, slot) + bin, 1);
-  if (interior) atomicAdd(bins_of(hist, n, 0, slot) + bin, 1);
+  classified(code + p, slot, interior, z, n, hist);
 }
 
 // As lift_accumulate, with each point's own x, y, z.
@@ -330,19 +342,7 @@ extern "C" __global__ void lift_cloud_accumulate(const int* __restrict__ code,
   const int p = y * kCloudRow + x;
   const int c = code[p];
   if (c < 0) return;
-  const float* point = xyz + 3 * (size_t)p;
-  const float z = point[2];
-  for (int variant = c & 1 ? 0 : 1; variant < 2; ++variant) {
-    LiftSlot& s = t->slot[variant][c >> 1];
-    const float robust = s.depth;
-    if (!(fabsf(z - robust) <= fmaxf(band_m, band_rel * robust))) continue;
-    atomicAdd(&s.support, 1);
-    for (int a = 0; a < 3; ++a) {
-      atomicAdd(&s.sum[a], (double)point[a]);
-      atomicMin(&s.lo[a], float_to_ordered(point[a]));
-      atomicMax(&s.hi[a], float_to_ordered(point[a]));
-    }
-  }
+  accumulated(t, c, xyz + 3 * (size_t)p, band_m, band_rel);
 }
 
 // One thread per point of the layout: the instance id (ids: per slot) of the mask the point
