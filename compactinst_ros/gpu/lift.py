@@ -131,10 +131,10 @@ class GpuLift:
         self._lut: Any = None
         self._ids = np.zeros(0, np.uint16)
         self._options = LiftOptions()
-        self._cloud_z: Any = None  # a cloud's depths in the layout, then its labels
-        self._cloud_labels: Any = None
+        self._cloud_z: Any = None  # a cloud's depths in the kernels' layout
+        self._cloud_labels: Any = None  # each point's instance id, and its pinned mirror
         self._cloud_host: Any = None
-        self._cloud_ids: Any = None
+        self._cloud_ids: Any = None  # the id each row's points are labelled with
         self._cloud_points = 0
         self._cloud_size = 0
 
