@@ -212,19 +212,10 @@ class Pipeline:
         frame of its last batch, sizes as the camera_infos say); otherwise, and for every size
         mismatch (whose InputError the host's lift_depth words), on the host raster. The two
         agree but for the centroid's float32 rounding (kernels/lift.cu)."""
-        raster = result.instance_raster
-        if raster is None:
-            raise ValueError(
-                "lift_depth needs the frame's instance raster: infer it with "
-                "OutputSet(instance=True)"
-            )
+        raster, device = self._lifting(result, colour, "lift_depth")
         grid = depth or colour
-        if (
-            isinstance(self.backend, DeviceLiftBackend)
-            and raster.shape == (colour.height, colour.width)
-            and depth_m.shape == (grid.height, grid.width)
-        ):
-            lifted = self.backend.lift_depth(result, depth_m, colour, depth, options)
+        if device is not None and depth_m.shape == (grid.height, grid.width):
+            lifted = device.lift_depth(result, depth_m, colour, depth, options)
             if lifted is not None:
                 return lifted
         return lift_depth(raster, result.instances.ids, depth_m, colour, depth, options)
@@ -242,20 +233,30 @@ class Pipeline:
 
         On the backend's device where it lifts there, as :meth:`lift_depth`; otherwise on the
         host raster. The two agree but for the centroid's float32 rounding."""
-        raster = result.instance_raster
-        if raster is None:
-            raise ValueError(
-                "lift_cloud needs the frame's instance raster: infer it with "
-                "OutputSet(instance=True)"
-            )
-        if isinstance(self.backend, DeviceLiftBackend) and raster.shape == (
-            colour.height,
-            colour.width,
-        ):
-            lifted = self.backend.lift_cloud(result, xyz_camera, colour, options)
+        raster, device = self._lifting(result, colour, "lift_cloud")
+        if device is not None:
+            lifted = device.lift_cloud(result, xyz_camera, colour, options)
             if lifted is not None:
                 return lifted
         return lift_cloud(raster, result.instances.ids, xyz_camera, colour, options)
+
+    def _lifting(
+        self, result: FrameResult, colour: Intrinsics, caller: str
+    ) -> tuple[np.ndarray, DeviceLiftBackend | None]:
+        """(``result``'s host instance raster, the backend where it can also be lifted on the
+        device: one that lifts there, the raster of the camera_info's size; else None);
+        ValueError for a frame inferred without its raster."""
+        raster = result.instance_raster
+        if raster is None:
+            raise ValueError(
+                f"{caller} needs the frame's instance raster: infer it with "
+                "OutputSet(instance=True)"
+            )
+        on_device = isinstance(self.backend, DeviceLiftBackend) and raster.shape == (
+            colour.height,
+            colour.width,
+        )
+        return raster, self.backend if on_device else None
 
     def describe(self) -> dict:
         """Model and backend facts for logs, diagnostics and reports."""

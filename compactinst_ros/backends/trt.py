@@ -169,7 +169,7 @@ class TensorRTBackend:
         # whose arena now holds another frame, is never lifted from it
         self._lift_frames: list[tuple[FrameResult, int, FrameMeta, OutputSet, np.ndarray]] = []
         self._lift: Any = None  # GpuLift, made at the first lift (most nodes have no depth)
-        self._depth_bufs: tuple[Any, np.ndarray] | None = None  # device, pinned; grown
+        self._lift_input: tuple[Any, np.ndarray] | None = None  # depth or points: device, pinned
         self._stream = cuda.Stream()
         self._events = [cuda.Event() for _ in TIMED_STAGES] + [
             cuda.Event(cuda.event_flags.BLOCKING_SYNC)
@@ -404,12 +404,12 @@ class TensorRTBackend:
         input buffer (grown when needed), enqueued on the stream; its device address."""
         cuda = self._cuda
         flat = np.ascontiguousarray(values, np.float32).reshape(-1)
-        if self._depth_bufs is None or self._depth_bufs[1].size < flat.size:
-            self._depth_bufs = (
+        if self._lift_input is None or self._lift_input[1].size < flat.size:
+            self._lift_input = (
                 cuda.mem_alloc(max(flat.nbytes, 4)),
                 cuda.pagelocked_empty(max(flat.size, 1), np.float32),
             )
-        device, pinned = self._depth_bufs
+        device, pinned = self._lift_input
         pinned[: flat.size] = flat
         cuda.memcpy_htod_async(device, pinned[: flat.size], self._stream)
         return int(device)
@@ -484,7 +484,7 @@ class TensorRTBackend:
         for name in (
             "_contexts", "_activation", "_engines", "_runtime", "_buffers", "_pre", "_post",
             "_overlay", "_palette", "_palette_host", "_overlay_bufs", "_overlay_frames",
-            "_lift_frames", "_lift", "_depth_bufs", "_events",
+            "_lift_frames", "_lift", "_lift_input", "_events",
         ):  # fmt: skip
             if hasattr(self, name):
                 delattr(self, name)

@@ -129,6 +129,7 @@ class GpuLift:
         self._hist: Any = None
         self._hist_slots = 0
         self._lut: Any = None
+        self._lut_size = 0
         self._ids = np.zeros(0, np.uint16)
         self._options = LiftOptions()
         self._cloud_z: Any = None  # a cloud's depths in the kernels' layout
@@ -148,7 +149,9 @@ class GpuLift:
         if len(ids) > self._hist_slots:
             self._hist_slots = len(ids)
             self._hist = cuda.mem_alloc(4 * 2 * self._hist_slots * LIFT_BINS)
-        self._lut = cuda.to_device(slot_table(ids))  # synchronous: kept until the next frame
+        lut = slot_table(ids)
+        self._lut = cuda.to_device(lut)  # synchronous: kept until the next frame
+        self._lut_size = len(lut)
 
     def _clear(self, stream: Any, n: int) -> None:
         """lift_clear: the tables and the histograms of ``n`` slots to their start values."""
@@ -216,7 +219,7 @@ class GpuLift:
         )
         self.k_classify.prepared_async_call(
             grid, block, stream, raster_ptr, colour.width, rows, cols, depth_ptr, h, w,
-            int(self._lut), len(slot_table(ids)), np.float32(options.min_range_m),
+            int(self._lut), self._lut_size, np.float32(options.min_range_m),
             np.float32(options.max_range_m), n, tables, code, hist,
         )  # fmt: skip
         self._select(stream, n, depth_ptr, h, w, options)
@@ -270,7 +273,7 @@ class GpuLift:
         self.k_cloud_classify.prepared_async_call(
             grid, block, stream, raster_ptr, colour.width, colour.height, points_ptr, n_points,
             rows, f32(colour.fx), f32(colour.fy), f32(colour.cx), f32(colour.cy), int(self._lut),
-            len(slot_table(ids)), f32(options.min_range_m), f32(options.max_range_m),
+            self._lut_size, f32(options.min_range_m), f32(options.max_range_m),
             options.erode_px, n, code, z, hist,
         )  # fmt: skip
         self._select(stream, n, z, rows, LIFT_CLOUD_ROW, options)
@@ -310,8 +313,6 @@ def check_against_twin(stream: Any) -> tuple[bool, str, dict[str, float]]:
     lift_cloud (centroid and distance to 1e-6 relative or 1e-6 m, everything else exact).
     Returns (ok, detail, measured values). Imports the twin, so it is for checks, never for the
     runtime."""
-    import pycuda.driver as cuda
-
     from . import lift_twin
 
     lifter = GpuLift()
@@ -319,24 +320,7 @@ def check_against_twin(stream: Any) -> tuple[bool, str, dict[str, float]]:
     exact = True
     scenes = {**lift_twin.SCENES, **lift_twin.CLOUD_SCENES}
     for name, scene in scenes.items():
-        d_raster = cuda.to_device(np.ascontiguousarray(scene.raster))
-        if isinstance(scene, lift_twin.CloudScene):
-            d_points = cuda.to_device(np.ascontiguousarray(scene.xyz, np.float32))
-            lifter.enqueue_cloud(
-                stream, raster_ptr=int(d_raster), ids=scene.ids, points_ptr=int(d_points),
-                n_points=len(scene.xyz), colour=scene.colour, options=scene.options,
-            )  # fmt: skip
-            stream.synchronize()
-            lifted, labels = lifter.collect_cloud()
-            diff = lift_twin.compare_cloud(lifter.raw_tables(), lifted, labels, scene)
-        else:
-            d_depth = cuda.to_device(np.ascontiguousarray(scene.depth_m, np.float32))
-            lifter.enqueue(
-                stream, raster_ptr=int(d_raster), ids=scene.ids, depth_ptr=int(d_depth),
-                colour=scene.colour, depth=scene.depth, options=scene.options,
-            )  # fmt: skip
-            stream.synchronize()
-            diff = lift_twin.compare(lifter.raw_tables(), lifter.collect(), scene)
+        diff = scene.judge(lifter, stream)
         exact &= diff.exact
         worst["sum_rel"] = max(worst["sum_rel"], diff.sum_rel)
         worst["centroid_m"] = max(worst["centroid_m"], diff.centroid_m)

@@ -23,12 +23,13 @@ or spatial.lift_cloud.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..spatial.lift import Instances3D, Intrinsics, LiftOptions, lift_cloud, lift_depth
 from .constants import LIFT_BINS, LIFT_TABLES_DTYPE
-from .lift import slot_table, source_indices
+from .lift import GpuLift, slot_table, source_indices
 
 INT_MAX = np.int32(0x7FFFFFFF)
 #: (shift of the bits that must equal the prefix chosen so far, shift of the level's bits, bins)
@@ -250,6 +251,23 @@ class Scene:
             self.raster, self.ids, self.depth_m, self.colour, self.depth, self.options
         )
 
+    def lift_on(self, lifter: GpuLift, stream: Any) -> tuple[np.void, Instances3D]:
+        """The kernels' tables and table of this scene (``lifter`` on pycuda's ``stream``)."""
+        import pycuda.driver as cuda
+
+        d_raster = cuda.to_device(np.ascontiguousarray(self.raster))
+        d_depth = cuda.to_device(np.ascontiguousarray(self.depth_m, np.float32))
+        lifter.enqueue(
+            stream, raster_ptr=int(d_raster), ids=self.ids, depth_ptr=int(d_depth),
+            colour=self.colour, depth=self.depth, options=self.options,
+        )  # fmt: skip
+        stream.synchronize()
+        return lifter.raw_tables(), lifter.collect()
+
+    def judge(self, lifter: GpuLift, stream: Any) -> Difference:
+        """How the kernels' result of this scene differs from the twin and lift_depth."""
+        return compare(*self.lift_on(lifter, stream), self)
+
 
 def _planes() -> Scene:
     """Two planes (one slanted across 1.0 m, one at 1.5 m with NaN, 0 and background seen
@@ -358,6 +376,28 @@ class CloudScene:
     def twin(self) -> tuple[np.void, np.ndarray]:
         """The twin's tables and point labels of this cloud."""
         return cloud_tables(self.raster, self.ids, self.xyz, self.colour, self.options)
+
+    def lift_on(
+        self, lifter: GpuLift, stream: Any, point_ids: np.ndarray | None = None
+    ) -> tuple[np.void, Instances3D, np.ndarray]:
+        """The kernels' tables, table and point labels of this cloud (``point_ids``: as
+        ``GpuLift.enqueue_cloud`` takes them)."""
+        import pycuda.driver as cuda
+
+        d_raster = cuda.to_device(np.ascontiguousarray(self.raster))
+        d_points = cuda.to_device(np.ascontiguousarray(self.xyz, np.float32))
+        lifter.enqueue_cloud(
+            stream, raster_ptr=int(d_raster), ids=self.ids, points_ptr=int(d_points),
+            n_points=len(self.xyz), colour=self.colour, point_ids=point_ids,
+            options=self.options,
+        )  # fmt: skip
+        stream.synchronize()
+        lifted, labels = lifter.collect_cloud()
+        return lifter.raw_tables(), lifted, labels
+
+    def judge(self, lifter: GpuLift, stream: Any) -> Difference:
+        """How the kernels' result of this cloud differs from the twin and lift_cloud."""
+        return compare_cloud(*self.lift_on(lifter, stream), self)
 
 
 def _points_through(scene: Scene, count: int, seed: int) -> np.ndarray:

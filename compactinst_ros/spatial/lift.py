@@ -237,7 +237,8 @@ def lift_points(
     """Lift instances from points: ``labels`` (P,) instance id of each point (0: none),
     ``xyz`` (P, 3) the points in the camera optical frame; one row per ``ids`` entry.
 
-    One compiled pass where numba is installed, else numpy: the same results, bit for bit."""
+    Compiled passes over the points where numba is installed, else numpy: the same results,
+    bit for bit."""
     ids = np.asarray(ids, np.uint16)
     n = len(ids)
     if n == 0:
@@ -303,7 +304,7 @@ def _lift_points_numpy(
 
 def _group_depths_loop(rows, xyz, min_z, max_z, starts, depths):
     """Each row's valid depths, gathered in point order into ``depths`` (a counting sort;
-    ``starts``: n + 1 zeros on entry, each row's first index on return)."""
+    ``starts``: n + 1 zeros on entry, each row's first index and the end on return)."""
     n = starts.shape[0] - 1
     for p in range(rows.shape[0]):
         z = xyz[p, 2]
@@ -317,7 +318,6 @@ def _group_depths_loop(rows, xyz, min_z, max_z, starts, depths):
         if rows[p] >= 0 and z >= min_z and z <= max_z:
             depths[fill[rows[p]]] = z
             fill[rows[p]] += 1
-    return starts[n]
 
 
 def _accumulate_loop(rows, xyz, min_z, max_z, band_m, band_rel, robust, support, sums, lo, hi):

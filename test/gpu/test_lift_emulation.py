@@ -33,15 +33,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not inst
 
 def run_scene(driver, lifter: GpuLift, scene: lift_twin.Scene):
     """The kernels' tables and Instances3D of ``scene``."""
-    d_raster = driver.to_device(np.ascontiguousarray(scene.raster))
-    d_depth = driver.to_device(np.ascontiguousarray(scene.depth_m, np.float32))
-    stream = driver.Stream()
-    lifter.enqueue(
-        stream, raster_ptr=int(d_raster), ids=scene.ids, depth_ptr=int(d_depth),
-        colour=scene.colour, depth=scene.depth, options=scene.options,
-    )  # fmt: skip
-    stream.synchronize()
-    return lifter.raw_tables(), lifter.collect()
+    return scene.lift_on(lifter, driver.Stream())
 
 
 @needs_gxx
@@ -68,16 +60,7 @@ def test_kernels_equal_twin_and_cpu_on_every_scene(emu_lib, monkeypatch) -> None
 
 def run_cloud(driver, lifter: GpuLift, scene: lift_twin.CloudScene, point_ids=None):
     """The cloud kernels' tables, Instances3D and point labels of ``scene``."""
-    d_raster = driver.to_device(np.ascontiguousarray(scene.raster))
-    d_points = driver.to_device(np.ascontiguousarray(scene.xyz, np.float32))
-    stream = driver.Stream()
-    lifter.enqueue_cloud(
-        stream, raster_ptr=int(d_raster), ids=scene.ids, points_ptr=int(d_points),
-        n_points=len(scene.xyz), colour=scene.colour, point_ids=point_ids, options=scene.options,
-    )  # fmt: skip
-    stream.synchronize()
-    lifted, labels = lifter.collect_cloud()
-    return lifter.raw_tables(), lifted, labels
+    return scene.lift_on(lifter, driver.Stream(), point_ids)
 
 
 @needs_gxx
