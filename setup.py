@@ -44,6 +44,9 @@ EVAL = ["rosbags>=0.10.4", "pycocotools>=2.0.7", "matplotlib>=3.7", "scipy>=1.10
 # H.264/H.265 camera streams (ffmpeg_image_transport, Foxglove), live and in bags: PyAV, whose
 # wheels bring FFmpeg; only machines that take video inputs need it.
 VIDEO = ["av>=14"]
+# NVIDIA's ONNX parser and builder on any x86-64 machine, no GPU (TensorRT for RTX, CPU-only AOT
+# builds): `compactinst engine-report`, the real-builder tests, and engines for RTX GPUs.
+RTX = ["tensorrt-rtx-cu13>=1.7"]
 # `compactinst replay-fleet` runs drives on a Ray cluster; the node never imports it.
 FLEET = ["ray>=2.60"]
 # On a machine without a ROS install, the ROS 2 client library and messages come from PyPI.
@@ -114,7 +117,8 @@ setup(
         "ros": ROS_WHEELS,
         "fast": FAST,
         "openvino": OPENVINO,
-        "dev": DEV + FAST + OPENVINO + TRAIN + EVAL + VIDEO + PRECISION + FLEET + ROS_WHEELS,
+        "rtx": RTX,
+    "dev": DEV + FAST + OPENVINO + TRAIN + EVAL + VIDEO + PRECISION + FLEET + ROS_WHEELS + RTX,
     },
     zip_safe=True,
     maintainer="compactinst_ros maintainers",

@@ -281,19 +281,6 @@ def check_backend(bundle_path: str, checks: Checks, reps: int, cache_dir: Path |
     )  # fmt: skip
 
 
-def parser_log(trt: Any, model_bytes: bytes) -> list[str]:
-    """Every error TensorRT's ONNX parser reports for ``model_bytes`` in a strongly typed
-    network (empty: it parsed)."""
-    logger = trt.Logger(trt.Logger.WARNING)
-    network = trt.Builder(logger).create_network(
-        1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-    )
-    parser = trt.OnnxParser(network, logger)
-    if parser.parse(model_bytes):
-        return []
-    return [str(parser.get_error(i)) for i in range(parser.num_errors)]
-
-
 def check_typed_engines(bundle_path: str, checks: Checks, cache_dir: Path | None) -> None:
     """Per typed precision (fp16, int8): parse each stage's graph (printing the parser log on
     failure), then build or load its engines, which the acceptance check on the golden cases
@@ -314,7 +301,7 @@ def check_typed_engines(bundle_path: str, checks: Checks, cache_dir: Path | None
         failed = []
         for stage in bundle.stages:
             graph = bundle.stage_graph(stage.name, precision)
-            errors = parser_log(trt, trt_build.parser_bytes(graph))
+            errors = trt_build.parser_log(trt, trt_build.parser_bytes(graph))
             if errors:
                 failed.append(f"{stage.name} ({len(errors)} parser errors)")
                 print(f"parser log, {precision} {stage.name} ({graph.sha256[:12]}):")

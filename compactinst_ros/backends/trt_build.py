@@ -262,40 +262,74 @@ def _open_timing_cache(config: Any, path: Path, label: str) -> None:
         raise BackendError(f"TensorRT rejected an empty timing cache for {path}")
 
 
-def parser_bytes(graph: StageGraph) -> bytes:
-    """The ONNX bytes the parser gets: the graph with its layer norms written out
-    (``variants.parser_form``; it changes the FP32 graphs, the typed ones are derived so), since
-    a strongly typed network rejects the setComputePrecision call of the LayerNormalization
-    importer of the 10.x parsers that make it (test/fixtures/tensorrt_rules). Without onnx
-    (not a ``[vehicle]`` install) the bytes go as they are."""
+def parser_bytes(graph: StageGraph | bytes) -> bytes:
+    """The ONNX bytes the parser gets for a stage graph (or a graph's bytes): the graph with
+    its layer norms written out (``variants.parser_form``; it changes the FP32 graphs, the typed
+    ones are derived so), since a strongly typed network rejects the setComputePrecision call of
+    the LayerNormalization importer of the 10.x parsers that make it
+    (test/fixtures/tensorrt_rules). Without onnx (not a ``[vehicle]`` install) the bytes go as
+    they are."""
+    data = graph if isinstance(graph, bytes) else graph.model_bytes
     try:
         from .. import variants
     except ImportError:
-        return graph.model_bytes
-    return variants.parser_form(graph.model_bytes)
+        return data
+    return variants.parser_form(data)
+
+
+def parser_errors(parser: Any) -> list[str]:
+    """The parser's errors, each naming the ONNX node and its operator where the parser knows
+    them: the words TensorRT itself uses, so the fix can be looked up."""
+    errors = []
+    for i in range(parser.num_errors):
+        error = parser.get_error(i)
+        node, op = error.node_name(), error.node_operator()
+        where = f"node '{node}' ({op}): " if node else ""
+        # an operator check that fails says only "false": its code and check name say what
+        code = str(error.code()).rsplit(".", 1)[-1]
+        detail = f" ({code} in {error.func()})" if code != "SUCCESS" and error.func() else ""
+        errors.append(where + error.desc().strip() + detail)
+    return errors
+
+
+def parser_log(trt: Any, model_bytes: bytes, logger: Any = None) -> list[str]:
+    """Every error TensorRT's ONNX parser (of module ``trt``) reports for ``model_bytes`` in a
+    strongly typed network, as ``parser_errors`` words them (empty: it parsed)."""
+    logger = logger or trt.Logger(trt.Logger.WARNING)
+    network = trt.Builder(logger).create_network(
+        1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    )
+    parser = trt.OnnxParser(network, logger)
+    return [] if parser.parse(model_bytes) else parser_errors(parser)
 
 
 def build_serialized(
     graph: StageGraph,
     stage: StageSpec,
-    key: EngineKey,
-    timing_cache: Path,
+    timing_cache: Path | None,
     options: BuildOptions,
     progress: bool = True,
     batch: int = 1,
+    *,
+    trt: Any = None,
+    logger: Any = None,
+    configure: Callable[[Any], None] | None = None,
 ) -> bytes:
     """Parse ``graph`` (the stage's typed ONNX) into a strongly typed network and build an
     engine with static shapes (a batch-axis input fixed at ``batch`` by one profile) and TF32
-    off; returns plan bytes."""
-    trt = import_tensorrt()
+    off; returns plan bytes. ``trt``: the module that builds (None: ``import_tensorrt()``;
+    TensorRT for RTX's has the same builder API), ``logger`` its ILogger (None: warnings
+    only), ``configure`` a last say on the builder config (RTX: the compute capabilities), and
+    ``timing_cache`` None builds without a persistent cache. A graph the parser refuses raises
+    BackendError with the parser's own words, node and operator named."""
+    trt = trt or import_tensorrt()
     where = f"the {graph.precision} graph of stage '{stage.name}' ({stage.path.name})"
-    logger = trt.Logger(trt.Logger.WARNING)
+    logger = logger or trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
     parser = trt.OnnxParser(network, logger)
     if not parser.parse(parser_bytes(graph)):
-        errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
-        raise BackendError(f"TensorRT cannot parse {where}: {errors}")
+        raise BackendError(f"TensorRT cannot parse {where}: " + "; ".join(parser_errors(parser)))
     config = builder.create_builder_config()
     profile = _batch_profile(builder, network, stage, batch, where)
     if profile is not None:
@@ -303,16 +337,19 @@ def build_serialized(
     config.clear_flag(trt.BuilderFlag.TF32)  # on by default: FP32 tensors would round to TF32
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, options.workspace_mib << 20)
     config.builder_optimization_level = options.opt_level
-    _open_timing_cache(config, timing_cache, key.stage)
+    if timing_cache is not None:
+        _open_timing_cache(config, timing_cache, stage.name)
     if progress:
-        config.progress_monitor = _progress_monitor(trt, key.stage)
+        config.progress_monitor = _progress_monitor(trt, stage.name)
+    if configure is not None:
+        configure(config)
     plan = builder.build_serialized_network(network, config)
     if plan is None:
         raise BackendError(
             f"TensorRT failed to build an engine from {where} (see the log above); check "
             "free GPU memory (stop other GPU work) and the ONNX opset (17)"
         )
-    cache = config.get_timing_cache()
+    cache = config.get_timing_cache() if timing_cache is not None else None
     if cache is not None:
         write_private(timing_cache, bytes(cache.serialize()))
     return bytes(plan)
@@ -393,7 +430,7 @@ def ensure_engines(
             k: EngineKey, timing: Path, graph: StageGraph = graph, stage: StageSpec = stage
         ) -> bytes:
             built.append(k)
-            return build_serialized(graph, stage, k, timing, options, batch=batch)
+            return build_serialized(graph, stage, timing, options, batch=batch)
 
         def accept(engine: Any, stage: StageSpec = stage, inputs: list = inputs) -> None:
             outputs = [run_engine(engine, feeds) for feeds in inputs]

@@ -95,7 +95,7 @@ def test_engine_build_and_cache_hit(tmp_path: Path) -> None:
 
     def build(k, timing):
         builds.append(k)
-        return build_serialized(graph, stage, k, timing, options, progress=False)
+        return build_serialized(graph, stage, timing, options, progress=False)
 
     engine = cache.resolve(key, runtime.deserialize_cuda_engine, build, log=lambda _: None)
     assert engine.num_io_tensors == 2

@@ -57,8 +57,7 @@ def tiny_stage(
 
 def build(trt, tmp_path: Path, timing: Path | None = None) -> bytes:
     graph, stage = tiny_stage(tmp_path)
-    key = engine_key(graph, stage, trt.__version__, DEVICE, BuildOptions())
-    return build_serialized(graph, stage, key, timing or tmp_path / "timing", BuildOptions(), False)
+    return build_serialized(graph, stage, timing or tmp_path / "timing", BuildOptions(), False)
 
 
 def test_builds_a_strongly_typed_network_from_the_graph_bytes_with_tf32_off(trt, tmp_path) -> None:
@@ -73,15 +72,14 @@ def test_only_the_batch_axis_may_be_dynamic_and_gets_one_fixed_profile(trt, tmp_
     """A batch-axis input builds with one profile, min = opt = max = (b, ...); a static graph
     builds without one, as before the axis; any other dynamic dim is refused."""
     graph, stage = tiny_stage(tmp_path, dims=("batch", 4), batched=True)
-    key = engine_key(graph, stage, trt.__version__, DEVICE, BuildOptions(), 2)
-    build_serialized(graph, stage, key, tmp_path / "timing", BuildOptions(), False, batch=2)
+    build_serialized(graph, stage, tmp_path / "timing", BuildOptions(), False, batch=2)
     (profile,) = tensorrt_emu.last_build["config"].profiles
     assert profile.get_shape("x") == [(2, 4)] * 3
     build(trt, tmp_path)
     assert tensorrt_emu.last_build["config"].profiles == []
     graph, stage = tiny_stage(tmp_path, dims=(1, "n"), batched=True)
     with pytest.raises(BackendError, match=r"dynamic shape \(1, -1\); only the batch axis"):
-        build_serialized(graph, stage, key, tmp_path / "timing", BuildOptions(), False, batch=2)
+        build_serialized(graph, stage, tmp_path / "timing", BuildOptions(), False, batch=2)
 
 
 def test_engine_key_holds_the_typed_graphs_hash_precision_and_network_kind(tmp_path) -> None:
@@ -159,6 +157,5 @@ def test_tensorrt_8_is_refused_with_the_jetpack_upgrade(monkeypatch) -> None:
 def test_parse_errors_name_the_stage_and_precision(trt, tmp_path) -> None:
     _, stage = tiny_stage(tmp_path)
     broken = StageGraph("encoder", "fp16", b"\x08garbage", "0" * 64)
-    key = engine_key(broken, stage, "10.3.0", DEVICE, BuildOptions())
     with pytest.raises(BackendError, match="cannot parse the fp16 graph of stage 'encoder'"):
-        build_serialized(broken, stage, key, tmp_path / "timing", BuildOptions(), False)
+        build_serialized(broken, stage, tmp_path / "timing", BuildOptions(), False)
