@@ -442,8 +442,12 @@ def _derive(
     ranges = bundle.root / entry["ranges"]
     method = bundle.variants["int8"].get("calibration", {}).get("method", "minmax")
     exclude = entry.get("fp32_layers", ())
+    islands = bundle.variants.get("fp16", {}).get("stages", {}).get(spec.name, {})
     source = variants.int8_source(model, entry.get("pre_process", False))
-    return variants.serialize(variants.int8_graph(source, ranges, target, exclude, method))
+    typed = variants.int8_graph(
+        source, ranges, target, exclude, method, islands.get("fp32_islands", ())
+    )
+    return variants.serialize(typed)
 
 
 def _parse_variants(

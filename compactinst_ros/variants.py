@@ -15,7 +15,7 @@ import logging
 import tempfile
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,15 @@ class Int8Target:
     #: the TensorRT importer's rules: LayerNormalization decomposed, MatMul weights quantized on
     #: their output-channel axis or per tensor (``tensorrt_form``)
     tensorrt_form: bool = False
+    #: NVIDIA Model Optimizer's placement (``modelopt.onnx.quantization``): Q/DQ only on the
+    #: inputs of the quantized ops, never on their outputs, so a GEMM's bias, activation and
+    #: residual add fold into its epilogue; the attention core and the GEMMs too small for INT8
+    #: tensor cores left unquantized (``modelopt_exclusions``)
+    modelopt_rules: bool = False
+    #: the type of everything not quantized: "fp32", or "fp16" (Model Optimizer's
+    #: ``high_precision_dtype``: half tensors and Q/DQ scales at opset 19, the normalisations
+    #: FP32 islands as in ``fp16_graph``)
+    high_precision: str = "fp32"
 
 
 #: the TensorRT graph (its rule: symmetric s8 everywhere) and the fastest x86 CPU graph (u8
@@ -72,7 +81,8 @@ class Int8Target:
 #: the layers the sensitivity pass kept in FP32, depended on the machine that calibrated.
 INT8_TARGETS = {
     "tensorrt": Int8Target("tensorrt", "s8", True, QUANTIZED_OPS, cpu_kernels=False,
-                           quantize_bias=False, tensorrt_form=True),
+                           quantize_bias=False, tensorrt_form=True, modelopt_rules=True,
+                           high_precision="fp16"),
     "cpu": Int8Target("cpu", "u8", False, ("Conv", "Relu"), cpu_kernels=True,
                       dynamic_ops=("MatMul",)),
 }
@@ -81,6 +91,13 @@ CALIBRATION = Int8Target(
     "calibration", "s8", True,
     tuple(sorted({op for t in INT8_TARGETS.values() for op in t.ops})), cpu_kernels=False,
 )  # fmt: skip
+
+
+#: what the sensitivity pass measures (``quantize.sensitivity``): the TensorRT graph's exact
+#: arithmetic with every Conv and MatMul quantized, inputs and outputs, as either graph may
+#: quantize them (the CPU graph quantizes the small layers Model Optimizer's rules leave out of
+#: the TensorRT graph), so a layer left out for its error is left out of both graphs
+SENSITIVITY = replace(INT8_TARGETS["tensorrt"], name="sensitivity", modelopt_rules=False)
 
 
 def runs_fused(precision: str, int8_graph: str = "tensorrt") -> bool:
@@ -204,18 +221,89 @@ def fp16_graph(model: onnx.ModelProto, islands: Iterable[str] = ()) -> onnx.Mode
     """``model`` with FP16 tensors and weights, FP32 I/O, its layer norms written out
     (``decompose_layer_norms``), every normalisation in FP32 (``NORM_OPS``), and the nodes named
     in ``islands`` (the range analysis' FP32 layers, ``precision.check_bundle``) kept in FP32."""
+    model, decomposed = decompose_layer_norms(model)
+    return _to_fp16(model, [*islands, *decomposed])
+
+
+def _to_fp16(model: onnx.ModelProto, keep_fp32: Iterable[str]) -> onnx.ModelProto:
+    """onnxconverter-common's FP16 conversion with FP32 I/O: the nodes in ``keep_fp32`` and
+    every normalisation (``NORM_OPS``) stay FP32 islands, Casts around them."""
     _import_tools("fp16")
     from onnxconverter_common import float16
 
-    model, decomposed = decompose_layer_norms(model)
     norms = [n.name for n in model.graph.node if n.op_type in NORM_OPS and n.name]
     with warnings.catch_warnings():  # it warns about every weight it clamps to the FP16 range
         warnings.simplefilter("ignore")
         typed = float16.convert_float_to_float16(
-            model, keep_io_types=True, node_block_list=sorted({*islands, *decomposed, *norms})
+            model, keep_io_types=True, node_block_list=sorted({*keep_fp32, *norms})
         )
     _fix_casts(typed)
     return typed
+
+
+#: Model Optimizer's smallest GEMM dimension worth INT8 tensor cores (``_MIN_MATMUL_DIM``)
+MIN_INT8_GEMM_DIM = 16
+#: the first opset whose QuantizeLinear / DequantizeLinear take FP16 scales
+FP16_QDQ_OPSET = 19
+
+
+def _shapes(model: onnx.ModelProto) -> dict[str, list[int | None]]:
+    """Shape of every tensor, by shape inference with data propagation at batch 1 (the batch
+    axis fixed first, so Reshape targets computed from shapes resolve); None for a dimension
+    it cannot tell."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for value in fixed.graph.input:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param:
+                dim.dim_value = 1
+    graph = onnx.shape_inference.infer_shapes(fixed, data_prop=True).graph
+    shapes: dict[str, list[int | None]] = {i.name: list(i.dims) for i in graph.initializer}
+    for v in [*graph.input, *graph.value_info, *graph.output]:
+        if v.type.tensor_type.HasField("shape"):
+            shapes[v.name] = [d.dim_value or None for d in v.type.tensor_type.shape.dim]
+    return shapes
+
+
+def modelopt_exclusions(model: onnx.ModelProto) -> dict[str, str]:
+    """Conv and MatMul nodes NVIDIA Model Optimizer's INT8 rules leave unquantized, with why
+    (``modelopt/onnx/quantization/graph_utils.py``: ``find_nodes_from_matmul_to_exclude``,
+    ``find_nodes_from_convs_to_exclude``; its MHA partitions): a product of two activations
+    (attention's QK^T and AV, which TensorRT fuses into one FP16 attention kernel), a GEMV
+    (M or N of 1: no tensor cores), a GEMM with K or N below ``MIN_INT8_GEMM_DIM``, and a Conv
+    with fewer than 16 input or output channels unless INT8 kernels take it (channels a
+    multiple of 8 with a square kernel, where it is the first layer or the other side has 16)."""
+    constants = {i.name for i in model.graph.initializer}
+    constants |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    inputs = {i.name for i in model.graph.input}
+    shapes = _shapes(model)
+    excluded = {}
+    for node in model.graph.node:
+        if node.op_type == "MatMul":
+            a, out = shapes.get(node.input[0]), shapes.get(node.output[0])
+            if not any(x in constants for x in node.input[:2]):
+                excluded[node.name] = "a product of two activations (attention core)"
+            elif not out or not a or len(out) < 2:
+                continue
+            elif 1 in out[-2:]:
+                excluded[node.name] = f"a GEMV (output {out})"
+            elif any(d is not None and d < MIN_INT8_GEMM_DIM for d in (a[-1], out[-1])):
+                excluded[node.name] = (
+                    f"a small GEMM (K {a[-1]}, N {out[-1]} < {MIN_INT8_GEMM_DIM})"
+                )
+        elif node.op_type == "Conv" and node.input[1] in shapes:
+            out_c, in_c, *kernel = shapes[node.input[1]]
+            group = next((a.i for a in node.attribute if a.name == "group"), 1)
+            if out_c >= 16 and in_c >= 16:
+                continue
+            square = len(set(kernel)) <= 1
+            first = node.input[0] in inputs
+            if group == 1 and (out_c % 8 == 0 or in_c % 8 == 0) and square and (
+                first or max(out_c, in_c) >= 16
+            ):
+                continue
+            excluded[node.name] = f"a Conv of {in_c} -> {out_c} channels (< 16)"
+    return excluded
 
 
 def quantizable_nodes(model: onnx.ModelProto) -> list[str]:
@@ -250,10 +338,14 @@ def quantize(
     exclude: Sequence[str],
     reader: object | None = None,
     method: str = "minmax",
+    fp32_islands: Sequence[str] = (),
 ) -> onnx.ModelProto:
     """ONNX Runtime's quantize_static in QDQ format with the ranges cached at ``ranges_path``
     (calibrated now from ``reader`` when the file does not exist yet), then its quantize_dynamic
-    on the target's ``dynamic_ops``; nodes in ``exclude`` stay FP32 in both passes."""
+    on the target's ``dynamic_ops``; nodes in ``exclude`` stay unquantized in both passes. A
+    target with ``modelopt_rules`` quantizes no outputs and leaves ``modelopt_exclusions``
+    unquantized too; one with FP16 ``high_precision`` is converted to opset 19 first and to FP16
+    after (``fp32_islands``, like the FP16 graph's, and the normalisations kept FP32)."""
     _import_tools("int8")
     from onnxruntime.quantization import (
         CalibrationMethod,
@@ -273,8 +365,22 @@ def quantize(
     # temporary file it then deletes: it gets a copy, so the caller's model stays usable
     given = onnx.ModelProto()
     given.CopyFrom(model)
+    decomposed: list[str] = []
     if target.tensorrt_form:
-        given, _ = decompose_layer_norms(given)
+        given, decomposed = decompose_layer_norms(given)
+    exclude = list(exclude)
+    options = {
+        "ActivationSymmetric": target.symmetric_activations,
+        "WeightSymmetric": True,
+        "QuantizeBias": target.quantize_bias,
+    }
+    if target.modelopt_rules:
+        exclude += sorted(set(modelopt_exclusions(given)) - set(exclude))
+        options["OpTypesToExcludeOutputQuantization"] = list(target.ops)
+    if target.high_precision == "fp16":
+        from onnx import version_converter
+
+        given = version_converter.convert_version(given, FP16_QDQ_OPSET)
     root = logging.getLogger()  # the quantizer logs a pre-processing hint on every call
     level = root.level
     root.setLevel(logging.ERROR)
@@ -290,13 +396,9 @@ def quantize(
                 per_channel=True,
                 activation_type=activation,
                 weight_type=QuantType.QInt8,
-                nodes_to_exclude=list(exclude),
+                nodes_to_exclude=exclude,
                 calibrate_method=methods[method],
-                extra_options={
-                    "ActivationSymmetric": target.symmetric_activations,
-                    "WeightSymmetric": True,
-                    "QuantizeBias": target.quantize_bias,
-                },
+                extra_options=options,
                 calibration_cache_path=ranges_path,
             )
             if target.dynamic_ops:
@@ -307,7 +409,7 @@ def quantize(
                     op_types_to_quantize=list(target.dynamic_ops),
                     per_channel=True,
                     weight_type=QuantType.QInt8,
-                    nodes_to_exclude=list(exclude),
+                    nodes_to_exclude=exclude,
                 )
                 out = dynamic
             typed = onnx.load(str(out))
@@ -315,6 +417,8 @@ def quantize(
         root.setLevel(level)
     if target.tensorrt_form:
         per_tensor_off_axis_weights(typed)
+    if target.high_precision == "fp16":
+        typed = _to_fp16(typed, [*fp32_islands, *decomposed])
     return typed
 
 
@@ -389,23 +493,26 @@ def per_tensor_off_axis_weights(model: onnx.ModelProto) -> list[str]:
 def int8_graph(
     model: onnx.ModelProto,
     ranges_path: str | Path,
-    target: str,
+    target: str | Int8Target,
     exclude: Sequence[str] = (),
     method: str = "minmax",
+    fp32_islands: Sequence[str] = (),
 ) -> onnx.ModelProto:
-    """The INT8 Q/DQ graph of ``model`` for ``target`` (INT8_TARGETS) from stored calibration
-    ranges (ONNX Runtime's calibration cache JSON, which records ``method``: it must match);
-    nodes in ``exclude`` stay FP32."""
+    """The INT8 Q/DQ graph of ``model`` for ``target`` (INT8_TARGETS, by name) from stored
+    calibration ranges (ONNX Runtime's calibration cache JSON, which records ``method``: it must
+    match); nodes in ``exclude`` stay unquantized (in the target's ``high_precision``, the nodes
+    in ``fp32_islands`` in FP32)."""
     path = Path(ranges_path)
     if not path.is_file():
         raise BundleError(f"calibration ranges {path} are missing; re-run 'compactinst quantize'")
     try:
-        return quantize(model, path, INT8_TARGETS[target], exclude, method=method)
+        recipe = INT8_TARGETS[target] if isinstance(target, str) else target
+        return quantize(model, path, recipe, exclude, method=method, fp32_islands=fp32_islands)
     except ValueError as exc:  # the quantizer's words for a tensor the ranges do not cover
         if "quantization params" not in str(exc).lower():
             raise
         raise BundleError(
-            f"calibration ranges {path} do not cover every tensor the {target} INT8 graph "
+            f"calibration ranges {path} do not cover every tensor the {recipe.name} INT8 graph "
             f"quantizes ({exc}); they predate its recipe: re-run 'compactinst quantize'"
         ) from None
 

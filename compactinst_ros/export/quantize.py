@@ -160,12 +160,15 @@ def sensitivity(
     pre_process: Sequence[str] = (),
     log: Log = _stderr,
     on_layers: Callable[[dict], None] | None = None,
+    islands: dict[str, list[str]] | None = None,
 ) -> Int8Result:
     """Per-layer INT8 error at the decoder outputs (each layer quantized alone, the rest FP32;
     ``layer_error`` reuses an earlier pass's), then the most sensitive layers, worst first, left
-    in FP32 where that lowers the TensorRT graph's error, until it is <= ``budget`` or
+    out of INT8 where that lowers the error, until it is <= ``budget`` or
     ``max_layers`` are left out (errors do not add up: a layer alone can cost more than it
-    costs among the others)."""
+    costs among the others). The errors are those of ``variants.SENSITIVITY``'s graph: every
+    layer either INT8 graph may quantize, in the TensorRT graph's exact arithmetic. ``islands``:
+    per stage, the FP16 graph's FP32 islands, which the TensorRT graph keeps too."""
     fp32_bytes = {s.name: s.path.read_bytes() for s in bundle.stages}
     models = int8_sources(bundle, pre_process)
     fused = variants.runs_fused("int8")
@@ -176,8 +179,9 @@ def sensitivity(
         graphs = dict(fp32_bytes)
         for name in stages:
             typed = variants.int8_graph(
-                models[name], ranges[name], "tensorrt", exclude[name], method
-            )
+                models[name], ranges[name], variants.SENSITIVITY, exclude[name], method,
+                (islands or {}).get(name, ()),
+            )  # fmt: skip
             graphs[name] = variants.serialize(typed)
         chain = Chain(bundle, graphs, fused)
         return output_error(reference, [chain(t) for t in tensors])
@@ -269,12 +273,13 @@ def write_variants(
             found.setdefault("int8", {"derive": "qdq", "tools": tools, "stages": {},
                                       "calibration": calibration})  # fmt: skip
             method = calibration["method"]
+            kept = islands[stage.name] if islands is not None else ()
             derived = {
-                t: variants.serialize(
-                    variants.int8_graph(sources[stage.name], ranges[stage.name], t, layers, method)
-                )
+                t: variants.serialize(variants.int8_graph(
+                    sources[stage.name], ranges[stage.name], t, layers, method, kept
+                ))
                 for t in INT8_GRAPHS
-            }
+            }  # fmt: skip
             found["int8"]["stages"][stage.name] = {
                 "ranges": ranges[stage.name].name,
                 "ranges_sha256": sha256_file(ranges[stage.name]),
@@ -369,6 +374,7 @@ def run(args: argparse.Namespace) -> int:
         args.calibration,
         args.pre_process,
         on_layers=save,
+        islands=islands,
     )
     calibration = {"method": args.calibration, "frames": len(tensors), "data": Path(args.data).name}
     bundle = write_variants(bundle, islands, result, ranges, calibration, args.pre_process)

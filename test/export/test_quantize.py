@@ -94,9 +94,9 @@ def test_sensitivity_leaves_the_sensitive_layer_in_fp32(typed_bundle: Path) -> N
     assert report["fp32_layers"] == {"encoder": [], "decoder": [SENSITIVE]}
     meta = json.loads((typed_bundle / "bundle.json").read_text())
     assert meta["variants"]["int8"]["stages"]["decoder"]["fp32_layers"] == [SENSITIVE]
-    everything = variants.int8_graph(
+    everything = variants.int8_graph(  # the graph the sensitivity pass judges
         onnx.load(str(typed_bundle / "decoder.onnx")),
-        typed_bundle / "int8_ranges.decoder.json", "tensorrt",
+        typed_bundle / "int8_ranges.decoder.json", variants.SENSITIVITY,
     )  # fmt: skip
     bundle = ModelBundle.load(typed_bundle)
     graphs = {"encoder": (typed_bundle / "encoder.onnx").read_bytes(),
@@ -285,7 +285,9 @@ def test_cpu_int8_graph_quantizes_convs_statically_and_weight_matmuls_dynamicall
         return {n.name for n in model.graph.node if dequantized & set(n.input)}
 
     tensorrt, cpu = graph("tensorrt"), graph("cpu")
-    assert {"/dec/conv", "/dec/matmul", "/dec/classes"} <= dequantized_inputs(tensorrt)
+    # Model Optimizer's rules leave the class GEMM (N = 9 logits, under 16) out of INT8
+    assert {"/dec/conv", "/dec/matmul"} == dequantized_inputs(tensorrt) - {"/dec/classes"}
+    assert "/dec/classes" not in dequantized_inputs(tensorrt)
     assert not {"DynamicQuantizeLinear", "MatMulInteger"} & {n.op_type for n in tensorrt.graph.node}
     assert "/dec/conv" in dequantized_inputs(cpu)
     integer = [n for n in cpu.graph.node if n.op_type == "MatMulInteger"]
