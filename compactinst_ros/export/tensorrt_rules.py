@@ -1,16 +1,19 @@
-"""The TensorRT ONNX parser's documented rules, checked on an exported graph without TensorRT.
+"""The TensorRT ONNX parser's rules, checked on an exported graph without TensorRT.
 
 TensorRT runs only on the vehicle, so a graph that the parser of JetPack 6.1/6.2's TensorRT 10.3
-rejects would otherwise surface there, at the first engine build. Source: onnx-tensorrt
-``docs/operators.md`` of the 10.1-GA branch (the newest 10.x edition we could read; its opset
-range 9 to 20 and per-operator restrictions), which TensorRT 10.x changed from the 8.5 edition:
-TopK's K may be a tensor (``sorted`` must be 1, K below 3840), Conv weights and
+rejects would otherwise surface there, at the first engine build. Sources: onnx-tensorrt
+``docs/operators.md`` and ``onnxOpImporters.cpp`` of the 10.1-GA branch (the newest 10.x edition
+we could read; its opset range 9 to 20 and per-operator restrictions), which TensorRT 10.x
+changed from the 8.5 edition: TopK's K may be a tensor (below 3840), Conv weights and
 InstanceNormalization's scale and bias may be tensors, while the ``axes`` of Pad and of every
 Reduce operator must be initializers, Resize gained attribute rules (aspect ratio policy
 ``stretch``, no antialiasing, ``axes`` an iota when ``scales`` is a tensor), LayerNormalization
-may only have its output ``Y``, pooling must be 2D or 3D without dilations, GridSample's input
-must be 4D, ScatterND has no ``reduction``, Q/DQ zero points must be zero. A graph that meets
-them is expected to import on TensorRT 10.3, which only an engine build on the vehicle proves.
+may only have its output ``Y``, pooling has no dilations, GridSample's input must be 4D,
+ScatterND has no ``reduction``, Q/DQ zero points must be zero and scales positive, one per
+channel. Where the page is stricter than the importer's code (cubic Resize, 1D pooling, TopK's
+``sorted``), the code is followed: NVIDIA's own parser (TensorRT for RTX) imports those too
+(test/export/test_parser_agreement.py). A graph that meets them is expected to import on
+TensorRT 10.3, which only an engine build on the vehicle proves.
 """
 
 from __future__ import annotations
@@ -67,7 +70,9 @@ CONSTANT_INPUTS = {
     **{op: {1: "axes"} for op in REDUCE_OPS},
 }
 
-RESIZE_MODES = {"nearest", "linear"}
+#: the page lists nearest and linear; the importer also maps "cubic" (onnxOpImporters.cpp,
+#: Resize: ``mode == "cubic"`` -> InterpolationMode::kCUBIC)
+RESIZE_MODES = {"nearest", "linear", "cubic"}
 RESIZE_COORDINATES = {
     "half_pixel", "pytorch_half_pixel", "tf_half_pixel_for_nn", "asymmetric", "align_corners",
 }  # fmt: skip
@@ -149,15 +154,14 @@ def _node_issues(
                 issues.append(f"axes {axes} must be 0..{rank - 1} when 'scales' is a tensor")
     elif op in POOLING_OPS:
         kernel = _ints(node, "kernel_shape") or []
-        if op != "LpPool" and len(kernel) not in (2, 3):
-            issues.append(f"{len(kernel)}D pooling is not supported (2D or 3D only)")
+        # 1D pooling imports too: poolingHelper (importerUtils.cpp) unsqueezes a 3D input
+        if op != "LpPool" and len(kernel) not in (1, 2, 3):
+            issues.append(f"{len(kernel)}D pooling is not supported (1D, 2D or 3D only)")
         if any(d != 1 for d in _ints(node, "dilations") or []):
             issues.append(f"dilations {_ints(node, 'dilations')} are not supported (all ones)")
         if op == "MaxPool" and len(node.output) > 1 and node.output[1]:
             issues.append("the Indices output is not supported")
-    elif op == "TopK":
-        if _int(node, "sorted", 1) != 1:
-            issues.append("sorted must be 1")
+    elif op == "TopK":  # the importer never reads ``sorted``: TensorRT's TopK always sorts
         k = _value(constants, node.input[1]) if len(node.input) > 1 else None
         if k is not None and int(k.reshape(-1)[0]) >= TOPK_MAX_K:
             issues.append(f"K = {int(k.reshape(-1)[0])} must be below {TOPK_MAX_K}")
@@ -181,6 +185,29 @@ def _node_issues(
         point = _value(constants, node.input[2])
         if point is None or np.any(point != 0):
             issues.append(f"{ZERO_POINTS[op]} must be a zero initializer (symmetric quantization)")
+    if op in ZERO_POINTS:
+        issues += _scale_issues(node, constants)
+    return issues
+
+
+def _scale_issues(node: onnx.NodeProto, constants: dict[str, object]) -> list[str]:
+    """The Q/DQ importer's checks of a scale (onnxOpImporters.cpp, QuantDequantLinearHelper):
+    every coefficient positive, as many as zero points, and per channel one for each channel
+    of a constant input along ``axis``."""
+    scale = _value(constants, node.input[1]) if len(node.input) > 1 else None
+    if scale is None:
+        return []
+    issues = []
+    if np.any(scale <= 0):
+        issues.append("scale coefficients must all be positive")
+    point = _value(constants, node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if point is not None and point.size != scale.size:
+        issues.append(f"{scale.size} scales but {point.size} zero points: they must match")
+    data = _value(constants, node.input[0])
+    if data is not None and scale.size > 1:
+        axis = _int(node, "axis", 1) % data.ndim
+        if data.shape[axis] != scale.size:
+            issues.append(f"{scale.size} scales for {data.shape[axis]} channels on axis {axis}")
     return issues
 
 
@@ -253,25 +280,6 @@ def _types(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
     return inferred, types
 
 
-def _matmul_weight_issue(
-    node: onnx.NodeProto, made_by: dict, initialisers: dict, rules: dict
-) -> str | None:
-    """Where a MatMul weight's per-channel scales lie off its output-channel axis."""
-    from ..variants import matmul_scales_fold, per_channel_matmul_weights  # imports onnx
-
-    for index, dq, axis in per_channel_matmul_weights(node, made_by, initialisers):
-        rank = len(initialisers[dq.input[0]].dims)
-        if not matmul_scales_fold(rank, index, axis):
-            side = "A (per tensor only)" if index == 0 else f"B (axis {rank - 1})"
-            return (
-                f"its weight {dq.input[0]} has per-channel scales on axis {axis}, not on the "
-                f"output channels of input {side} [{rules['matmul_weight_scales']['why']}; "
-                "assumed]; fix: quantize it per tensor or per output channel "
-                "(variants.per_tensor_off_axis_weights)"
-            )
-    return None
-
-
 def type_issues(model: onnx.ModelProto, rules: dict) -> list[str]:
     """Where ``model`` breaks the type rules of one TensorRT version (a fixture written by
     scripts/tensorrt_rules_fixture.py from NvInfer.h and the onnx-tensorrt importers), built as
@@ -282,8 +290,6 @@ def type_issues(model: onnx.ModelProto, rules: dict) -> list[str]:
     inferred, types = _types(model)
     graph = inferred.graph
     version = f"TensorRT {rules['version']}"
-    initialisers = {i.name: i for i in graph.initializer}
-    made_by = {o: n for n in graph.node for o in n.output}
     dq_types = [t for t in rules["dequantize_input_types"] if t in rules["qdq_parser_types"]]
     q_types = [t for t in rules["quantize_output_types"] if t in rules["qdq_parser_types"]]
     header = f"NvInfer.h {rules['sources']['tensorrt']['branch']}"
@@ -303,7 +309,9 @@ def type_issues(model: onnx.ModelProto, rules: dict) -> list[str]:
         elif node.op_type == "QuantizeLinear" and types.get(node.output[0]) not in q_types:
             issues.append(
                 f"{where} quantizes to {types.get(node.output[0])}: IQuantizeLayer makes only "
-                f"{', '.join(q_types)} ({header}); fix: quantize to INT8"
+                f"{', '.join(q_types)} ({header}); a numerics rule: the parser only warns and "
+                "reads UINT8 as INT8 (onnxOpImporters.cpp, \"TensorRT will use INT8 instead\"), "
+                "so every value would be off by 128; fix: quantize to INT8"
             )
         elif node.op_type == "LayerNormalization" and layer_norm["calls"] and (
             not layer_norm["guarded_by_strongly_typed"]
@@ -316,10 +324,6 @@ def type_issues(model: onnx.ModelProto, rules: dict) -> list[str]:
                 "ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add "
                 "(variants.decompose_layer_norms)"
             )
-        elif node.op_type == "MatMul":
-            issue = _matmul_weight_issue(node, made_by, initialisers, rules)
-            if issue:
-                issues.append(f"{where}: {issue}")
         allowed = rules["ops"].get(node.op_type, {}).get("types")
         if node.op_type in TYPED_OPS and allowed and data and data not in allowed:
             issues.append(

@@ -22,7 +22,10 @@ gets ``_<n>`` from one counter shared by the whole network) with the metadata
 The parser refuses, with one error per node, what TensorRT's types refuse on the installed
 version (test/fixtures/tensorrt_rules, ``compactinst_ros.export.tensorrt_rules.type_issues``):
 INT32 dequantization, a LayerNormalization whose importer calls setComputePrecision on a
-strongly typed network, MatMul weight scales off the output channels, FP16 normalisations.
+strongly typed network, FP16 normalisations; and what the parser's rules refuse
+(``tensorrt_rules.parser_issues``): operators outside the support matrix, their attribute
+rules, non-zero zero points, scales not positive or not one per channel. Where it differs from
+NVIDIA's own parser, test/export/test_parser_agreement.py names why.
 """
 
 from __future__ import annotations
@@ -259,19 +262,46 @@ def _parsed_layers(model: onnx.ModelProto) -> list[Layer]:
     return layers
 
 
+class ParserError:
+    """One parse error: what is wrong, and the node and operator where the parser knows them."""
+
+    def __init__(self, desc: str, node_name: str = "", node_operator: str = "") -> None:
+        self._desc, self._node_name, self._node_operator = desc, node_name, node_operator
+
+    def desc(self) -> str:
+        """What the parser found wrong."""
+        return self._desc
+
+    def node_name(self) -> str:
+        """The ONNX node's name ("" for a whole-model error)."""
+        return self._node_name
+
+    def node_operator(self) -> str:
+        """The ONNX node's operator ("" for a whole-model error)."""
+        return self._node_operator
+
+    def code(self) -> str:
+        """The error code's name (the real one is an ErrorCode member)."""
+        return "ErrorCode.INVALID_NODE" if self._node_name else "ErrorCode.INVALID_GRAPH"
+
+    def func(self) -> str:
+        """The importer function that raised it ("" here: the stand-in has none)."""
+        return ""
+
+
 class OnnxParser:
     """Reads an ONNX file into a Network; records errors like TensorRT's parser."""
 
     def __init__(self, network: Network, logger: Logger) -> None:
         self.network = network
-        self.errors: list[str] = []
+        self.errors: list[ParserError] = []
 
     @property
     def num_errors(self) -> int:
         """Errors of the last parse."""
         return len(self.errors)
 
-    def get_error(self, index: int) -> str:
+    def get_error(self, index: int) -> ParserError:
         """Error ``index`` of the last parse."""
         return self.errors[index]
 
@@ -283,12 +313,13 @@ class OnnxParser:
             model = onnx.load_from_string(blob)
             onnx.checker.check_model(model)
         except Exception as exc:  # onnx raises DecodeError, ValidationError, OSError
-            self.errors = [f"{type(exc).__name__}: {exc}"]
+            self.errors = [ParserError(f"{type(exc).__name__}: {exc}")]
             return False
         if type_rules is not None:  # what the real parser and layers of that version refuse
-            from compactinst_ros.export.tensorrt_rules import type_issues
+            from compactinst_ros.export.tensorrt_rules import parser_issues, type_issues
 
-            self.errors = type_issues(model, type_rules)
+            issues = type_issues(model, type_rules) + parser_issues(model)
+            self.errors = [ParserError(issue) for issue in issues]
             if self.errors:
                 return False
         initialisers = {i.name for i in model.graph.initializer}
