@@ -31,6 +31,7 @@ MISMATCHED = {
     "train": (["compactinst_demo", "--data", "{tmp}", "--out", "{tmp}/o"], EXIT_FAILED, "synth"),
     "import-fastinst": (["{tmp}/none.pth", "--out", "{tmp}/f"], EXIT_FAILED, "does not exist"),
     "build-engine": (["{tmp}/none"], EXIT_FAILED, "does not exist"),
+    "engine-report": (["{tmp}/none"], EXIT_FAILED, "does not exist"),
     "fp16-check": (["{tmp}/none"], EXIT_FAILED, "does not exist"),
     "quantize": (["{tmp}/none", "--data", "{tmp}"], EXIT_FAILED, "does not exist"),
     "derive": (["{tmp}/none"], EXIT_FAILED, "does not exist"),

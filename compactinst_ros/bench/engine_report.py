@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backends.engine_layers import EngineLayer, EngineSummary, layers_of_nodes, summarize
+from ..backends.rtx_build import COMPUTE_CAPABILITIES
 from ..bundle import ModelBundle, StageGraph, StageSpec
 
 if TYPE_CHECKING:
@@ -267,8 +268,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst engine-report``."""
     parser.add_argument("bundle", type=Path, help="model bundle folder with typed variants")
     parser.add_argument(
-        "--cc", nargs="+", default=["8.6"], metavar="X.Y",
-        help="compute capabilities to build for (TensorRT for RTX: 7.5 8.0 8.6 8.9 12.0 12.1)",
+        "--cc", nargs="+", default=["8.6"], choices=list(COMPUTE_CAPABILITIES), metavar="X.Y",
+        help="compute capabilities to build for (TensorRT for RTX: "
+        f"{' '.join(COMPUTE_CAPABILITIES)})",
     )  # fmt: skip
     parser.add_argument(
         "--precision", nargs="+", choices=("fp16", "int8"), default=["fp16", "int8"],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import os
+import sys
 from pathlib import Path
 
 from ..bundle import (
@@ -26,6 +27,7 @@ from ..bundle import (
     write_golden,
     write_typed_graph,
 )
+from ..errors import BundleError
 
 
 def derive_all(
@@ -33,16 +35,46 @@ def derive_all(
 ) -> list[Path]:
     """Write every typed graph of ``precisions`` (default: all the bundle's but fp32), on up to
     ``workers`` processes (default: one per core; 18 s for the default model's six graphs on
-    one core of the development machine, most of it in the TensorRT INT8 encoder)."""
+    one core of the development machine, most of it in the TensorRT INT8 encoder), then have
+    NVIDIA's parser judge the TensorRT-target ones (``nvidia_parser_issues``): BundleError with
+    its words for a graph it refuses."""
     jobs = []
     for precision in precisions or tuple(p for p in bundle.precisions if p != "fp32"):
         targets = INT8_GRAPHS if precision == "int8" else ("tensorrt",)
         jobs += [(stage.name, precision, target) for stage in bundle.stages for target in targets]
     workers = min(len(jobs), workers or os.cpu_count() or 1)
     if workers <= 1:
-        return [write_typed_graph(bundle, *job) for job in jobs]
-    with concurrent.futures.ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(_write_one, [(bundle.root, *job) for job in jobs]))
+        written = [write_typed_graph(bundle, *job) for job in jobs]
+    else:
+        with concurrent.futures.ProcessPoolExecutor(workers) as pool:
+            written = list(pool.map(_write_one, [(bundle.root, *job) for job in jobs]))
+    graphs = [(job, path) for job, path in zip(jobs, written, strict=True) if job[2] == "tensorrt"]
+    issues = nvidia_parser_issues(graphs)
+    if issues:
+        raise BundleError(
+            f"bundle {bundle.root}: NVIDIA's ONNX parser (TensorRT for RTX) refuses "
+            + "; ".join(issues)
+        )
+    return written
+
+
+def nvidia_parser_issues(graphs: list[tuple[tuple[str, str, str], Path]]) -> list[str]:
+    """What NVIDIA's ONNX parser refuses in each ((stage, precision, target), file), as
+    ``rtx_build.parser_verdict`` words it; where TensorRT for RTX is not installed, a note on
+    stderr naming the install and no verdict (the derivation does not need it)."""
+    from ..backends.rtx_build import RTX_INSTALL, parser_verdict
+    from ..errors import BackendError  # what a missing TensorRT for RTX raises
+
+    issues = []
+    for (stage, precision, _), path in graphs:
+        try:
+            errors = parser_verdict(path.read_bytes())
+        except BackendError:
+            print(f"derive: the typed graphs are not checked by NVIDIA's ONNX parser: "
+                  f"{RTX_INSTALL}", file=sys.stderr)  # fmt: skip
+            return []
+        issues += [f"the {precision} {stage} graph ({path.name}): {e}" for e in errors]
+    return issues
 
 
 def _write_one(job: tuple[Path, str, str, str]) -> Path:

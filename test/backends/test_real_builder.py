@@ -223,3 +223,19 @@ def test_parser_bytes_of_bytes_writes_out_layer_norms_as_for_a_stage_graph(bundl
     ops = [{n.op_type for n in onnx.load_from_string(b).graph.node}
            for b in (fp32, parser_bytes(fp32))]  # fmt: skip
     assert "LayerNormalization" in ops[0] and "LayerNormalization" not in ops[1]
+
+
+def test_derive_has_nvidias_parser_judge_the_tensorrt_graphs(bundle, tmp_path) -> None:
+    from compactinst_ros.export.derive import nvidia_parser_issues
+
+    good = tmp_path / "good.onnx"
+    good.write_bytes(typed(bundle, "decoder", "int8").model_bytes)
+    model = onnx.load(str(good))
+    scale = next(i for i in model.graph.initializer if i.name.endswith("_scale") and not i.dims)
+    scale.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(scale), scale.name))
+    bad = tmp_path / "bad.onnx"
+    onnx.save(model, str(bad))
+    jobs = [(("decoder", "int8", "tensorrt"), good), (("decoder", "int8", "tensorrt"), bad)]
+    (issue,) = nvidia_parser_issues(jobs)
+    assert issue.startswith("the int8 decoder graph (bad.onnx): node '")
+    assert "Linear): " in issue and "positive" in issue
