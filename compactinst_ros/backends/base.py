@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from ..bundle import ModelBundle
     from ..spatial.lift import Instances3D, Intrinsics, LiftOptions
     from ..structures import BatchItem, FrameResult, PostprocessOptions
-    from .trt_build import BuildOptions
 
 #: what the tensorrt backend imports (``backend: auto`` chooses it only where all of these import)
 GPU_RUNTIME_MODULES = ("tensorrt", "pycuda.driver")
@@ -32,6 +31,23 @@ BACKENDS: dict[str, str] = {
     "tensorrt": "compactinst_ros.backends.trt:TensorRTBackend",
     "openvino": "compactinst_ros.backends.openvino:OpenVinoBackend",
 }
+
+
+#: What every engine key records about the network: strongly typed, TF32 off.
+NETWORK_KEY = {"network": "strongly_typed", "tf32": 0}
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """TensorRT builder settings that change the engine (all part of the cache key; trt_build.py
+    builds with them)."""
+
+    opt_level: int = 3
+    workspace_mib: int = 1024
+
+    def key_options(self) -> dict[str, int | str]:
+        """The options as stored in the engine key."""
+        return {"opt_level": self.opt_level, "workspace_mib": self.workspace_mib, **NETWORK_KEY}
 
 
 @dataclass(frozen=True)

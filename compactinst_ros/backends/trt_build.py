@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,28 +31,13 @@ from ..bundle import PRECISIONS, ModelBundle, StageGraph, StageSpec
 from ..errors import BackendError
 from ..private_files import default_cache_dir, read_private, write_private
 from . import acceptance
+from .base import BuildOptions
 from .engine_cache import DeviceInfo, EngineCache, EngineKey
 
 MIN_TRT_MAJOR = 10
 #: Precision of ``BackendOptions.precision=None`` where the bundle carries its typed graphs.
 DEFAULT_PRECISION = "fp16"
 LOG_PROGRESS_S = 5.0  # seconds between progress lines when stderr is not a terminal
-#: What every engine key records about the network: strongly typed, TF32 off.
-NETWORK_KEY = {"network": "strongly_typed", "tf32": 0}
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """Builder settings that change the engine (all part of the cache key)."""
-
-    opt_level: int = 3
-    workspace_mib: int = 1024
-
-    def key_options(self) -> dict[str, int | str]:
-        """The options as stored in the engine key."""
-        return {"opt_level": self.opt_level, "workspace_mib": self.workspace_mib, **NETWORK_KEY}
-
-
 def import_tensorrt(cpu_setting: str | None = None) -> Any:
     """The tensorrt module, TensorRT >= 10; BackendError with the install hint otherwise.
     ``cpu_setting``: how whoever runs the model chooses the CPU backend, as the hint's
