@@ -205,6 +205,81 @@ def decompose_layer_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
     return model, added
 
 
+def decompose_instance_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """``model`` with every InstanceNormalization whose scale and bias are constants written out
+    as the same ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add steps over its
+    spatial axes (same output name), and the names of the nodes that replaced them.
+
+    Why: as an FP32 island in an FP16 graph, TensorRT runs InstanceNormalization as a kernel of
+    its own on a float copy of its input (a cast kernel writes it, the norm reads it: 4 bytes a
+    value twice, engine_report), while written-out reductions fuse with their casts, reading the
+    half tensor once and accumulating in float, as the written-out layer norms do. PyTorch
+    exports GroupNorm this way (Reshape, InstanceNormalization with constant ones and zeros,
+    Reshape, Mul, Add)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    if not any(n.op_type == "InstanceNormalization" for n in graph.node):
+        return model, []
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    ranks = {
+        v.name: len(v.type.tensor_type.shape.dim)
+        for v in [*inferred.input, *inferred.value_info]
+        if v.type.tensor_type.HasField("shape")
+    }
+    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None:
+                constants[node.output[0]] = numpy_helper.to_array(value)
+    nodes, added, inits = [], [], []
+    for node in graph.node:
+        x = node.input[0] if node.input else ""
+        rank = ranks.get(x, 0)
+        if (node.op_type != "InstanceNormalization" or rank < 3
+                or any(i not in constants for i in node.input[1:3])):  # fmt: skip
+            nodes.append(node)
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        prefix = node.name or f"node_of_{node.output[0]}"
+        name = {step: f"{prefix}/{step}" for step in LAYER_NORM_STEPS}
+        out = {step: f"{name[step]}_output_0" for step in LAYER_NORM_STEPS}
+        out["Add"] = node.output[0]
+        per_channel = [-1] + [1] * (rank - 2)
+        two, eps = f"{prefix}/two", f"{prefix}/epsilon"
+        scale, bias = f"{prefix}/scale", f"{prefix}/bias"
+        inits += [
+            numpy_helper.from_array(np.array(2.0, np.float32), two),
+            numpy_helper.from_array(np.array(attrs.get("epsilon", 1e-5), np.float32), eps),
+            numpy_helper.from_array(
+                constants[node.input[1]].astype(np.float32).reshape(per_channel), scale
+            ),
+            numpy_helper.from_array(
+                constants[node.input[2]].astype(np.float32).reshape(per_channel), bias
+            ),
+        ]
+        axes = list(range(2 - rank, 0))
+        steps = [
+            ("ReduceMean", [x], {"axes": axes, "keepdims": 1}),
+            ("Sub", [x, out["ReduceMean"]], {}),
+            ("Pow", [out["Sub"], two], {}),
+            ("ReduceMeanVar", [out["Pow"]], {"axes": axes, "keepdims": 1}),
+            ("AddEps", [out["ReduceMeanVar"], eps], {}),
+            ("Sqrt", [out["AddEps"]], {}),
+            ("Div", [out["Sub"], out["Sqrt"]], {}),
+            ("Mul", [out["Div"], scale], {}),
+            ("Add", [out["Mul"], bias], {}),
+        ]
+        for step, inputs, kwargs in steps:
+            op = {"ReduceMeanVar": "ReduceMean", "AddEps": "Add"}.get(step, step)
+            nodes.append(helper.make_node(op, inputs, [out[step]], name=name[step], **kwargs))
+            added.append(name[step])
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(inits)
+    return model, added
+
+
 def parser_form(model_bytes: bytes) -> bytes:
     """``model_bytes`` with its layer norms written out (``decompose_layer_norms``), the same
     bytes where it has none or is no ONNX model (the parser then says what is wrong)."""
@@ -218,11 +293,13 @@ def parser_form(model_bytes: bytes) -> bytes:
 
 
 def fp16_graph(model: onnx.ModelProto, islands: Iterable[str] = ()) -> onnx.ModelProto:
-    """``model`` with FP16 tensors and weights, FP32 I/O, its layer norms written out
-    (``decompose_layer_norms``), every normalisation in FP32 (``NORM_OPS``), and the nodes named
-    in ``islands`` (the range analysis' FP32 layers, ``precision.check_bundle``) kept in FP32."""
-    model, decomposed = decompose_layer_norms(model)
-    return _to_fp16(model, [*islands, *decomposed])
+    """``model`` with FP16 tensors and weights, FP32 I/O, its layer and instance norms written
+    out (``decompose_layer_norms``, ``decompose_instance_norms``), every normalisation in FP32
+    (``NORM_OPS``), and the nodes named in ``islands`` (the range analysis' FP32 layers,
+    ``precision.check_bundle``) kept in FP32."""
+    model, layer_norms = decompose_layer_norms(model)
+    model, instance_norms = decompose_instance_norms(model)
+    return _to_fp16(model, [*islands, *layer_norms, *instance_norms])
 
 
 def _to_fp16(model: onnx.ModelProto, keep_fp32: Iterable[str]) -> onnx.ModelProto:
@@ -368,6 +445,9 @@ def quantize(
     decomposed: list[str] = []
     if target.tensorrt_form:
         given, decomposed = decompose_layer_norms(given)
+    if target.high_precision == "fp16":  # FP32 islands that fuse with their casts
+        given, instance_norms = decompose_instance_norms(given)
+        decomposed += instance_norms
     exclude = list(exclude)
     options = {
         "ActivationSymmetric": target.symmetric_activations,

@@ -170,6 +170,58 @@ def test_layer_norm_written_out_computes_the_same_and_imports(rules) -> None:
         assert type_issues(decomposed, rule) == []
 
 
+def test_group_norm_written_out_computes_the_same() -> None:
+    """PyTorch's GroupNorm export (Reshape, InstanceNormalization with constant scale and bias,
+    Reshape, Mul, Add) written out by ``decompose_instance_norms``: the same values in FP32 and
+    no InstanceNormalization left."""
+    rng = np.random.default_rng(4)
+    node = helper.make_node
+    nodes = [
+        node("Reshape", ["x", "groups"], ["g"], name="/gn/Reshape"),
+        node("Constant", [], ["ones"], name="/gn/ones",
+             value=numpy_helper.from_array(np.ones(4, np.float32))),
+        node("Constant", [], ["zeros"], name="/gn/zeros",
+             value=numpy_helper.from_array(np.zeros(4, np.float32))),
+        node("InstanceNormalization", ["g", "ones", "zeros"], ["n"], name="/gn/IN", epsilon=1e-5),
+        node("Reshape", ["n", "shape"], ["r"], name="/gn/Reshape_1"),
+        node("Mul", ["r", "gamma"], ["m"], name="/gn/Mul"),
+        node("Add", ["m", "beta"], ["y"], name="/gn/Add"),
+    ]  # fmt: skip
+    inits = [
+        numpy_helper.from_array(np.array([1, 4, -1], np.int64), "groups"),
+        numpy_helper.from_array(np.array([1, 32, 64, 64], np.int64), "shape"),
+        numpy_helper.from_array((1 + rng.random((32, 1, 1))).astype(np.float32), "gamma"),
+        numpy_helper.from_array(rng.standard_normal((32, 1, 1)).astype(np.float32), "beta"),
+    ]
+    graph = helper.make_graph(
+        nodes, "gn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 64, 64])], inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    written, added = variants.decompose_instance_norms(model)
+    assert len(added) == 9
+    assert "InstanceNormalization" not in {n.op_type for n in written.graph.node}
+    x = (3 + 2 * rng.standard_normal((1, 32, 64, 64))).astype(np.float32)
+    assert np.abs(_run(written, x) - _run(model, x)).max() < 1e-4
+
+
+def test_written_out_group_norms_cut_the_fp16_encoders_float_bytes() -> None:
+    """NVIDIA's builder runs an InstanceNormalization island on a float copy of its input; the
+    written-out steps fuse with their casts (the default encoder's seven GroupNorms)."""
+    from compactinst_ros.backends.engine_layers import summarize
+    from compactinst_ros.backends.rtx_build import aot_build
+
+    stage = ModelBundle.load(default_bundle_path()).stage("encoder")
+    model, _ = variants.decompose_layer_norms(onnx.load(str(stage.path)))
+
+    def float_bytes(typed: onnx.ModelProto) -> float:
+        graph = StageGraph("encoder", "fp16", variants.serialize(typed), "")
+        return summarize(aot_build(graph, stage).layers).float_bytes
+
+    islands = variants._to_fp16(model, [])  # each InstanceNormalization an FP32 island of its own
+    assert float_bytes(variants.fp16_graph(model)) < 0.6 * float_bytes(islands)
+
+
 def test_fp16_graph_keeps_norms_in_float(rules) -> None:
     from onnxconverter_common import float16
 
