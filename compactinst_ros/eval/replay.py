@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 
 from ..bundle import PRECISIONS, ModelBundle, model_caveat
-from ..errors import ConfigError, InterruptedJobError
+from ..errors import ConfigError, InputError, InterruptedJobError
 from ..image_formats import mono_note
 from ..progress import Progress
 from ..resources import default_model
@@ -74,6 +74,8 @@ class ReplayOptions:
     score_threshold: float | None = None  # None: the pipeline's default
     max_frames: int | None = None
     warmup: int = 3  # frames excluded from the latency statistics
+    #: realtime: the share of sent frames (percent) the node may refuse before the replay fails
+    max_refused_pct: float = 10.0
     overlays: int = 3  # overlay images written
     plots: bool = True
     progress: bool = True
@@ -93,6 +95,8 @@ class ReplayOptions:
             )
         if self.warmup < 0 or self.overlays < 0:
             raise ConfigError("--warmup and --overlays must be >= 0")
+        if not 0 <= self.max_refused_pct <= 100:
+            raise ConfigError(f"--max-refused-pct {self.max_refused_pct} must be 0..100")
         if self.cameras is not None and self.topic is not None:
             raise ConfigError(
                 "--topic picks one camera and --cameras several; give one of them"
@@ -118,6 +122,9 @@ class ReplayOptions:
         if self.mode == "lockstep" and self.domain_id is not None and self.cameras is None:
             # with --cameras, lockstep also runs nodes, on that domain
             notes.append("--domain has no effect in --mode lockstep (no node is started)")
+        if self.mode == "lockstep" and self.max_refused_pct != default["max_refused_pct"]:
+            notes.append("--max-refused-pct has no effect in --mode lockstep (no node refuses; "
+                         "lockstep skips a bad frame and exits 1)")  # fmt: skip
         if self.mode == "realtime" and self.overlays != default["overlays"]:
             notes.append("--overlays has no effect in --mode realtime (lockstep writes them)")
         if self.cameras is not None and self.overlays != default["overlays"]:
@@ -224,6 +231,7 @@ def run_lockstep(
     samples: dict[str, list[float]] = defaultdict(list)
     bar = Progress(total, "lockstep", progress)
     overlay_files: list[str] = []
+    skipped: list[dict] = []
     processed = evaluated = read = 0
     interrupted = False
     start = time.perf_counter()
@@ -235,10 +243,13 @@ def run_lockstep(
             t0 = time.perf_counter()
             try:
                 image, encoding = frame.decode()
+                decode_ms = (time.perf_counter() - t0) * 1e3
+                result = pipeline(image, encoding, OutputSet(overlay=writer is not None))
             except VideoPacketError:  # a video packet without a picture: counted as dropped
                 continue
-            decode_ms = (time.perf_counter() - t0) * 1e3
-            result = pipeline(image, encoding, OutputSet(overlay=writer is not None))
+            except InputError as exc:  # one bad frame: named, counted, and the replay goes on
+                skipped.append(skipped_frame(frame, exc))
+                continue
             result.timings_ms["decode"] = decode_ms
             for stage, ms in result.timings_ms.items():
                 samples[stage].append(float(ms))
@@ -278,7 +289,12 @@ def run_lockstep(
             f"{gt.unmatched_images} of {len(gt.images)} GT images match no replayed frame "
             "(stamps outside the replayed frames, or GT of another recording)"
         )
-    frames = {"total": total, "processed": processed, "dropped": read - processed}
+    frames = {"total": total, "processed": processed, "dropped": read - processed - len(skipped)}
+    if skipped:
+        frames["skipped"] = len(skipped)
+        notes.append(f"{len(skipped)} frames skipped: " + "; ".join(
+            f"{s['index']} ({s['reason']})" for s in skipped[:5]
+        ) + (" ..." if len(skipped) > 5 else ""))  # fmt: skip
     if interrupted:  # the frame in flight when Ctrl-C came was read but not processed
         frames["dropped"] = 0
         frames["unread"] = total - processed
@@ -299,10 +315,21 @@ def run_lockstep(
         "samples": {k: [round(v, 4) for v in vals] for k, vals in samples.items()},
         "overlays": overlay_files,
         "notes": notes,
+        **({"skipped_frames": skipped} if skipped else {}),
         **({"statistics": stats} if statistics and stats is not None else {}),
         **(depth3d.blocks() if depth3d is not None else {}),
         **({"partial": True} if interrupted else {}),
     }
+
+
+def skipped_frame(frame: BagFrame, error: Exception) -> dict:
+    """The report's record of a frame that could not be decoded or was refused (index, stamp
+    and why), also printed on stderr as it happens, so a long replay shows it at once."""
+    record = {"index": frame.index, "stamp_ns": frame.stamp_ns, "reason": str(error)}
+    seconds, nanoseconds = divmod(frame.stamp_ns, 10**9)
+    print(f"replay: skipped frame {frame.index} (stamp {seconds}.{nanoseconds:09d}): {error}",
+          file=sys.stderr)  # fmt: skip
+    return record
 
 
 def save_overlay(
@@ -407,6 +434,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-frames", type=int, help="replay only the first N frames (default: all)"
     )
     parser.add_argument("--warmup", type=int, default=3, help="frames excluded from latency")
+    parser.add_argument(
+        "--max-refused-pct", type=float, default=10.0,
+        help="realtime: fail (exit 1) when the node refuses more than this share of the sent "
+        "frames, whose figures then measure only the rest",
+    )  # fmt: skip
     parser.add_argument("--overlays", type=int, default=3, help="overlay images to write")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib plots")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
@@ -620,16 +652,33 @@ def run(args: argparse.Namespace) -> int:
         print(f"output bag: {options.output_bag}")
     if report.get("partial"):
         raise InterruptedJobError(f"{options.out / 'report.md'} is marked partial: {PARTIAL_NOTE}")
-    return replay_status(report)
+    return replay_status(report, options.max_refused_pct)
 
 
-def replay_status(report: dict) -> int:
+def replay_status(report: dict, max_refused_pct: float = 10.0) -> int:
     """The exit status of a finished replay: 1 (``EXIT_FAILED``) when a mode processed no
-    frame, since no figure of it measures the model; its notes say why."""
+    frame, since no figure of it measures the model, or skipped a frame it could not decode
+    or was refused (every good frame is still scored), or, in realtime, when the node refused
+    more than ``max_refused_pct`` of the frames sent; the notes and warnings say why."""
     from ..cli import EXIT_FAILED, EXIT_OK, warn
 
-    empty = [mode for mode, block in report["modes"].items() if block["frames"]["processed"] == 0]
+    modes = report["modes"]
+    empty = [mode for mode, block in modes.items() if block["frames"]["processed"] == 0]
     for mode in empty:
-        reasons = "; ".join(report["modes"][mode]["notes"]) or "no reason was reported"
+        reasons = "; ".join(modes[mode]["notes"]) or "no reason was reported"
         warn("replay", f"{mode}: no frame was processed, no figure measures the model: {reasons}")
-    return EXIT_FAILED if empty else EXIT_OK
+    skipping = [mode for mode, block in modes.items() if block["frames"].get("skipped")]
+    for mode in skipping:
+        frames = [str(s["index"]) for s in modes[mode]["skipped_frames"]]
+        warn("replay", f"{mode}: skipped frames {', '.join(frames)} (report.json "
+                       "skipped_frames says why); every other frame was scored")  # fmt: skip
+    refusing = []
+    for mode, block in modes.items():
+        refused, sent = block["frames"].get("node_refused", 0), block["frames"].get("sent", 0)
+        if sent and 100.0 * refused / sent > max_refused_pct:
+            refusing.append(mode)
+            warn("replay", f"{mode}: the node refused {refused} of {sent} frames, over "
+                           f"--max-refused-pct {max_refused_pct:g}: its figures measure only "
+                           f"the {block['frames']['processed']} it answered; "
+                           + "; ".join(block["notes"][:1]))  # fmt: skip
+    return EXIT_FAILED if empty or skipping or refusing else EXIT_OK

@@ -1,0 +1,73 @@
+"""A recorded drive with bad frames: a lockstep replay skips each frame it cannot decode, names
+it by index and stamp on stderr and in the report, scores every good frame, and exits 1 at the
+end; a realtime replay whose node refuses more than --max-refused-pct of the frames exits 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from eval_helpers import Scene, scored_replay_argv
+
+from compactinst_ros.bundle import default_bundle_path
+from compactinst_ros.cli import main
+from compactinst_ros.errors import ConfigError
+from compactinst_ros.eval.bags import COMPRESSED, BagWriter, compressed_message, typestore
+from compactinst_ros.eval.replay import ReplayOptions, replay_status
+
+BAD = 2  # the index of the corrupt frame
+
+
+def corrupt_bag(scenes: list[Scene], path: Path) -> Path:
+    """The scenes as JPEG CompressedImages, frame ``BAD``'s data replaced by garbage bytes."""
+    with BagWriter(path, "mcap") as writer:
+        for index, scene in enumerate(scenes):
+            msg = compressed_message(scene.image, scene.stamp_ns, "jpeg", "camera")
+            if index == BAD:
+                msg = typestore().types[COMPRESSED](
+                    header=msg.header, format="jpeg",
+                    data=np.frombuffer(b"\x00garbage, not a JPEG" * 8, np.uint8),
+                )  # fmt: skip
+            writer.write("/camera/image_raw/compressed", COMPRESSED, scene.stamp_ns, msg)
+    return path
+
+
+def test_lockstep_skips_names_and_scores_the_rest_then_exits_1(
+    scenes, gt_files, tmp_path, capsys
+) -> None:
+    bag = corrupt_bag(scenes, tmp_path / "bag")
+    out = tmp_path / "out"
+    argv = scored_replay_argv(bag, default_bundle_path(), gt_files, out)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    stamp = scenes[BAD].stamp_ns
+    assert f"skipped frame {BAD} (stamp {stamp // 10**9}.{stamp % 10**9:09d})" in err
+    assert "format says 'jpeg' but the data is" in err and "Traceback" not in err
+    assert f"skipped frames {BAD}" in err  # the closing warning
+    report = json.loads((out / "report.json").read_text())
+    block = report["modes"]["lockstep"]
+    assert block["frames"] == {"total": len(scenes), "processed": len(scenes) - 1,
+                               "dropped": 0, "skipped": 1}  # fmt: skip
+    (skipped,) = block["skipped_frames"]
+    assert skipped["index"] == BAD and skipped["stamp_ns"] == stamp
+    assert "jpeg" in skipped["reason"]
+    assert block["accuracy"]["frames_evaluated"] == len(scenes) - 1
+
+
+def test_realtime_fails_when_the_node_refused_more_than_the_share() -> None:
+    """The exit rule on the report a realtime replay writes (the node's refusals come back
+    as ``node_refused`` from its diagnostics, test_eval_realtime.py)."""
+
+    def report(refused: int, sent: int = 12) -> dict:
+        frames = {"sent": sent, "processed": sent - refused, "dropped": refused,
+                  "node_refused": refused}  # fmt: skip
+        return {"modes": {"realtime": {"frames": frames, "notes": ["the node refused ..."]}}}
+
+    assert replay_status(report(1)) == 0  # 8 %: within the default 10 %
+    assert replay_status(report(11)) == 1  # 11 of 12: the headline measures one frame
+    assert replay_status(report(1), max_refused_pct=5) == 1
+    assert replay_status(report(0), max_refused_pct=0) == 0
+    with pytest.raises(ConfigError, match=r"--max-refused-pct 120 must be 0\.\.100"):
+        ReplayOptions(model=default_bundle_path(), bag=Path("x"), max_refused_pct=120)
