@@ -129,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("no default model is installed; pass --model BUNDLE")
     out = Path(args.out)
     options = PostprocessOptions(score_threshold=args.score_threshold, overlay_alpha=args.alpha)
-    backend_options = BackendOptions(threads=args.threads or None)
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads {args.threads} must be >= 1 (leave it out for all cores)")
+    backend_options = BackendOptions(threads=args.threads)
     unique: dict[Path, str] = {}
     for p in expand_inputs(args.images):  # a file named twice is segmented once
         unique.setdefault(Path(p).resolve(), str(p))

@@ -199,3 +199,17 @@ def test_a_replay_mode_that_processed_no_frame_exits_1_with_its_reasons(capsys) 
     assert "realtime: no frame was processed" in err and "encoding 'yuv9' unknown" in err
     block["frames"]["processed"] = 1
     assert replay_status({"modes": {"realtime": block}}) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["infer", "--threads", "-3", "x.png"], "--threads -3 must be >= 1"),
+        (["train", "compactinst_demo", "--data", "{tmp}", "--out", "{tmp}/o", "--lr", "-1"],
+         "--lr -1.0 must be > 0"),
+    ],
+)  # fmt: skip
+def test_a_value_out_of_range_is_a_usage_error(argv, words, tmp_path) -> None:
+    code, _, err = run_cli([a.format(tmp=tmp_path) for a in argv])
+    assert code == EXIT_USAGE, err
+    assert words in err and "Traceback" not in err, err

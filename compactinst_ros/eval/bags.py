@@ -404,15 +404,16 @@ class ImageBag(ClosedOnExit):
             topic = self._pick(path, images)
         elif topic not in images:
             self.close()
+            cameras = [t for t in sorted(images) if not is_depth_topic(t)]  # depth is not segmented
             raise DataError(
                 f"topic '{topic}' is not an image topic of '{path}'; choose one of "
-                f"{sorted(images)} with --topic"
+                f"{cameras} with --topic"
             )
         elif not is_depth_topic(topic):  # depth is read as metres (depth3d.py), not as an image
             why = self._unreadable(topic, images[topic])
             if why is not None:
                 self.close()
-                others = [t for t in sorted(images) if t != topic]
+                others = [t for t in sorted(images) if t != topic and not is_depth_topic(t)]
                 raise DataError(
                     f"replay cannot decode the frames of '{topic}' in '{path}' ({why}); "
                     + (

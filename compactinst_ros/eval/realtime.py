@@ -55,7 +55,7 @@ from .bags import (
 )
 from .groundtruth import GroundTruth
 from .metrics import merge_statistics
-from .report import latency_stats
+from .report import latency_stats, warmup_left_out
 
 #: input topic the player publishes on (the node is pointed at it by parameter)
 INPUT_TOPIC = "/compactinst_replay/image"
@@ -630,7 +630,8 @@ def summarise(
             samples.setdefault(stage, []).append(float(ms))
         samples.setdefault("end_to_end", []).append((received - send[stamp]) * 1e3)
     sent, processed = len(send), len(records)
-    warm = min(warmup, max(processed - 1, 0))
+    warm_notes: list[str] = []
+    warm = warmup_left_out(warmup, processed, warm_notes)
     receipts = sorted(r for r, _ in records.values())
     last_receipt = receipts[-1] if receipts else start
     gaps = np.diff(receipts[warm:]) * 1e3 if len(receipts) > warm + 2 else None
@@ -648,6 +649,7 @@ def summarise(
         "keep-last 1: a frame arriving while one is in flight replaces the waiting one "
         "(counted as dropped)",
         "outputs received: " + ", ".join(f"{k} {v}" for k, v in outputs.items()),
+        *warm_notes,
     ]
     # "input silent" is expected once the bag has ended
     if diag.get("_message") not in (None, "ok") and "silent" not in diag["_message"]:

@@ -39,6 +39,7 @@ from .report import (
     latency_stats,
     now_iso,
     summary_text,
+    warmup_left_out,
     write_report,
 )
 
@@ -277,8 +278,8 @@ def run_lockstep(
         if depth3d is not None:
             depth3d.source.close()
     wall = time.perf_counter() - start
-    warm = min(warmup, max(processed - 1, 0))
     notes = [bag.damage] if bag.damage else []
+    warm = warmup_left_out(warmup, processed, notes)
     notes += [bag.pick_note] if bag.pick_note else []
     if bag.stream is not None:
         notes.append(f"video decoded by {bag.stream.describe()}")

@@ -18,6 +18,19 @@ from ..structures import STAGES
 PERCENTILES = (50, 90, 95, 99)
 
 
+def warmup_left_out(warmup: int, processed: int, notes: list[str]) -> int:
+    """The frames the latency statistics leave out: ``warmup``, but never the last frame; where
+    that cuts ``warmup``, a note says so and how few frames the figures rest on."""
+    warm = min(warmup, max(processed - 1, 0))
+    if warm < warmup and processed:
+        notes.append(
+            f"--warmup {warmup} is not below the {processed} frames processed: {warm} left out, "
+            f"so the latency figures rest on {processed - warm} frame(s); give a smaller "
+            "--warmup or a longer bag"
+        )
+    return warm
+
+
 def latency_stats(samples: dict[str, list[float]], warmup: int) -> dict:
     """Per-stage count/mean/std/p50/p90/p95/p99/max in ms, the first ``warmup`` frames excluded."""
     out = {}

@@ -574,6 +574,8 @@ def options_from_args(args: argparse.Namespace) -> TrainOptions:
         raise ConfigError("--steps and --batch-size must be >= 1")
     if args.warmup < 0:
         raise ConfigError(f"--warmup {args.warmup} must be >= 0")
+    if not args.lr > 0:
+        raise ConfigError(f"--lr {args.lr} must be > 0 (AdamW's step size; default 1e-4)")
     warmup = capped_warmup(args.steps, args.warmup)
     if warmup != args.warmup:
         warn(

@@ -71,3 +71,30 @@ def test_realtime_fails_when_the_node_refused_more_than_the_share() -> None:
     assert replay_status(report(0), max_refused_pct=0) == 0
     with pytest.raises(ConfigError, match=r"--max-refused-pct 120 must be 0\.\.100"):
         ReplayOptions(model=default_bundle_path(), bag=Path("x"), max_refused_pct=120)
+
+
+def test_a_warmup_longer_than_the_bag_says_how_few_frames_the_latency_rests_on(
+    scenes, gt_files, tmp_path
+) -> None:
+    bag = corrupt_bag(scenes, tmp_path / "bag")
+    out = tmp_path / "out"
+    main(scored_replay_argv(bag, default_bundle_path(), gt_files, out, "--warmup", "100"))
+    block = json.loads((out / "report.json").read_text())["modes"]["lockstep"]
+    processed = len(scenes) - 1
+    assert block["warmup_frames"] == processed - 1
+    assert any(f"--warmup 100 is not below the {processed} frames processed" in note
+               and "rest on 1 frame(s)" in note for note in block["notes"]), block["notes"]  # fmt: skip
+
+
+def test_an_unknown_topic_suggests_camera_topics_not_depth(tmp_path) -> None:
+    from compactinst_ros.errors import DataError
+    from compactinst_ros.eval.bags import ImageBag
+    from compactinst_ros.spatial import Intrinsics
+    from compactinst_ros.train.synthetic_depth import write_depth_bag
+
+    bgr = np.zeros((8, 8, 3), np.uint8)
+    depth = np.full((8, 8), 1000, np.uint16)
+    k = Intrinsics(fx=8.0, fy=8.0, cx=4.0, cy=4.0, width=8, height=8)
+    write_depth_bag(tmp_path / "bag", {"cam": [(10**9, bgr, depth)]}, k, "16UC1")
+    with pytest.raises(DataError, match=r"choose one of \['/cam/image_raw'\] with --topic"):
+        ImageBag(tmp_path / "bag", topic="/nope")
