@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("compactinst_ros.model.info", "parameters and GMACs per component of a config"),
     "export": ("compactinst_ros.export.onnx_export", "export a checkpoint to a model bundle"),
     "bundle-hash": ("compactinst_ros.bundle", "record stage file hashes in bundle.json"),
-    "infer": ("compactinst_ros.infer", "segment images with a bundle; writes overlays and JSON"),
+    "infer": ("compactinst_ros.infer", "segment images: masks (PNG, COCO RLE), overlays, JSON"),
     "synth": ("compactinst_ros.train.synthetic", "generate synthetic field/road scenes (COCO)"),
     "train": ("compactinst_ros.train.loop", "train a config on COCO-format data"),
     "import-fastinst": ("compactinst_ros.model.convert_fastinst", "convert a FastInst checkpoint"),

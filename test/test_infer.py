@@ -49,7 +49,7 @@ def test_infer_writes_overlay_and_json(random_bundle: Path, tmp_path: Path, caps
     assert record["backend"] == "onnxruntime" and record["model"] == "compactinst_demo"
     assert record["instances"], "score threshold 0 keeps instances"
     first = record["instances"][0]
-    assert set(first) == {"id", "label", "name", "score", "box", "area"}
+    assert set(first) == {"id", "label", "name", "score", "box", "area", "segmentation"}
     assert first["id"] == 1 and len(first["box"]) == 4 and first["area"] > 0
     scores = [i["score"] for i in record["instances"]]
     assert scores == sorted(scores, reverse=True)
@@ -144,7 +144,51 @@ def test_a_folder_is_its_images_and_the_model_defaults_to_models_default(tmp_pat
     printed = capsys.readouterr().out
     assert "model compactinst_demo" in printed
     assert "[1/2]" in printed and "[2/2]" in printed and "notes.txt" not in printed
-    assert {p.name for p in out.glob("*.json")} == {"a.json", "b.json"}
+    assert {p.name for p in out.glob("*.json")} == {"a.json", "b.json", "coco_results.json"}
     (tmp_path / "empty").mkdir()
     assert main(["infer", "--out", str(out), str(tmp_path / "empty")]) == 1
-    assert "holds no images" in capsys.readouterr().err
+    assert "holds no image OpenCV can decode" in capsys.readouterr().err
+
+
+def test_infer_writes_masks_in_coco_formats_reads_what_opencv_reads_and_warns_on_mono(
+    tmp_path, capsys
+) -> None:
+    """Instance and panoptic PNGs and COCO RLE results (which pycocotools reads back as the
+    instance raster's masks); TIFF and WebP in a folder are images, a text file is named as
+    left out, and a 16-bit greyscale PNG is segmented with the mono warning."""
+    pycocotools = pytest.importorskip("pycocotools.mask")  # not in the runtime-only lane
+    from pycocotools.coco import COCO
+
+    from compactinst_ros.coco import rgb_to_id
+    from compactinst_ros.train.synthetic import render_scene
+
+    scene = render_scene(1, 3, 256, 384)
+    for name in ("a.tif", "b.webp"):
+        assert cv2.imwrite(str(tmp_path / name), scene.image)
+    grey = cv2.cvtColor(scene.image, cv2.COLOR_BGR2GRAY).astype(np.uint16) * 257
+    cv2.imwrite(str(tmp_path / "c.png"), grey)
+    (tmp_path / "notes.txt").write_text("not an image")
+    out = tmp_path / "out"
+    assert main(["infer", "--out", str(out), str(tmp_path)]) == 0
+    printed = capsys.readouterr()
+    assert "[3/3]" in printed.out and "left out: " in printed.err and "notes.txt" in printed.err
+    assert "c.png: the input is single-channel (mono)" in printed.err
+    assert "a.tif" not in printed.err and "b.webp" not in printed.err
+    record = json.loads((out / "a.json").read_text())
+    raster = cv2.imread(str(out / "a_instances.png"), cv2.IMREAD_UNCHANGED)
+    assert raster.dtype == np.uint16 and record["instances"]
+    for inst in record["instances"]:
+        mask = pycocotools.decode(inst["segmentation"]).astype(bool)
+        np.testing.assert_array_equal(mask, raster == inst["id"])
+        assert int(mask.sum()) == inst["area"]
+    panoptic = rgb_to_id(cv2.imread(str(out / "a_panoptic.png"))[..., ::-1])
+    assert set(np.unique(panoptic)) - {0} == {s["id"] for s in record["segments"]}
+    results = json.loads((out / "coco_results.json").read_text())
+    gt = COCO()
+    gt.dataset = {
+        "images": [{"id": n, "height": 256, "width": 384} for n in (1, 2, 3)],
+        "categories": [{"id": i} for i in range(1, 9)], "annotations": [],
+    }  # fmt: skip
+    gt.createIndex()
+    loaded = gt.loadRes(results)
+    assert len(loaded.getAnnIds(imgIds=[1])) == len(record["instances"])

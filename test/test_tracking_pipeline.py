@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from compactinst_ros.bundle import ModelBundle, default_bundle_path
+from compactinst_ros.coco import rgb_to_id
 from compactinst_ros.eval.tracking_metrics import tracking_counts
 from compactinst_ros.overlay import overlay_bgr
 from compactinst_ros.pipeline import Pipeline
 from compactinst_ros.structures import OutputSet
 from compactinst_ros.tracking import MAX_TRACK_ID, remap_ids
-from compactinst_ros.train.synthetic import generate, rgb_to_id
+from compactinst_ros.train.synthetic import generate
 
 pytest.importorskip("pycocotools")
 FRAMES = 10

@@ -17,7 +17,7 @@ import numpy as np
 from ..bundle import PRECISIONS
 from ..errors import ConfigError, DataError
 from ..image_formats import read_image
-from ..infer import IMAGE_SUFFIXES, image_files
+from ..infer import image_files
 from ..preprocess import letterbox
 from ..progress import Progress
 from ..structures import FrameMeta, PostprocessOptions
@@ -101,7 +101,7 @@ def data_images(data: str | Path, limit: int) -> Iterator[tuple[str, np.ndarray,
     folder = root / "images" if (root / "images").is_dir() else root
     files = image_files(folder)
     if not files:
-        raise ConfigError(f"{folder} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+        raise ConfigError(f"{folder} holds no image OpenCV can decode")
     for path in files[:limit]:
         yield path.name, read_image(path), "bgr8"
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..coco import encode_rle
 from ..errors import DataError
 from ..structures import FrameResult, Instances
 from .tracking_metrics import TrackingAccumulator, TrackingCounts
@@ -44,22 +45,13 @@ if TYPE_CHECKING:
 AP_KEYS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
 
 
-def encode_mask(mask: np.ndarray) -> dict:
-    """COCO RLE (JSON-ready ``counts`` string) of a boolean HxW mask."""
-    from pycocotools import mask as mask_utils
-
-    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-    rle["counts"] = str(rle["counts"], "ascii")
-    return rle
-
-
 def instances_to_coco(raster: np.ndarray, instances: Instances, image_id: int) -> list[dict]:
     """COCO result entries (segm RLE, category = label id, score) for one frame's instances."""
     return [
         {
             "image_id": int(image_id),
             "category_id": int(instances.label_id[i]),
-            "segmentation": encode_mask(raster == instances.ids[i]),
+            "segmentation": encode_rle(raster == instances.ids[i]),
             "score": float(instances.score[i]),
         }
         for i in range(len(instances))

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..coco import rgb_to_id
 from ..errors import ConfigError, DataError, InputError
 from ..image_formats import read_image
 from ..labels import LabelSet
 from ..model.configs import PIXEL_MEAN
-from .synthetic import rgb_to_id
 
 
 def _read_json(path: Path) -> dict:

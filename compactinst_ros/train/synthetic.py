@@ -37,6 +37,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ..coco import encode_rle, id_to_rgb
 from ..errors import ConfigError
 from ..labels import SYNTHETIC_LABELS, LabelSet
 from ..progress import Progress
@@ -378,18 +379,6 @@ def render_sequence(seed: int, index: int, frames: int, height: int, width: int)
     return scenes
 
 
-def id_to_rgb(ids: np.ndarray) -> np.ndarray:
-    """COCO panoptic encoding: id -> (R, G, B) with id = R + 256 G + 256^2 B."""
-    ids = ids.astype(np.uint32)
-    return np.stack([ids & 255, (ids >> 8) & 255, (ids >> 16) & 255], axis=-1).astype(np.uint8)
-
-
-def rgb_to_id(rgb: np.ndarray) -> np.ndarray:
-    """COCO panoptic decoding: (H, W, 3) uint8 RGB -> (H, W) int32 ids."""
-    rgb = rgb.astype(np.int32)
-    return rgb[..., 0] + 256 * rgb[..., 1] + 65536 * rgb[..., 2]
-
-
 def _bbox(mask: np.ndarray) -> list[float]:
     ys, xs = np.nonzero(mask.any(axis=1))[0], np.nonzero(mask.any(axis=0))[0]
     return [float(xs[0]), float(ys[0]), float(xs[-1] - xs[0] + 1), float(ys[-1] - ys[0] + 1)]
@@ -452,8 +441,6 @@ def generate(
     """
     if sequence < 0:
         raise ConfigError(f"sequence={sequence}: give frames per video, or 0 for single scenes")
-    from pycocotools import mask as mask_utils
-
     if height < MIN_SIDE or width < MIN_SIDE:
         raise ConfigError(
             f"size {height}x{width} is too small for the synthetic scenes; use at "
@@ -504,8 +491,7 @@ def generate(
             )
             if seg["isthing"]:
                 ann_id += 1
-                rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-                rle["counts"] = str(rle["counts"], "ascii")
+                rle = encode_rle(mask)
                 instances.append(
                     {
                         "id": ann_id,

@@ -10,6 +10,7 @@ import pytest
 from ros_domains import next_domain
 
 from compactinst_ros.cli import main
+from compactinst_ros.coco import rgb_to_id
 from compactinst_ros.errors import ConfigError, DataError
 from compactinst_ros.eval.bags import ImageBag, camera_name, write_camera_bag
 from compactinst_ros.eval.cameras import attach_ground_truth, open_cameras, run_cameras
@@ -21,7 +22,6 @@ from compactinst_ros.train.synthetic import (
     bag_start_ns,
     camera_names,
     generate_bag,
-    rgb_to_id,
 )
 
 CAMERAS = ("left", "right", "rear")

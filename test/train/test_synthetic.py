@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 
+from compactinst_ros.coco import rgb_to_id
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.labels import SYNTHETIC_LABELS
 from compactinst_ros.sizes import parse_size
-from compactinst_ros.train.synthetic import bag_start_ns, generate, render_scene, rgb_to_id
+from compactinst_ros.train.synthetic import bag_start_ns, generate, render_scene
 
 
 def _read_ids(path):

@@ -10,12 +10,12 @@ import pytest
 from pycocotools import mask as mask_utils
 
 from compactinst_ros.cli import main
+from compactinst_ros.coco import rgb_to_id
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.train.synthetic import (
     TRACKS_PER_VIDEO,
     generate,
     render_sequence,
-    rgb_to_id,
 )
 
 
