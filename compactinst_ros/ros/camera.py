@@ -397,7 +397,7 @@ class Camera:
                 distances = None if lifted is None else lifted.distance  # NaN: not lifted
                 draw_captions(result.overlay, result, self.depth.labels, distances=distances)
             pubs.publish(header, result, job.wanted)
-            if lifted is not None:  # each 3-D output is published only while subscribed
+            if self.depth is not None:  # each 3-D output only while subscribed; empty if unlifted
                 self.depth.publish(header, result, lifted)
             if self.camera_info is not None:
                 self.camera_info.publish(header, result.meta.src_h, result.meta.src_w)

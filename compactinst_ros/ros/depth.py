@@ -19,6 +19,7 @@ refused depth images (wrong encoding, a size that no camera_info explains), with
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,6 +54,8 @@ except ImportError:  # no /tf_static reader: no LiDAR input
 MIN_MARKER_M = 0.05
 #: depth images held for pairing (a few frames of a 30 Hz camera behind the colour stream)
 DEPTH_KEEP = 30
+#: seconds between two log lines about frames without 3-D (each is still counted)
+PROBLEM_LOG_S = 5.0
 
 
 def intrinsics(info: CameraInfo) -> Intrinsics:
@@ -171,6 +174,7 @@ class DepthInput:
         self._lock = threading.Lock()
         self.counts = {"paired": 0, "missing": 0, "refused": 0}
         self._reported = dict(self.counts)
+        self._logged_at: dict[str, float] = {}  # kind of problem -> when last logged
         self.last_problem = ""
         self.age_ms: float | None = None
 
@@ -254,10 +258,19 @@ class DepthInput:
             self.age_ms = age
         return lifted
 
-    def _count(self, kind: str, problem: str) -> None:
+    def _count(self, kind: str, problem: str, log: bool = True) -> None:
+        """Count a frame without 3-D, keep why for /diagnostics, and (``log``) log it at most
+        every PROBLEM_LOG_S seconds per kind of problem (a refused depth stream would otherwise
+        fill the log; a missing depth must not hide a refused one)."""
+        now = time.monotonic()
         with self._lock:
             self.counts[kind] += 1
             self.last_problem = problem
+            due = log and now - self._logged_at.get(kind, -PROBLEM_LOG_S) >= PROBLEM_LOG_S
+            if due:
+                self._logged_at[kind] = now
+        if due:
+            self.node.get_logger().warning(f"frame without 3-D: {problem}")
 
     def lift(self, header: Any, result: FrameResult, pipeline: Pipeline) -> Instances3D | None:
         """The frame's instances in 3-D, lifted once for the 3-D outputs and the overlay's
@@ -269,9 +282,14 @@ class DepthInput:
         return self._lift(header, result, pipeline)
 
     def publish(self, header: Any, result: FrameResult, lifted: Instances3D | None) -> None:
-        """Publish the frame's 3-D outputs that are subscribed (nothing when ``lifted`` is
-        None)."""
+        """Publish the frame's 3-D outputs that are subscribed; a frame without 3-D (``lifted``
+        None: no depth paired, or refused) still gets an empty Detection3DArray with its
+        header, so that a subscriber synchronising on the frames never waits for it."""
         if lifted is None:
+            if self.pub.get_subscription_count() > 0:
+                empty = self.vision_msgs.Detection3DArray()
+                empty.header = header
+                self.pub.publish(empty)
             return
         if self.pub.get_subscription_count() > 0:
             self.pub.publish(detections_3d_msg(header, result, lifted, self.vision_msgs))
@@ -435,7 +453,7 @@ class CloudInput(DepthInput):
             if frame not in self._unplaced:
                 self._unplaced.add(frame)
                 self.node.get_logger().warning(problem)
-            self._count("refused", problem)
+            self._count("refused", problem, log=False)  # named once per frame, above
             return None
         colour = self.colour_infos.match(stamp) if self.colour_infos is not None else None
         try:

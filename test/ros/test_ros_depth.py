@@ -118,7 +118,8 @@ def vision_msgs_prefix(request: pytest.FixtureRequest):
 
 @pytest.fixture(scope="module")
 def depth_node(vision_msgs_prefix, random_bundle):
-    """(vision_msgs.msg, client, {topic: publisher}) with a node taking colour, info and depth."""
+    """(vision_msgs.msg, client, {topic: publisher}, node) with a node taking colour, info and
+    depth."""
     with vision_msgs_prefix.activated():
         msgs = importlib.import_module("vision_msgs.msg")
         domain = next_domain()
@@ -155,7 +156,7 @@ def depth_node(vision_msgs_prefix, random_bundle):
                 f"the node's subscriptions and publishers (log {node.log_path})",
             )
             client.domain = domain  # for the tool's --domain-id
-            yield msgs, client, pubs
+            yield msgs, client, pubs, node
         finally:
             client.close()
             code = node.stop()
@@ -197,7 +198,7 @@ def first_lifted(client: Client, topics: Any, secs: range, send: Any) -> int:
 
 @pytest.mark.parametrize("encoding", ["16UC1", "32FC1"])
 def test_instances_lift_to_the_depth_plane_with_the_2d_ids(depth_node, encoding):
-    msgs, client, pubs = depth_node
+    msgs, client, pubs, _ = depth_node
     client.wait_for(lambda: client.matched(f"{NS}/detections_3d"), 10, "detections_3d")
     topics = (f"{NS}/detections_3d", f"{NS}/instance_mask")
     start = {"16UC1": 510, "32FC1": 520}[encoding]
@@ -254,7 +255,7 @@ def overlay_of(image: np.ndarray, mask: Image, table: PointCloud2, model, distan
 
 
 def test_the_overlay_captions_carry_each_instance_s_distance(depth_node, random_bundle):
-    _, client, pubs = depth_node
+    _, client, pubs, _ = depth_node
     topics = [f"{NS}/{t}" for t in ("detections_3d", "instance_mask", "instance_table", "overlay")]
     sec = first_lifted(
         client, topics, range(530, 600, 20), lambda s: _send(pubs, s, "16UC1", settle=0.2)
@@ -275,7 +276,7 @@ def test_the_overlay_captions_carry_each_instance_s_distance(depth_node, random_
 
 
 def test_a_frame_without_depth_keeps_its_2d_outputs_and_is_counted(depth_node):
-    _, client, pubs = depth_node
+    _, client, pubs, _ = depth_node
     sec = 503
     before = int(client.latest_diagnostics().get("depth_missing", "0"))
     _send(pubs, sec, None)
@@ -286,14 +287,15 @@ def test_a_frame_without_depth_keeps_its_2d_outputs_and_is_counted(depth_node):
         "the missing depth counted on /diagnostics",
     )
     facts = client.latest_diagnostics()
-    assert client.stamped(f"{NS}/detections_3d", sec) is None
+    empty = client.wait_for(lambda: client.stamped(f"{NS}/detections_3d", sec), 10, "empty 3-D")
+    assert list(empty.detections) == []  # one message per frame: a synchroniser never waits
     assert "no depth image on /cam/depth/image_raw" in facts["depth_last_problem"]
     assert 0.0 < float(facts["depth_pairing_rate"]) < 1.0
     assert float(facts["depth_age_ms"]) == 0.0
 
 
 def test_depth_of_a_wrong_encoding_is_refused_with_the_reason(depth_node):
-    _, client, pubs = depth_node
+    _, client, pubs, node = depth_node
     sec = 504
     before = int(client.latest_diagnostics().get("depth_refused", "0"))
     pubs[INFO].publish(camera_info(sec))
@@ -309,12 +311,15 @@ def test_depth_of_a_wrong_encoding_is_refused_with_the_reason(depth_node):
     )
     problem = client.latest_diagnostics()["depth_last_problem"]
     assert "depth refused" in problem and "mono8" in problem, problem
-    assert client.stamped(f"{NS}/detections_3d", sec) is None
+    empty = client.wait_for(lambda: client.stamped(f"{NS}/detections_3d", sec), 10, "empty 3-D")
+    assert list(empty.detections) == [] and empty.header.stamp.sec == sec
+    logged = "frame without 3-D: depth refused"  # logged (rate-limited), not only counted
+    client.wait_for(lambda: logged in node.log(), 10, f"'{logged}' in {node.log_path}")
 
 
 def test_ros_table_shows_the_3d_columns(depth_node):
     """``compactinst ros table`` joins ~/detections_3d to the instance table by stamp."""
-    _, client, pubs = depth_node
+    _, client, pubs, _ = depth_node
     argv = ["ros", "--domain-id", str(client.domain), "--timeout", "20", "table", NS, "--json"]
     result: list = []
 
