@@ -175,34 +175,49 @@ def decompose_layer_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
         if axis >= 0:
             raise BundleError(f"LayerNormalization '{node.name}': axis {axis} must be negative "
                               "to be written out without the input's rank; re-export the model")
-        prefix = node.name or f"node_of_{node.output[0]}"
-        name = {step: f"{prefix}/{step}" for step in LAYER_NORM_STEPS}
-        out = {step: f"{name[step]}_output_0" for step in LAYER_NORM_STEPS}
-        two, eps = f"{prefix}/two", f"{prefix}/epsilon"
-        inits += [numpy_helper.from_array(np.array(2.0, np.float32), two),
-                  numpy_helper.from_array(np.array(attrs.get("epsilon", 1e-5), np.float32), eps)]
-        axes = list(range(axis, 0))
-        x, scale = node.input[0], node.input[1]
         bias = node.input[2] if len(node.input) > 2 and node.input[2] else ""
-        out["Add" if bias else "Mul"] = node.output[0]
-        steps = [
-            ("ReduceMean", [x], {"axes": axes, "keepdims": 1}),
-            ("Sub", [x, out["ReduceMean"]], {}),
-            ("Pow", [out["Sub"], two], {}),
-            ("ReduceMeanVar", [out["Pow"]], {"axes": axes, "keepdims": 1}),
-            ("AddEps", [out["ReduceMeanVar"], eps], {}),
-            ("Sqrt", [out["AddEps"]], {}),
-            ("Div", [out["Sub"], out["Sqrt"]], {}),
-            ("Mul", [out["Div"], scale], {}),
-        ] + ([("Add", [out["Mul"], bias], {})] if bias else [])
-        for step, inputs, kwargs in steps:
-            op = {"ReduceMeanVar": "ReduceMean", "AddEps": "Add"}.get(step, step)
-            nodes.append(helper.make_node(op, inputs, [out[step]], name=name[step], **kwargs))
-            added.append(name[step])
+        steps, names, consts = _written_out_norm(
+            node, list(range(axis, 0)), node.input[1], bias, attrs.get("epsilon", 1e-5)
+        )
+        nodes += steps
+        added += names
+        inits += consts
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(inits)
     return model, added
+
+
+def _written_out_norm(
+    node: onnx.NodeProto, axes: list[int], scale: str, bias: str, epsilon: float
+) -> tuple[list[onnx.NodeProto], list[str], list[onnx.TensorProto]]:
+    """The steps that replace normalisation ``node`` (LAYER_NORM_STEPS over ``axes``, then
+    times ``scale`` and, where given, plus ``bias``; its output name kept): (nodes, their
+    names, the constants they read)."""
+    prefix = node.name or f"node_of_{node.output[0]}"
+    name = {step: f"{prefix}/{step}" for step in LAYER_NORM_STEPS}
+    out = {step: f"{name[step]}_output_0" for step in LAYER_NORM_STEPS}
+    out["Add" if bias else "Mul"] = node.output[0]
+    two, eps = f"{prefix}/two", f"{prefix}/epsilon"
+    consts = [numpy_helper.from_array(np.array(2.0, np.float32), two),
+              numpy_helper.from_array(np.array(epsilon, np.float32), eps)]  # fmt: skip
+    x = node.input[0]
+    steps = [
+        ("ReduceMean", [x], {"axes": axes, "keepdims": 1}),
+        ("Sub", [x, out["ReduceMean"]], {}),
+        ("Pow", [out["Sub"], two], {}),
+        ("ReduceMeanVar", [out["Pow"]], {"axes": axes, "keepdims": 1}),
+        ("AddEps", [out["ReduceMeanVar"], eps], {}),
+        ("Sqrt", [out["AddEps"]], {}),
+        ("Div", [out["Sub"], out["Sqrt"]], {}),
+        ("Mul", [out["Div"], scale], {}),
+    ] + ([("Add", [out["Mul"], bias], {})] if bias else [])
+    nodes = [
+        helper.make_node({"ReduceMeanVar": "ReduceMean", "AddEps": "Add"}.get(step, step),
+                         inputs, [out[step]], name=name[step], **kwargs)
+        for step, inputs, kwargs in steps
+    ]  # fmt: skip
+    return nodes, [n.name for n in nodes], consts
 
 
 def decompose_instance_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
@@ -242,15 +257,15 @@ def decompose_instance_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, l
             continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         prefix = node.name or f"node_of_{node.output[0]}"
-        name = {step: f"{prefix}/{step}" for step in LAYER_NORM_STEPS}
-        out = {step: f"{name[step]}_output_0" for step in LAYER_NORM_STEPS}
-        out["Add"] = node.output[0]
         per_channel = [-1] + [1] * (rank - 2)
-        two, eps = f"{prefix}/two", f"{prefix}/epsilon"
         scale, bias = f"{prefix}/scale", f"{prefix}/bias"
+        steps, names, consts = _written_out_norm(
+            node, list(range(2 - rank, 0)), scale, bias, attrs.get("epsilon", 1e-5)
+        )
+        nodes += steps
+        added += names
         inits += [
-            numpy_helper.from_array(np.array(2.0, np.float32), two),
-            numpy_helper.from_array(np.array(attrs.get("epsilon", 1e-5), np.float32), eps),
+            *consts,
             numpy_helper.from_array(
                 constants[node.input[1]].astype(np.float32).reshape(per_channel), scale
             ),
@@ -258,22 +273,6 @@ def decompose_instance_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, l
                 constants[node.input[2]].astype(np.float32).reshape(per_channel), bias
             ),
         ]
-        axes = list(range(2 - rank, 0))
-        steps = [
-            ("ReduceMean", [x], {"axes": axes, "keepdims": 1}),
-            ("Sub", [x, out["ReduceMean"]], {}),
-            ("Pow", [out["Sub"], two], {}),
-            ("ReduceMeanVar", [out["Pow"]], {"axes": axes, "keepdims": 1}),
-            ("AddEps", [out["ReduceMeanVar"], eps], {}),
-            ("Sqrt", [out["AddEps"]], {}),
-            ("Div", [out["Sub"], out["Sqrt"]], {}),
-            ("Mul", [out["Div"], scale], {}),
-            ("Add", [out["Mul"], bias], {}),
-        ]
-        for step, inputs, kwargs in steps:
-            op = {"ReduceMeanVar": "ReduceMean", "AddEps": "Add"}.get(step, step)
-            nodes.append(helper.make_node(op, inputs, [out[step]], name=name[step], **kwargs))
-            added.append(name[step])
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(inits)
