@@ -31,6 +31,7 @@ SLOW_FILES = (
     "test/ros/test_launch.py",
     "test/scripts/test_scripts_run.py",
     "test/backends/test_openvino.py",
+    "test/backends/test_real_builder.py",
     "test/ros/test_ros_multicamera.py",
     "test/eval/test_eval_cameras.py",
     "test/export/test_onnx_export.py",

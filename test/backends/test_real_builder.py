@@ -8,6 +8,8 @@ engine computes in half, and INT8 attention is fused as FP16's is."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -239,3 +241,33 @@ def test_derive_has_nvidias_parser_judge_the_tensorrt_graphs(bundle, tmp_path) -
     (issue,) = nvidia_parser_issues(jobs)
     assert issue.startswith("the int8 decoder graph (bad.onnx): node '")
     assert "Linear): " in issue and "positive" in issue
+
+
+def test_a_paper_configuration_builds_and_passes_the_type_checks(paper_bundles, tmp_path) -> None:
+    """CompactInst R18 (random weights, 160x160): its FP16 graphs and its INT8 TensorRT graphs
+    (calibrated on two random frames) build for SM86 with no error, every quantized product in
+    INT8, no normalisation in half, and the decoder's attention fused in both."""
+    import shutil
+
+    from compactinst_ros.export.quantize import calibrate
+
+    root = Path(shutil.copytree(paper_bundles("compactinst_r18").root, tmp_path / "bundle"))
+    bundle = ModelBundle.load(root)
+    rng = np.random.default_rng(0)
+    frames = [rng.uniform(0, 255, (1, 3, 160, 160)).astype(np.float32) for _ in range(2)]
+    ranges = calibrate(bundle, frames, "minmax", ("encoder",), log=lambda _: None)
+    trt = import_tensorrt_rtx()
+    attention = {}
+    for stage in bundle.stages:
+        model = onnx.load(str(stage.path))
+        source = variants.int8_source(model, stage.name == "encoder")
+        typed = {
+            "fp16": variants.fp16_graph(model),
+            "int8": variants.int8_graph(source, ranges[stage.name], "tensorrt"),
+        }
+        for precision, graph in typed.items():
+            data = variants.serialize(graph)
+            report = stage_report(StageGraph(stage.name, precision, data, ""), stage, "8.6", trt)
+            assert report.builder_errors == [] and report.issues == [], (stage.name, precision)
+            attention[stage.name, precision] = report.summary.fused_attention
+    assert attention["decoder", "int8"] == attention["decoder", "fp16"] > 0
