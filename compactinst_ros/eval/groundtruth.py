@@ -153,6 +153,17 @@ class GroundTruth:
                 else "by header stamp (the GT images carry no 'stamp'/'stamp_ns')"
             )
         else:
+            stamped = [s for s in gt_stamps if s is not None]
+            if stamped and stamps_ns and (
+                max(stamped) < min(stamps_ns) - tolerance_ns
+                or min(stamped) > max(stamps_ns) + tolerance_ns
+            ):
+                raise DataError(
+                    f"--match index pairs frames by position, but the GT images' stamps "
+                    f"({min(stamped)}..{max(stamped)} ns) lie outside this bag's "
+                    f"({min(stamps_ns)}..{max(stamps_ns)} ns): GT of another recording? Pass the "
+                    "GT of this drive, or remove 'stamp_ns' from its images to pair by position"
+                )
             for position, entry in enumerate(entries):
                 frame = int(entry.get("frame_index", position))
                 if 0 <= frame < len(stamps_ns):

@@ -78,3 +78,16 @@ def test_stamp_named_files_match_by_stamp(scenes, tmp_path) -> None:
     stamps = [s.stamp_ns for s in scenes][::-1]  # bag order reversed: index matching would fail
     matched = GroundTruth(inst).match(stamps)
     assert matched == {len(scenes) - 1 - i: i + 1 for i in range(len(scenes))}
+
+
+def test_match_by_index_refuses_gt_stamped_outside_the_bag(scenes, gt_files) -> None:
+    """Another drive's GT paired by position gave AP 0.0 and exit 0; its stamps say whose it
+    is. GT stamped within the bag's span still pairs by position."""
+    stamps = [s.stamp_ns for s in scenes]
+    later = [s + 3_600 * 10**9 for s in stamps]  # the same drive an hour later: other GT
+    with pytest.raises(DataError, match=r"--match index pairs frames by position, but the GT "
+                       r"images' stamps .* lie outside this bag's .*another recording"):
+        GroundTruth(*gt_files).match(later, mode="index")
+    assert GroundTruth(*gt_files).match(stamps, mode="index") == {
+        i: i + 1 for i in range(len(scenes))
+    }
