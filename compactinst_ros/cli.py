@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("compactinst_ros.train.synthetic", "generate synthetic field/road scenes (COCO)"),
     "train": ("compactinst_ros.train.loop", "train a config on COCO-format data"),
     "import-fastinst": ("compactinst_ros.model.convert_fastinst", "convert a FastInst checkpoint"),
-    "build-engine": ("compactinst_ros.backends.trt_build", "build typed TensorRT engines"),
+    "build-engine": ("compactinst_ros.backends.build_engine", "build typed TensorRT engines"),
     "engine-report": ("compactinst_ros.bench.engine_report", "what TensorRT builds of a bundle"),
     "fp16-check": ("compactinst_ros.export.precision", "per-layer FP16 ranges and FP32 pins"),
     "quantize": ("compactinst_ros.export.quantize", "FP16 and INT8 variants of a bundle"),

@@ -12,11 +12,15 @@ phase at first load on an RTX GPU is not run here.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ..bundle import StageGraph, StageSpec
+from ..bundle import ModelBundle, StageGraph, StageSpec
 from ..errors import BackendError
 from .engine_layers import EngineLayer, parse_layers
 from .trt_build import BuildOptions, build_serialized, parser_bytes, parser_log
@@ -28,6 +32,9 @@ RTX_INSTALL = "pip install tensorrt-rtx-cu13 (CUDA 13; tensorrt-rtx-cu12 for CUD
 COMPUTE_CAPABILITIES = {
     "7.5": "SM75", "8.0": "SM80", "8.6": "SM86", "8.9": "SM89", "12.0": "SM120", "12.1": "SM121",
 }  # fmt: skip
+#: the bundle's folder of engines built ahead of time
+ENGINES_DIR = "engines"
+MANIFEST = "manifest.json"
 #: what a CPU-only build logs as an error although nothing is wrong: there is no GPU driver
 NO_DRIVER_NOISE = ("cudaError 35", "CUDA driver version is insufficient")
 
@@ -143,3 +150,52 @@ def parser_verdict(model_bytes: bytes, trt: Any = None) -> list[str]:
 
 def _without_noise(error: str) -> str:
     return "\n".join(line for line in error.splitlines() if not _noise(line))
+
+
+def engine_dir(root: Path, version: str, cc: str) -> Path:
+    """Where a bundle keeps the engines of one TensorRT for RTX version and compute capability:
+    ``<root>/engines/tensorrt_rtx-<version>/sm<cc>`` (an engine loads only on the version that
+    built it, JIT-compiled there for the GPU at hand)."""
+    return root / ENGINES_DIR / f"tensorrt_rtx-{version}" / f"sm{cc.replace('.', '')}"
+
+
+def write_bundle_engines(
+    bundle: ModelBundle,
+    ccs: Sequence[str],
+    precision: str,
+    batch_sizes: Sequence[int] = (1,),
+    options: BuildOptions | None = None,
+    log: Callable[[str], None] = print,
+) -> list[Path]:
+    """Build every stage of ``bundle`` from its ``precision`` TensorRT-target graph for each
+    compute capability in ``ccs`` and batch size, ahead of time, into ``engine_dir`` (the plan
+    written beside and renamed into place), with a ``manifest.json`` there: the builder, and per
+    engine its stage, precision, batch, the typed graph's sha256 (what it was built from) and
+    the plan's. Returns the plans written."""
+    trt = import_tensorrt_rtx()
+    target = "tensorrt" if precision == "int8" else None
+    written = []
+    for cc in ccs:
+        compute_capability(trt, cc)  # refused before any build
+        folder = engine_dir(bundle.root, trt.__version__, cc)
+        folder.mkdir(parents=True, exist_ok=True)
+        entries = []
+        for batch in batch_sizes:
+            for stage in bundle.stages:
+                graph = bundle.stage_graph(stage.name, precision, target)
+                engine = aot_build(graph, stage, cc, batch, options, trt=trt)
+                path = folder / f"{stage.name}.{precision}.b{batch}.plan"
+                partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+                partial.write_bytes(engine.plan)
+                os.replace(partial, path)
+                entries.append({
+                    "stage": stage.name, "precision": precision, "batch": batch,
+                    "file": path.name, "onnx_sha256": graph.sha256,
+                    "plan_sha256": hashlib.sha256(engine.plan).hexdigest(),
+                })  # fmt: skip
+                written.append(path)
+                log(f"built {stage.name} {precision} batch {batch} for sm {cc}: {path}")
+        manifest = {"builder": f"TensorRT for RTX {trt.__version__}", "compute_capability": cc,
+                    "engines": entries}  # fmt: skip
+        (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return written

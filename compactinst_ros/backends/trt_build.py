@@ -15,7 +15,6 @@ imported inside functions so the CPU path never needs them.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import threading
@@ -27,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ..bundle import PRECISIONS, ModelBundle, StageGraph, StageSpec
+from ..bundle import ModelBundle, StageGraph, StageSpec
 from ..errors import BackendError
-from ..private_files import default_cache_dir, read_private, write_private
+from ..private_files import read_private, write_private
 from . import acceptance
 from .base import BuildOptions
 from .engine_cache import DeviceInfo, EngineCache, EngineKey
@@ -432,83 +431,3 @@ def ensure_engines(
         if cases and stage is not bundle.stages[-1]:
             inputs = [run_engine(engine, feeds) for feeds in inputs]
     return engines
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``compactinst build-engine``."""
-    parser.add_argument("bundle", help="model bundle folder (bundle.json + stage ONNX files)")
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help=f"engine cache folder (default ${'{'}COMPACTINST_ENGINE_CACHE{'}'} or "
-        f"{default_cache_dir()})",
-    )
-    parser.add_argument("--device", type=int, default=0, help="CUDA device index")
-    parser.add_argument(
-        "--opt-level",
-        type=int,
-        default=3,
-        choices=range(6),
-        metavar="0-5",
-        help="TensorRT builder optimization level: 0 builds fastest, 5 tries the most tactics",
-    )
-    parser.add_argument("--workspace-mib", type=int, default=1024, help="builder workspace cap")
-    parser.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default=None,
-        help=f"typed graphs to build (default {DEFAULT_PRECISION} where the bundle has them, "
-        "else fp32; fp32 for parity checks)",
-    )
-    parser.add_argument(
-        "--batch-sizes",
-        type=int,
-        nargs="+",
-        default=[1],
-        metavar="B",
-        help="static-batch engines to build (sizes above 1 need a bundle with the batch axis; "
-        "default [1]), e.g. 1 2 3 for a node batching 3 cameras",
-    )
-    parser.add_argument("--force", action="store_true", help="rebuild even if cached")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Build (or validate) the engines of a bundle on CUDA device ``--device`` (made current
-    for the builder), one set per ``--batch-sizes`` size, and print where they are."""
-    bundle = ModelBundle.load(args.bundle)
-    cache = EngineCache(args.cache_dir or default_cache_dir())
-    trt = import_tensorrt()
-    cuda = import_pycuda()
-    device = device_info(args.device)
-    options = BuildOptions(opt_level=args.opt_level, workspace_mib=args.workspace_mib)
-    precision = engine_precision(bundle, args.precision)
-    sizes = sorted(set(args.batch_sizes))
-    if sizes[0] < 1:
-        raise BackendError(f"--batch-sizes {args.batch_sizes}: every size must be >= 1")
-    keys = {
-        (stage.name, batch): engine_key(
-            bundle.stage_graph(stage.name, precision), stage, trt.__version__, device, options,
-            batch,
-        )
-        for batch in sizes
-        for stage in bundle.stages
-    }
-    if args.force:
-        for key in keys.values():
-            cache.discard(key)
-    with current_device(cuda, args.device):
-        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-        for batch in sizes:
-            ensure_engines(
-                bundle, cache, runtime.deserialize_cuda_engine, device, precision, True,
-                options, batch=batch,
-            )  # fmt: skip
-    print(
-        f"TensorRT {trt.__version__} on {device.name} (device {args.device}, sm "
-        f"{device.compute_capability}), {precision} strongly typed:"
-    )
-    for (stage, batch), key in keys.items():
-        path, _ = cache.paths(key)
-        print(f"  {stage:8s} batch {batch}  {path}  {path.stat().st_size / 2**20:.1f} MiB")
-    return 0

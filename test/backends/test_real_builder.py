@@ -271,3 +271,31 @@ def test_a_paper_configuration_builds_and_passes_the_type_checks(paper_bundles, 
             assert report.builder_errors == [] and report.issues == [], (stage.name, precision)
             attention[stage.name, precision] = report.summary.fused_attention
     assert attention["decoder", "int8"] == attention["decoder", "fp16"] > 0
+
+
+def test_build_engine_rtx_puts_aot_engines_and_a_manifest_into_the_bundle(
+    bundle, tmp_path, capsys
+) -> None:
+    import json
+    import shutil
+
+    from compactinst_ros.backends.rtx_build import engine_dir, import_tensorrt_rtx
+    from compactinst_ros.cli import main
+
+    root = Path(shutil.copytree(bundle.root, tmp_path / "bundle"))
+    argv = ["build-engine", str(root), "--rtx", "8.6", "--precision", "fp16", "--device", "1"]
+    assert main(argv) == 0
+    printed = capsys.readouterr()
+    assert "--device has no effect with --rtx" in printed.err
+    folder = engine_dir(root, import_tensorrt_rtx().__version__, "8.6")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["compute_capability"] == "8.6"
+    built = {(e["stage"], e["batch"]) for e in manifest["engines"]}
+    assert built == {("encoder", 1), ("decoder", 1)}
+    for entry in manifest["engines"]:
+        assert entry["onnx_sha256"] == bundle.stage_graph(entry["stage"], "fp16").sha256
+        plan = (folder / entry["file"]).read_bytes()
+        assert len(plan) > 1_000_000 and str(folder / entry["file"]) in printed.out
+    with pytest.raises(SystemExit) as refused:  # no AOT target for Orin: a usage error
+        main(["build-engine", str(root), "--rtx", "8.7"])
+    assert refused.value.code == 2
