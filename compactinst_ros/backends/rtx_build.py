@@ -5,9 +5,10 @@ without a GPU for chosen compute capabilities (SM75 ... SM121; no SM87 Orin), wi
 Builder / OnnxParser / IBuilderConfig API as TensorRT 10 and an ONNX parser from the same
 onnx-tensorrt source. So every typed graph we ship can be judged by NVIDIA's parser, and its
 engine layers (types, fusions, fused attention) read, on a CI machine: what a GPU will run,
-shown before it runs. The builder code is ``trt_build.build_serialized``; this module only adds
-the module import, the compute capabilities and the layer log (``engine_layers``). The JIT
-phase at first load on an RTX GPU is not run here.
+shown before it runs. The builder code is ``trt_build.build_serialized``; this module adds the
+module import, the compute capabilities, the layer log (``engine_layers``) and the engines a
+bundle carries (``write_bundle_engines``, ``build-engine --rtx``). The JIT phase at first load
+on an RTX GPU is not run here.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 from ..bundle import ModelBundle, StageGraph, StageSpec
 from ..errors import BackendError
 from .engine_layers import EngineLayer, parse_layers
-from .trt_build import BuildOptions, build_serialized, parser_bytes, parser_log
+from .base import BuildOptions
+from .trt_build import build_serialized, parser_bytes, parser_log
 
 #: importable names of TensorRT for RTX: the metapackage's module, or the bindings alone
 RTX_MODULES = ("tensorrt_rtx", "tensorrt_rtx_bindings")
