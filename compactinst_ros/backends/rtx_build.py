@@ -23,8 +23,8 @@ from typing import Any
 
 from ..bundle import ModelBundle, StageGraph, StageSpec
 from ..errors import BackendError
-from .engine_layers import EngineLayer, parse_layers
 from .base import BuildOptions
+from .engine_layers import EngineLayer, parse_layers
 from .trt_build import build_serialized, parser_bytes, parser_log
 
 #: importable names of TensorRT for RTX: the metapackage's module, or the bindings alone
