@@ -173,7 +173,7 @@ def check_overlay(cuda, stream, checks: Checks) -> None:
 def check_lift(cuda, stream, checks: Checks) -> None:
     """Lift kernels vs their twin (exact fields equal, sums to 1e-12 relative) and vs
     spatial.lift_depth (centroid to 1e-6 m) on every scene of ``gpu.lift_twin.SCENES``."""
-    from compactinst_ros.gpu.lift import check_against_twin
+    from compactinst_ros.gpu.lift_twin import check_against_twin
 
     ok, detail, worst = check_against_twin(stream)
     checks.add("lift kernels vs twin", ok, detail, **worst)

@@ -8,7 +8,7 @@ wait. The host's part: the depth-pixel -> colour-pixel index tables (labels_on_g
 nearest pixel, per camera pair), the id -> slot table, and turning the tables into
 ``Instances3D`` (the division of the sums and the choice between the eroded and the whole mask).
 ``TensorRTBackend.lift_depth`` and ``lift_cloud`` run it on the frame's arena;
-``check_against_twin`` is the GPU check's (``scripts/gpu_check.py``).
+The GPU check's comparison with the twin is ``lift_twin.check_against_twin``.
 """
 
 from __future__ import annotations
@@ -304,32 +304,3 @@ class GpuLift:
     def raw_tables(self) -> np.void:
         """A copy of the last frame's ``LiftTables`` record (call after the stream's wait)."""
         return self.host.view(LIFT_TABLES_DTYPE)[0].copy()
-
-
-def check_against_twin(stream: Any) -> tuple[bool, str, dict[str, float]]:
-    """The GPU check's row "lift kernels vs twin": every scene of ``lift_twin.SCENES`` and
-    ``lift_twin.CLOUD_SCENES`` lifted by the kernels, compared with the twin's tables (integers,
-    depths and point labels exact, sums to 1e-12 relative) and with spatial.lift_depth or
-    lift_cloud (centroid and distance to 1e-6 relative or 1e-6 m, everything else exact).
-    Returns (ok, detail, measured values). Imports the twin, so it is for checks, never for the
-    runtime."""
-    from . import lift_twin
-
-    lifter = GpuLift()
-    worst = {"sum_rel": 0.0, "centroid_m": 0.0}
-    exact = True
-    scenes = {**lift_twin.SCENES, **lift_twin.CLOUD_SCENES}
-    for name, scene in scenes.items():
-        diff = scene.judge(lifter, stream)
-        exact &= diff.exact
-        worst["sum_rel"] = max(worst["sum_rel"], diff.sum_rel)
-        worst["centroid_m"] = max(worst["centroid_m"], diff.centroid_m)
-        if not diff.exact:
-            print(f"    lift scene {name}: {diff.mismatch}", flush=True)
-    ok = exact and worst["sum_rel"] <= 1e-12 and worst["centroid_m"] <= 1e-6
-    detail = (
-        f"{len(scenes)} scenes ({len(lift_twin.CLOUD_SCENES)} clouds), exact fields "
-        f"{'equal' if exact else 'DIFFER'}, sums {worst['sum_rel']:.1e} rel, centroid "
-        f"{worst['centroid_m']:.1e} m"
-    )
-    return ok, detail, worst

@@ -1,5 +1,5 @@
 """Numpy twin of the lift kernels (gpu/kernels/lift.cu), step for step: the oracle of the tests
-and of the GPU check (``gpu.lift.check_against_twin``), never imported by the runtime.
+and of the GPU check (``check_against_twin``, below), never imported by the runtime.
 
 ``lift_tables`` computes the kernels' ``LiftTables`` record of a depth image with the same
 stages, the same integer arithmetic and the same float32/float64 roundings (``cloud_tables``:
@@ -526,3 +526,29 @@ def _difference(
         centroid_m=centroid_m,
         centroid_ok=same_nan and bool(close.all()),
     )
+
+
+def check_against_twin(stream: Any) -> tuple[bool, str, dict[str, float]]:
+    """The GPU check's row "lift kernels vs twin": every scene of ``SCENES`` and
+    ``CLOUD_SCENES`` lifted by the kernels, compared with the twin's tables (integers,
+    depths and point labels exact, sums to 1e-12 relative) and with spatial.lift_depth or
+    lift_cloud (centroid and distance to 1e-6 relative or 1e-6 m, everything else exact).
+    Returns (ok, detail, measured values)."""
+    lifter = GpuLift()
+    worst = {"sum_rel": 0.0, "centroid_m": 0.0}
+    exact = True
+    scenes = {**SCENES, **CLOUD_SCENES}
+    for name, scene in scenes.items():
+        diff = scene.judge(lifter, stream)
+        exact &= diff.exact
+        worst["sum_rel"] = max(worst["sum_rel"], diff.sum_rel)
+        worst["centroid_m"] = max(worst["centroid_m"], diff.centroid_m)
+        if not diff.exact:
+            print(f"    lift scene {name}: {diff.mismatch}", flush=True)
+    ok = exact and worst["sum_rel"] <= 1e-12 and worst["centroid_m"] <= 1e-6
+    detail = (
+        f"{len(scenes)} scenes ({len(CLOUD_SCENES)} clouds), exact fields "
+        f"{'equal' if exact else 'DIFFER'}, sums {worst['sum_rel']:.1e} rel, centroid "
+        f"{worst['centroid_m']:.1e} m"
+    )
+    return ok, detail, worst

@@ -31,7 +31,6 @@ import json
 import shutil
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
@@ -43,8 +42,19 @@ from ..labels import SYNTHETIC_LABELS, LabelSet
 from ..progress import Progress
 from ..sizes import parse_size
 from . import synthetic_depth
+from .scene import (
+    ANIMAL,
+    BALE,
+    FIELD,
+    PERSON,
+    ROAD,
+    SKY,
+    VEGETATION,
+    VEHICLE,
+    Scene,
+    camera_topic,
+)
 
-PERSON, VEHICLE, ANIMAL, BALE, FIELD, ROAD, SKY, VEGETATION = range(1, 9)
 #: minimum visible pixels for an object to be kept (smaller ones are removed before painting)
 MIN_AREA = 120
 #: smallest image side the scene layout (horizon, perspective, object sizes) is drawn for
@@ -73,20 +83,6 @@ PALETTE = {
     ),
     "animal": np.array([[110, 60, 30], [30, 25, 25], [235, 230, 220], [160, 110, 60]]),
 }
-
-
-@dataclass(frozen=True)
-class Scene:
-    """One rendered scene: RGB image, panoptic id raster and its segments."""
-
-    image: np.ndarray  # (H, W, 3) uint8 RGB
-    panoptic: np.ndarray  # (H, W) int32 segment ids (0 = void, never present here)
-    segments: list[dict]  # {"id", "category_id", "isthing"}
-    # The layout's geometry (``synthetic_depth`` builds the depth from it): the first ground
-    # row, and per thing segment id the image row where the object stands on the ground (its
-    # lowest row; below the image for objects cut off by the bottom edge).
-    horizon: int = 0
-    contact_rows: dict[int, int] = field(default_factory=dict)
 
 
 def bag_start_ns(seed: int) -> int:
@@ -581,11 +577,6 @@ def camera_names(spec: str) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(f"--cameras {spec}: a camera name is given twice")
     return names
-
-
-def camera_topic(camera: str) -> str:
-    """The image topic of ``camera`` in a synthetic bag (image_transport's layout)."""
-    return f"/{camera}/image_raw"
 
 
 def _merge_camera(

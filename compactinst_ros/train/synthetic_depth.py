@@ -30,9 +30,10 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..spatial import Intrinsics
+from .scene import FIELD, ROAD, VEGETATION, camera_topic
 
 if TYPE_CHECKING:
-    from .synthetic import Scene
+    from .scene import Scene
 
 #: camera mount height above the ground (a harvester's cab roof)
 CAMERA_HEIGHT_M = 2.3
@@ -88,8 +89,6 @@ class GroundCamera:
 def scene_depth(scene: Scene) -> tuple[np.ndarray, GroundCamera]:
     """Noise-free optical depth (H, W) float32 metres of a synthetic ``Scene`` (NaN: sky, and
     ground beyond the horizon), and the scene's camera."""
-    from .synthetic import FIELD, ROAD, VEGETATION
-
     panoptic = scene.panoptic
     height, width = panoptic.shape
     camera = GroundCamera.for_horizon(height, width, scene.horizon)
@@ -227,7 +226,6 @@ def write_depth_bag(
     import heapq
 
     from ..eval.bags import CAMERA_INFO, IMAGE, BagWriter, image_message
-    from .synthetic import camera_topic
 
     def stream(order: int, camera: str, frames: Iterable) -> Iterator[tuple]:
         for stamp, bgr, depth_mm in frames:
