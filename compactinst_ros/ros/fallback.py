@@ -18,3 +18,11 @@ def cpu_fallback_warning(requested: str, resolved: str) -> str | None:
     if requested != "auto" or resolved == "tensorrt":
         return None
     return gpu_fallback_reason(os.environ.get(MARKER_ROOT_ENV, "/"))
+
+
+def cpu_loops_warning(resolved: str) -> str | None:
+    """The start-up warning when the frames' post-processing runs on the CPU (any backend but
+    tensorrt) without its compiled loops, else None (``jit.cpu_loops``)."""
+    from ..jit import AVAILABLE, cpu_loops
+
+    return None if AVAILABLE or resolved == "tensorrt" else cpu_loops()

@@ -20,6 +20,7 @@ from rclpy.node import Node
 
 from ..bundle import model_caveat
 from ..errors import CompactInstError
+from ..jit import cpu_loops
 from ..pipeline import Pipeline
 from .camera import Camera, StartedRound, finish_round, start_round
 from .diagnostics import (
@@ -31,7 +32,7 @@ from .diagnostics import (
     status_name,
 )
 from .entry import spin
-from .fallback import cpu_fallback_warning
+from .fallback import cpu_fallback_warning, cpu_loops_warning
 from .params import PARAMETERS, NodeConfig, check_topic, declare_parameters, read_config
 from .worker import Round, Worker
 
@@ -84,6 +85,10 @@ class CompactInstCore:
         self.fallback = cpu_fallback_warning(cfg.backend, pipeline.backend_name)
         if self.fallback:
             self.log.warning(self.fallback)
+        self.facts["cpu_loops"] = cpu_loops()  # on /diagnostics with the other facts
+        slow_loops = cpu_loops_warning(pipeline.backend_name)
+        if slow_loops:  # said once, at start: it holds for the node's lifetime
+            self.log.warning(slow_loops)
         labels = pipeline.bundle.labels
         for i, camera in enumerate(cfg.cameras):  # one by one: cleanup removes those made
             tracker = pipeline.make_tracker()

@@ -58,3 +58,19 @@ def test_the_node_warns_only_when_auto_fell_back_to_the_cpu(tmp_path, monkeypatc
     (tmp_path / "pc").mkdir()
     monkeypatch.setenv(MARKER_ROOT_ENV, str(tmp_path / "pc"))
     assert cpu_fallback_warning("auto", "onnxruntime") is None
+
+
+def test_cpu_loops_without_numba_are_named_with_the_install(monkeypatch) -> None:
+    """The node puts ``jit.cpu_loops()`` on /diagnostics and logs ``cpu_loops_warning`` once at
+    start: numpy loops on a CPU backend are said, with the extra that compiles them."""
+    from compactinst_ros import jit
+    from compactinst_ros.ros.fallback import cpu_loops_warning
+
+    assert jit.cpu_loops() == ("numba" if jit.AVAILABLE else jit.cpu_loops())
+    monkeypatch.setattr(jit, "AVAILABLE", True)
+    assert jit.cpu_loops() == "numba" and cpu_loops_warning("onnxruntime") is None
+    monkeypatch.setattr(jit, "AVAILABLE", False)
+    said = cpu_loops_warning("openvino")
+    assert said == jit.cpu_loops() and said.startswith("numpy: numba is not installed")
+    assert "pip install 'compactinst_ros[fast]'" in said
+    assert cpu_loops_warning("tensorrt") is None  # its post-processing runs on the GPU
