@@ -111,6 +111,21 @@ class Job:
     prepare_ms: float
 
 
+def three_d_off(missing: str, cloud: bool) -> str:
+    """The start-up warning when the 3-D outputs are off for want of ``missing`` (vision_msgs,
+    or tf2_msgs for a cloud): every output it turns off, and both ways to install it (a ROS
+    machine's apt package; the pip setup has no wheel for either)."""
+    outputs = ["~/detections_3d", "~/markers_3d", "the distance captions of ~/overlay"]
+    if cloud:
+        outputs.insert(2, "~/cloud_labelled")
+    why = ", the cloud cannot be placed in the camera" if missing == "tf2_msgs" else ""
+    return (
+        f"{missing} is not installed{why}: {', '.join(outputs)} are off; install "
+        f"ros-<distro>-{missing.replace('_', '-')} (apt; a ROS installed from pip has no wheel "
+        "for it)"
+    )
+
+
 class Camera:
     """Subscriptions, camera_info relay, publishers, stats, health, throttle, tracker and idle
     gate of one camera; its frames go to slot ``index`` of the worker's ``batcher``."""
@@ -167,12 +182,7 @@ class Camera:
         infos = self.camera_info.matcher if self.camera_info is not None else None
         three_d = (infos, config.output_reliability, vision_msgs, labels, camera.prefix)
         if (camera.depth_topic or camera.cloud_topic) and vision_msgs is None:
-            self.log.warning(
-                self._named(
-                    "vision_msgs is not installed: ~/detections_3d is off (install "
-                    "ros-<distro>-vision-msgs to enable it)"
-                )
-            )
+            self.log.warning(self._named(three_d_off("vision_msgs", bool(camera.cloud_topic))))
         elif camera.depth_topic:
             self.depth = DepthInput(
                 node,
@@ -182,12 +192,7 @@ class Camera:
                 transport=config.depth_transport,
             )
         elif camera.cloud_topic and tf2_msgs is None:
-            self.log.warning(
-                self._named(
-                    "tf2_msgs is not installed: the cloud cannot be placed in the camera, "
-                    "~/detections_3d is off (install ros-<distro>-tf2-msgs)"
-                )
-            )
+            self.log.warning(self._named(three_d_off("tf2_msgs", cloud=True)))
         elif camera.cloud_topic:
             self.depth = CloudInput(
                 node, camera.cloud_topic, config.cloud_tolerance_ms, *three_d, tf2_msgs=tf2_msgs

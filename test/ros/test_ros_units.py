@@ -392,3 +392,17 @@ def test_table_reader_follows_the_messages_byte_order():
     big.data = array.array("B", rows.astype(convert.INSTANCE_TABLE.newbyteorder(">")).tobytes())
     for name in convert.INSTANCE_TABLE.names:
         assert table_from_msg(big)[name].tolist() == table_from_msg(little)[name].tolist(), name
+
+
+def test_the_3d_off_warning_lists_every_output_it_turns_off() -> None:
+    """It named only ~/detections_3d, though the markers, the labelled cloud and the distance
+    captions go with it."""
+    from compactinst_ros.ros.camera import three_d_off
+
+    depth = three_d_off("vision_msgs", cloud=False)
+    for output in ("~/detections_3d", "~/markers_3d", "distance captions of ~/overlay"):
+        assert output in depth
+    assert "~/cloud_labelled" not in depth and "ros-<distro>-vision-msgs" in depth
+    cloud = three_d_off("tf2_msgs", cloud=True)
+    assert "~/cloud_labelled" in cloud and "cannot be placed in the camera" in cloud
+    assert "ros-<distro>-tf2-msgs" in cloud
