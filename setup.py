@@ -64,7 +64,8 @@ COLCON = [
     "colcon-ros>=0.4",
     "colcon-library-path>=0.2",
 ]
-# rosidl/ament_cmake from PyPI: tests build the vision_msgs messages (no wheel exists) with CMake.
+# rosidl/ament_cmake from PyPI: `compactinst ros build-interfaces` and the tests build the
+# vision_msgs and tf2_msgs messages (no wheel exists) with CMake.
 ROSIDL_BUILD = [
     "ros-kilted-rosidl-default-generators",
     "ros-kilted-rosidl-core-generators",
@@ -88,6 +89,14 @@ DEV = [
     *COLCON, *ROSIDL_BUILD, *FOXGLOVE_READERS,
 ]  # fmt: skip
 
+PACKAGE_DATA = [
+    "gpu/kernels/*.cu", "gpu/kernels/*.cuh", "gpu/kernels/images/*",
+    # the definitions `compactinst ros build-interfaces` builds (no wheel exists)
+    "ros/interface_sources/CMakeLists.txt", "ros/interface_sources/COLCON_IGNORE",
+    "ros/interface_sources/*/package.xml", "ros/interface_sources/*/NOTICE",
+    "ros/interface_sources/*/COLCON_IGNORE", "ros/interface_sources/*/msg/*.msg",
+]  # fmt: skip
+
 setup(
     name=PACKAGE,
     version="0.1.0",
@@ -104,7 +113,7 @@ setup(
         # derivation tools (a Jetson) loads them instead of deriving
         (f"share/{PACKAGE}/models/default/typed", glob("models/default/typed/*.onnx")),
     ],
-    package_data={PACKAGE: ["gpu/kernels/*.cu", "gpu/kernels/*.cuh", "gpu/kernels/images/*"]},
+    package_data={PACKAGE: PACKAGE_DATA},
     install_requires=RUNTIME,
     extras_require={
         "vehicle": VEHICLE,
@@ -115,6 +124,7 @@ setup(
         "precision": PRECISION,
         "fleet": EVAL + FLEET,
         "ros": ROS_WHEELS,
+        "ros-build": ROS_WHEELS + ROSIDL_BUILD,
         "fast": FAST,
         "openvino": OPENVINO,
         "rtx": RTX,

@@ -121,8 +121,8 @@ def three_d_off(missing: str, cloud: bool) -> str:
     why = ", the cloud cannot be placed in the camera" if missing == "tf2_msgs" else ""
     return (
         f"{missing} is not installed{why}: {', '.join(outputs)} are off; install "
-        f"ros-<distro>-{missing.replace('_', '-')} (apt; a ROS installed from pip has no wheel "
-        "for it)"
+        f"ros-<distro>-{missing.replace('_', '-')} (apt), or, where ROS came from pip (no wheel "
+        "exists), build it with 'compactinst ros build-interfaces'"
     )
 
 

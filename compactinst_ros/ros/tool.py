@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -81,6 +82,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--count", type=int, default=1, help="reports to print (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="one JSON object per status")
+    p = sub.add_parser(
+        "build-interfaces",
+        help="build vision_msgs and tf2_msgs (no wheel exists) into this environment, for the "
+        "3-D outputs of a ROS installed from pip (needs the ros-build extra, cmake, a compiler)",
+    )
+    p.add_argument(
+        "--prefix", type=Path, default=None,
+        help="install prefix (default: this environment's, where the ROS wheels are)",
+    )  # fmt: skip
     p = sub.add_parser("topics", help="topics and types in the graph (ros2 topic list -t)")
     p.add_argument("node", nargs="?", default=None, help="only this node's (default: every topic)")
 
@@ -97,8 +107,26 @@ def run(args: argparse.Namespace) -> int:
         "topics": _topics,
         "diagnostics": _diagnostics,
     }
+    if args.operation == "build-interfaces":  # builds here: no ROS graph involved
+        return _build_interfaces(args)
     with session(args.domain_id, args.timeout) as ros:
         operations[args.operation](ros, args)
+    return 0
+
+
+def _build_interfaces(args: argparse.Namespace) -> int:
+    """Build and install vision_msgs and tf2_msgs; NodeError (exit 1) naming the missing tool
+    or the failed step."""
+    from .interfaces import BuildError, build_three_d_interfaces
+
+    try:
+        installed = build_three_d_interfaces(args.prefix)
+    except BuildError as exc:
+        raise NodeError(str(exc)) from None
+    for name, folder in installed:
+        print(f"{name}: {folder}")
+    print("the node's 3-D outputs (~/detections_3d, ~/markers_3d, ~/cloud_labelled) can now "
+          "start; restart the node")  # fmt: skip
     return 0
 
 

@@ -405,4 +405,4 @@ def test_the_3d_off_warning_lists_every_output_it_turns_off() -> None:
     assert "~/cloud_labelled" not in depth and "ros-<distro>-vision-msgs" in depth
     cloud = three_d_off("tf2_msgs", cloud=True)
     assert "~/cloud_labelled" in cloud and "cannot be placed in the camera" in cloud
-    assert "ros-<distro>-tf2-msgs" in cloud
+    assert "ros-<distro>-tf2-msgs" in cloud and "compactinst ros build-interfaces" in cloud

@@ -212,3 +212,35 @@ def test_vision_msgs_4_0_keeps_detections_and_turns_label_info_off_once(
     log = capfd.readouterr().err
     assert log.count("the installed vision_msgs has no LabelInfo") == 1, log
     assert "~/label_info is off, ~/detections works" in log
+
+
+def test_build_interfaces_installs_both_3d_packages_into_a_prefix(
+    vision_msgs_prefix, tmp_path, capsys
+) -> None:
+    """``compactinst ros build-interfaces --prefix P`` (cached builds, as the node's tests use)
+    lays vision_msgs and tf2_msgs out as the ROS wheels lay out a venv; a fresh interpreter
+    with that prefix on its paths serialises a Detection3DArray and a TFMessage through their
+    type support."""
+    import os
+    import subprocess
+    import sys
+
+    from compactinst_ros.cli import main
+    from compactinst_ros.ros.interfaces import InterfacePrefix
+
+    assert main(["ros", "build-interfaces", "--prefix", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    site = InterfacePrefix(tmp_path, "vision_msgs").site_packages
+    assert f"vision_msgs: {site / 'vision_msgs'}" in printed and "tf2_msgs:" in printed
+    assert (tmp_path / "lib" / "libvision_msgs__rosidl_typesupport_c.so").is_file()
+    env = InterfacePrefix(tmp_path, "vision_msgs").environment(dict(os.environ))
+    code = (
+        "from rclpy.serialization import serialize_message\n"
+        "from vision_msgs.msg import Detection3DArray, Detection3D\n"
+        "from tf2_msgs.msg import TFMessage\n"
+        "m = Detection3DArray(detections=[Detection3D(id='7')])\n"
+        "print(len(serialize_message(m)), len(serialize_message(TFMessage())))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert all(int(n) > 0 for n in done.stdout.split())
