@@ -49,6 +49,9 @@ def ros(random_bundle):
         cpu_node_params(
             random_bundle,
             image_topic=TOPIC,
+            # reliable input from the start: under auto the node re-subscribes once it sees the
+            # publisher's QoS, and the one frame a test sends could fall in that switch
+            input_reliability="reliable",
             camera_info_topic=INFO_TOPIC,
             camera_info_tolerance_ms=1.0,
             outputs=["instance_mask", "overlay", "latency"],
