@@ -5,11 +5,12 @@ the same results."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
+
+from .locks import exclusive
 
 try:
     import numba
@@ -40,18 +41,12 @@ def njit_cached(function: Callable) -> Any:
     return numba.njit(cache=True, nogil=True)(function)
 
 
-@contextlib.contextmanager
-def compile_lock() -> Iterator[None]:
+def compile_lock() -> contextlib.AbstractContextManager[None]:
     """Held while a process compiles its loops (or loads them from numba's cache).
 
     numba's cache has no lock: processes that start together on a fresh install (the cameras
     of a launch file, test workers) would each compile for seconds. Under this per-user file
     lock the first compiles and writes the cache, the others then load it.
     """
-    path = os.path.join(tempfile.gettempdir(), f"compactinst_ros-numba-{os.getuid()}.lock")
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    name = f"compactinst_ros-numba-{os.getuid()}.lock"
+    return exclusive(os.path.join(tempfile.gettempdir(), name))

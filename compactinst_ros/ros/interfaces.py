@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -28,6 +27,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..locks import exclusive
 
 #: the shipped definitions and the CMake project that builds each of them
 SOURCES = Path(__file__).resolve().parent / "interface_sources"
@@ -202,17 +203,6 @@ def default_cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "compactinst_ros"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _run(cmd: list[str], env: dict[str, str], log: Path, what: str) -> None:
     with open(log, "a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
@@ -247,7 +237,7 @@ def build_interface(
     root = (cache_root or default_cache_root()) / f"{name}-{key}"
     prefix = InterfacePrefix(root / "install", name)
     done = root / "complete"
-    with _locked(root.with_suffix(".lock")):
+    with exclusive(root.with_suffix(".lock")):
         if done.is_file():
             progress(f"{name}: reusing {prefix.root}")
             return prefix
