@@ -235,10 +235,9 @@ def ratios(reports: Sequence[StageReport]) -> dict[str, dict[str, float]]:
 
 def plot(reports: Sequence[StageReport], path: Path, title: str) -> Path:
     """Bytes per frame by datatype and layer counts per stage and precision, as a PNG."""
-    import matplotlib
+    from ..eval.plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     shown = [r for r in reports if r.compute_capability == reports[0].compute_capability]
     labels = [f"{r.stage}\n{r.precision}" for r in shown]
@@ -257,10 +256,7 @@ def plot(reports: Sequence[StageReport], path: Path, title: str) -> Path:
     right.set_title("engine layers")
     right.legend(fontsize=8)
     fig.suptitle(f"{title} (TensorRT for RTX, sm {shown[0].compute_capability})")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
     return path
 
 

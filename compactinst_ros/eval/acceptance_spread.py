@@ -476,9 +476,9 @@ def format_table(report: dict) -> str:
 def write_plot(report: dict, path: Path) -> Path:
     """One panel per decision statistic: each row's worst case, healthy and broken apart (filled:
     the broken engines the statistic is set to refuse), and the recorded limit."""
-    from .plots import _pyplot, _save
+    from .plots import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     keys = list(acceptance.DECISION_METRICS)
     fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.6))
     colours = {"healthy": "tab:green", "broken": "tab:red", "other graph": "tab:gray"}
@@ -497,7 +497,7 @@ def write_plot(report: dict, path: Path) -> Path:
         ax.set_title(key.replace("_", " "))
     axes[0].legend(fontsize=7, loc="center left")
     fig.suptitle("Acceptance statistics on the golden inputs, worst golden case per engine")
-    return Path(_save(plt, fig, path))
+    return Path(save_figure(plt, fig, path))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -308,10 +308,9 @@ def plot(stats: Mapping, path: Path) -> Path | None:
     """Scatter of the centroid error (m and %) against the true distance; None: no pairs."""
     if not stats["errors_m"]:
         return None
-    import matplotlib
+    from .plots import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     errors, distances = np.asarray(stats["errors_m"]), np.asarray(stats["distances_m"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -322,10 +321,7 @@ def plot(stats: Mapping, path: Path) -> Path | None:
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.suptitle(f"3-D centroid error of {len(errors)} matched instances")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, path)
     return path
 
 

@@ -12,7 +12,8 @@ BREAKDOWN = ("queue", "decode", "preprocess", "encoder", "decoder", "postprocess
 CDF_SPANS = ("inference", "pipeline", "end_to_end")
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,9 +22,10 @@ def _pyplot():
     return plt
 
 
-def _save(plt: object, fig: object, path: Path) -> str:
-    """Lay out, write and close one figure; returns its path."""
+def save_figure(plt: object, fig: object, path: Path) -> str:
+    """Lay out, write (its folder made where missing) and close one figure; returns its path."""
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return str(path)
@@ -51,7 +53,7 @@ def latency_breakdown(
     title: str = "Per-stage latency (warm-up excluded)",
 ) -> str:
     """Stacked bars of two statistics (``stats``) of the time per stage, one bar pair per mode."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.9 * len(modes)))
     colours = plt.get_cmap("tab10")
     labels, labelled = [], set()
@@ -72,12 +74,12 @@ def latency_breakdown(
     ax.set_xlabel("ms per frame")
     ax.set_title(title)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def latency_cdf(modes: dict, path: Path) -> str:
     """Empirical CDF of the per-frame spans ``CDF_SPANS`` that the mode measured."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for mode, block in modes.items():
         warm = block.get("warmup_frames", 0)
@@ -96,12 +98,12 @@ def latency_cdf(modes: dict, path: Path) -> str:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("Latency CDF")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def accuracy_by_size(accuracy: dict, path: Path) -> str:
     """Mask AP by object size (small/medium/large, all) and PQ of things/stuff."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     names, values, colours = [], [], []
     ap = accuracy.get("mask_ap") or {}
@@ -132,12 +134,12 @@ def accuracy_by_size(accuracy: dict, path: Path) -> str:
     ax.set_ylabel("%")
     ax.set_title(f"Accuracy by object size ({accuracy.get('frames_evaluated')} frames)")
     ax.tick_params(axis="x", labelsize=8)
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def ap_by_tag(rows: list[dict], path: Path) -> str:
     """Bars of the merged mask AP and PQ of each tag value (``key=value``) of a fleet report."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(rows) + 2), 4))
     x = np.arange(len(rows))
     for offset, metric in ((-0.2, "AP"), (0.2, "PQ")):
@@ -148,12 +150,12 @@ def ap_by_tag(rows: list[dict], path: Path) -> str:
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     ax.set_title("Accuracy by tag (merged over the tag's drives)")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)
 
 
 def latency_cdf_by_tag(samples: dict[str, list[float]], span: str, path: Path) -> str:
     """Empirical CDF of one span's samples per tag value (``{"site=farm": [ms, ...]}``)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, raw in samples.items():
         values = np.sort(np.asarray(raw, float))
@@ -165,4 +167,4 @@ def latency_cdf_by_tag(samples: dict[str, list[float]], span: str, path: Path) -
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"{span} latency CDF by tag")
-    return _save(plt, fig, path)
+    return save_figure(plt, fig, path)

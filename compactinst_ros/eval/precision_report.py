@@ -269,9 +269,9 @@ def format_table(report: dict) -> str:
 
 def write_plot(report: dict, path: Path) -> Path:
     """Accuracy bars and stacked per-stage medians, one group per precision."""
-    from .plots import _pyplot, _save
+    from .plots import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     rows = report["rows"]
     labels = list(rows)
     ticks = [label.replace(" ", "\n") for label in labels]  # two words stacked: six rows fit
@@ -297,7 +297,7 @@ def write_plot(report: dict, path: Path) -> Path:
     time_ax.set_ylabel("ms (median, CPU)")
     time_ax.set_title("Stage time, one alternating run")
     time_ax.legend()
-    return Path(_save(plt, fig, path))
+    return Path(save_figure(plt, fig, path))
 
 
 def precision_report(
