@@ -235,12 +235,7 @@ def decompose_instance_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, l
     graph = model.graph
     if not any(n.op_type == "InstanceNormalization" for n in graph.node):
         return model, []
-    inferred = onnx.shape_inference.infer_shapes(model).graph
-    ranks = {
-        v.name: len(v.type.tensor_type.shape.dim)
-        for v in [*inferred.input, *inferred.value_info]
-        if v.type.tensor_type.HasField("shape")
-    }
+    shapes = _shapes(model)
     constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     for node in graph.node:
         if node.op_type == "Constant":
@@ -250,7 +245,7 @@ def decompose_instance_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, l
     nodes, added, inits = [], [], []
     for node in graph.node:
         x = node.input[0] if node.input else ""
-        rank = ranks.get(x, 0)
+        rank = len(shapes.get(x, ()))
         if (node.op_type != "InstanceNormalization" or rank < 3
                 or any(i not in constants for i in node.input[1:3])):  # fmt: skip
             nodes.append(node)

@@ -108,6 +108,10 @@ def half_normalisations(model: onnx.ModelProto, layers: Sequence[EngineLayer]) -
         for v in [*inferred.input, *inferred.value_info, *inferred.output]
     }
     made_by = {o: n for n in model.graph.node for o in n.output}
+    casts_of: dict[tuple[str, ...], set[str]] = {}  # a tensor's Casts, by their inputs
+    for cast_node in model.graph.node:
+        if cast_node.op_type == "Cast":
+            casts_of.setdefault(tuple(cast_node.input), set()).add(cast_node.name)
     by_node = layers_of_nodes(layers)
     issues = []
     for node in model.graph.node:
@@ -123,7 +127,7 @@ def half_normalisations(model: onnx.ModelProto, layers: Sequence[EngineLayer]) -
         if not is_cast:
             continue
         # the builder merges equal casts of one tensor and keeps one of their names
-        same = {n.name for n in model.graph.node if n.op_type == "Cast" and n.input == cast.input}
+        same = casts_of[tuple(cast.input)]
         for layer in by_node.get(node.name, []):
             if not same & set(layer.onnx_nodes) and not layer.reads("Float"):
                 issues.append(
