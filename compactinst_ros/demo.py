@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", default="out/demo_data", help="bag + GT cache folder")
     parser.add_argument("--model", help="bundle (default: models/default, else a random one)")
     parser.add_argument(
-        "--backend", default="auto", help="auto | onnxruntime | tensorrt | openvino"
+        "--backend", default="auto", help="auto | onnxruntime | tensorrt | tensorrt_rtx | openvino"
     )
     parser.add_argument("--frames", type=int, default=40, help="frames in the demo bag")
     parser.add_argument("--fps", type=float, default=10.0, help="recorded camera rate")

@@ -153,7 +153,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", help="model bundle directory (default: the embedded models/default)"
     )
     parser.add_argument(
-        "--backend", default="auto", help="auto, onnxruntime, tensorrt or openvino (default auto)"
+        "--backend",
+        default="auto",
+        help="auto, onnxruntime, tensorrt, tensorrt_rtx or openvino (default auto)",
     )
     parser.add_argument("--out", default="out/infer", help="output directory (default out/infer)")
     parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")

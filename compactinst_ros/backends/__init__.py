@@ -1,7 +1,10 @@
-"""Inference backends behind one interface: ONNX Runtime (CPU) and TensorRT + pycuda (GPU)."""
+"""Inference backends behind one interface: ONNX Runtime and OpenVINO (CPU), TensorRT or TensorRT
+for RTX + pycuda (GPU)."""
 
 from .base import (
+    AUTO_ORDER,
     BACKENDS,
+    GPU_BACKENDS,
     GPU_RUNTIME_MODULES,
     NVIDIA_GPU_MARKERS,
     Backend,
@@ -14,7 +17,9 @@ from .base import (
 )
 
 __all__ = [
+    "AUTO_ORDER",
     "BACKENDS",
+    "GPU_BACKENDS",
     "GPU_RUNTIME_MODULES",
     "NVIDIA_GPU_MARKERS",
     "Backend",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -29,8 +29,19 @@ GPU_RUNTIME_MODULES = ("tensorrt", "pycuda.driver")
 BACKENDS: dict[str, str] = {
     "onnxruntime": "compactinst_ros.backends.ort:OrtBackend",
     "tensorrt": "compactinst_ros.backends.trt:TensorRTBackend",
+    "tensorrt_rtx": "compactinst_ros.backends.rtx:TensorRTRtxBackend",
     "openvino": "compactinst_ros.backends.openvino:OpenVinoBackend",
 }
+#: the backends that run the frame on an NVIDIA GPU (the others run it on the CPU)
+GPU_BACKENDS = ("tensorrt", "tensorrt_rtx")
+#: ``backend: auto``'s order: the first whose every requirement imports (a requirement is a
+#: tuple of alternative module names). TensorRT first (a Jetson has only it; on a PC it is the
+#: full library), then TensorRT for RTX (an RTX PC's lean runtime), then the CPU.
+AUTO_ORDER: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
+    ("tensorrt", tuple((m,) for m in GPU_RUNTIME_MODULES)),
+    ("tensorrt_rtx", (("tensorrt_rtx", "tensorrt_rtx_bindings"), ("pycuda.driver",))),
+    ("onnxruntime", ()),
+)
 
 
 #: What every engine key records about the network: strongly typed, TF32 off.
@@ -248,20 +259,27 @@ def gpu_fallback_reason(
     return (
         f"this machine has an NVIDIA GPU (/{markers[0]}) but {'; '.join(failed)} failed to "
         "import, so backend auto runs on the CPU (onnxruntime); install TensorRT's Python "
-        "bindings (JetPack: sudo apt install python3-libnvinfer) and pycuda (pip3 install "
+        "bindings (JetPack: sudo apt install python3-libnvinfer; on an x86 PC with an RTX GPU "
+        "TensorRT for RTX will do: pip install tensorrt-rtx-cu13) and pycuda (pip3 install "
         "pycuda), or set backend:=onnxruntime to choose the CPU on purpose"
     )
 
 
-def resolve_backend_name(name: str) -> str:
-    """Map ``auto`` to tensorrt where TensorRT and pycuda import, else onnxruntime."""
+def _imports(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_backend_name(name: str, imports: Callable[[str], bool] = _imports) -> str:
+    """Map ``auto`` to the first backend of AUTO_ORDER whose modules import (``imports`` says
+    whether one does), else check that ``name`` is a backend."""
     if name == "auto":
-        try:
-            for module in GPU_RUNTIME_MODULES:
-                importlib.import_module(module)
-        except ImportError:
-            return "onnxruntime"
-        return "tensorrt"
+        for backend, requirements in AUTO_ORDER:
+            if all(any(imports(m) for m in choice) for choice in requirements):
+                return backend
     if name not in BACKENDS:
         raise ConfigError(f"unknown backend '{name}'; choose auto, {', '.join(BACKENDS)}")
     return name

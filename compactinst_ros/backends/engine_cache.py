@@ -89,7 +89,8 @@ class Lookup:
     sidecar_path: Path
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """``text`` as a file-name part: runs of anything but letters, digits, ``_.-`` as one ``_``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
 
 
@@ -110,17 +111,17 @@ class EngineCache:
 
     def paths(self, key: EngineKey) -> tuple[Path, Path]:
         """Engine and sidecar paths of ``key``."""
-        stem = f"{_slug(key.stage)}-{key.digest}"
+        stem = f"{slug(key.stage)}-{key.digest}"
         return self.root / f"{stem}.engine", self.root / f"{stem}.json"
 
     def timing_cache_path(self, key: EngineKey) -> Path:
         """Timing cache shared by every engine built with this TensorRT and CUDA version on this
         GPU module (the name alone is "Orin" on every Orin module; SM count and memory differ)."""
-        trt = _slug(key.trt_version).replace(".", "")
+        trt = slug(key.trt_version).replace(".", "")
         sm = key.compute_capability.replace(".", "")
         module = f"{key.sm_count}sm-{key.gpu_memory_mib}mib"
         return self.root / (
-            f"timing-trt{trt}-cuda{key.cuda_driver}-{_slug(key.gpu_name)}-sm{sm}-{module}.cache"
+            f"timing-trt{trt}-cuda{key.cuda_driver}-{slug(key.gpu_name)}-sm{sm}-{module}.cache"
         )
 
     def lookup(self, key: EngineKey) -> Lookup:
@@ -205,7 +206,10 @@ class EngineCache:
                 f"'compactinst build-engine BUNDLE --cache-dir {self.root}' on this device "
                 "(same GPU and TensorRT) or set allow_build"
             )
-        log(f"building TensorRT engine for '{key.stage}' ({found.status.value}: {found.reason})")
+        log(
+            f"no usable TensorRT engine for '{key.stage}' in the cache "
+            f"({found.status.value}: {found.reason}); making one"
+        )
         self.check_root(create=True)
         start = time.monotonic()
         blob = build(key, self.timing_cache_path(key))

@@ -41,16 +41,18 @@ MANIFEST = "manifest.json"
 NO_DRIVER_NOISE = ("cudaError 35", "CUDA driver version is insufficient")
 
 
-def import_tensorrt_rtx() -> Any:
-    """The TensorRT for RTX module; BackendError naming the install command otherwise."""
+def import_tensorrt_rtx(cpu_setting: str | None = None) -> Any:
+    """The TensorRT for RTX module; BackendError naming the install command otherwise.
+    ``cpu_setting``: how whoever runs the model chooses the CPU instead (None: building only)."""
     for name in RTX_MODULES:
         try:
             return __import__(name)
         except ImportError:
             continue
+    cpu = f"; or run on the CPU with {cpu_setting}" if cpu_setting else ""
     raise BackendError(
         f"TensorRT for RTX is not importable (tried {', '.join(RTX_MODULES)}): {RTX_INSTALL}; "
-        "it builds engines and checks graphs on any x86-64 machine, no GPU needed"
+        "it builds engines and checks graphs on any x86-64 machine, no GPU needed" + cpu
     )
 
 
@@ -201,3 +203,35 @@ def write_bundle_engines(
                     "engines": entries}  # fmt: skip
         (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return written
+
+
+def bundle_plan(
+    bundle: ModelBundle, version: str, cc: str, graph: StageGraph, stage: StageSpec, batch: int
+) -> tuple[bytes | None, str]:
+    """The plan ``bundle`` carries for ``stage`` at ``batch``, built by TensorRT for RTX
+    ``version`` for compute capability ``cc`` from exactly ``graph`` (its sha256 in the
+    manifest, the plan's own sha256 checked), and where it came from; (None, why not) where
+    there is none or it does not match, so that the caller builds one instead."""
+    folder = engine_dir(bundle.root, version, cc)
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        return None, f"the bundle has no engines for TensorRT for RTX {version}, sm {cc}"
+    try:
+        entries = json.loads(manifest.read_text())["engines"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"{manifest} is unreadable ({exc})"
+    for entry in entries:
+        wanted = (stage.name, graph.precision, batch)
+        if (entry.get("stage"), entry.get("precision"), entry.get("batch")) != wanted:
+            continue
+        path = folder / str(entry.get("file"))
+        if entry.get("onnx_sha256") != graph.sha256:
+            return None, f"{path} was built from another {graph.precision} graph (stale)"
+        try:
+            plan = path.read_bytes()
+        except OSError as exc:
+            return None, f"{path} is unreadable ({exc})"
+        if hashlib.sha256(plan).hexdigest() != entry.get("plan_sha256"):
+            return None, f"{path} does not match its manifest's sha256 (corrupt)"
+        return plan, str(path)
+    return None, f"{manifest} lists no {stage.name} {graph.precision} engine at batch {batch}"

@@ -81,7 +81,7 @@ class TensorRTBackend:
     def __init__(self, bundle: ModelBundle, options: BackendOptions | None = None) -> None:
         """Load (or build) the engines on the GPU thread, as ``options`` (None = defaults) say."""
         options = options or BackendOptions()
-        self._trt = import_tensorrt(options.setting("backend", "onnxruntime"))
+        self._trt = self._import_runtime(options.setting("backend", "onnxruntime"))
         self._cuda = import_pycuda()
         self.bundle = bundle
         self.device = options.device
@@ -101,6 +101,24 @@ class TensorRTBackend:
         except BaseException:
             self.close()
             raise
+
+    # -- what a subclass on another TensorRT changes (rtx.py) -------------------------------
+    def _import_runtime(self, cpu_setting: str) -> Any:
+        """The TensorRT module the engines are built and run with."""
+        return import_tensorrt(cpu_setting)
+
+    def _engine_source(self) -> dict[str, Any]:
+        """``ensure_engines``' ``trt`` and ``build_plan``: TensorRT's own builder here."""
+        return {}
+
+    def _new_context(self, engine: Any) -> Any:
+        """An execution context of ``engine`` whose activation memory we give it."""
+        return engine.create_execution_context(
+            self._trt.ExecutionContextAllocationStrategy.USER_MANAGED
+        )
+
+    def _before_teardown(self) -> None:
+        """GPU thread, before anything is freed: what a subclass keeps (nothing here)."""
 
     # -- thread plumbing ------------------------------------------------------------------
     def _run(self, fn: Any, *args: Any) -> Any:
@@ -129,6 +147,7 @@ class TensorRTBackend:
             engines = ensure_engines(
                 self.bundle, self.cache, self._runtime.deserialize_cuda_engine, self.info,
                 self.precision, allow_build, options, batch=batch, remedy=self._remedy,
+                **self._engine_source(),
             )  # fmt: skip
             self._engines[batch] = [engines[s.name] for s in self.bundle.stages]
         self._memory = {
@@ -138,13 +157,12 @@ class TensorRTBackend:
         }
         activation = max(1, *self._memory.values())  # one at a time on the one stream
         self._activation = cuda.mem_alloc(activation)
-        strategy = trt.ExecutionContextAllocationStrategy.USER_MANAGED
         self._contexts: dict[int, list[Any]] = {}
         self._buffers: dict[str, tuple[Any, tuple[int, ...], np.dtype]] = {}
         for batch in reversed(self.sizes):  # the largest first: it sizes the shared buffers
             self._contexts[batch] = []
             for stage, engine in zip(self.bundle.stages, self._engines[batch], strict=True):
-                context = engine.create_execution_context(strategy)
+                context = self._new_context(engine)
                 context.set_device_memory(int(self._activation), activation)
                 self._bind(stage, engine, context, batch)
                 self._contexts[batch].append(context)
@@ -481,6 +499,8 @@ class TensorRTBackend:
     def _teardown(self) -> None:
         """GPU thread: reverse creation order (contexts, their memory, engines, runtime), then
         the context."""
+        if self._ctx is not None:
+            self._before_teardown()
         for name in (
             "_contexts", "_activation", "_engines", "_runtime", "_buffers", "_pre", "_post",
             "_overlay", "_palette", "_palette_host", "_overlay_bufs", "_overlay_frames",

@@ -338,10 +338,30 @@ def build_serialized(
     return bytes(plan)
 
 
-def run_engine(engine: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+#: how ensure_engines makes a missing engine: (graph, stage, timing cache, options, batch) -> plan
+PlanBuilder = Callable[[StageGraph, StageSpec, Path, BuildOptions, int], bytes]
+
+
+def _build_with_timing_cache(
+    graph: StageGraph, stage: StageSpec, timing: Path, options: BuildOptions, batch: int
+) -> bytes:
+    return build_serialized(graph, stage, timing, options, batch=batch)
+
+
+def runtime_version(trt: Any) -> str:
+    """The version an engine key records for module ``trt``: TensorRT's own, ``rtx-<version>``
+    for TensorRT for RTX (whose 1.x numbers would otherwise read as an old TensorRT)."""
+    rtx = str(getattr(trt, "__name__", "")).startswith("tensorrt_rtx")
+    return f"rtx-{trt.__version__}" if rtx else str(trt.__version__)
+
+
+def run_engine(
+    engine: Any, feeds: Mapping[str, np.ndarray], trt: Any = None
+) -> dict[str, np.ndarray]:
     """Outputs of one synchronous run of ``engine`` on host ``feeds`` (by input name), on the
-    current CUDA context: the acceptance check's runner, not the frame path."""
-    trt, cuda = import_tensorrt(), import_pycuda()
+    current CUDA context: the acceptance check's runner, not the frame path. ``trt``: the
+    module that made the engine (None: ``import_tensorrt()``)."""
+    trt, cuda = trt or import_tensorrt(), import_pycuda()
     context = engine.create_execution_context()
     stream = cuda.Stream()
     names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
@@ -386,15 +406,23 @@ def ensure_engines(
     log: Callable[[str], None] = print,
     batch: int = 1,
     remedy: str | None = None,
+    *,
+    trt: Any = None,
+    build_plan: PlanBuilder | None = None,
 ) -> dict[str, Any]:
     """Deserialized engine per stage for ``batch`` frames: from the cache, or built now (never
     per frame) from the ``precision`` typed graphs (None: ``engine_precision``'s choice). A new
     engine is cached only after it passes the acceptance check on the bundle's golden cases at
-    that batch (stage by stage: the decoder is fed by the encoder's engine; ``slot_cases``
-    fills the slots); a failing one raises BackendError, and when the decoder fails, an encoder
-    engine built in the same call is removed from the cache too. ``remedy``: what the error
-    advises (None: ``acceptance.tensorrt_remedy``'s, on the command line)."""
-    trt = import_tensorrt()
+    that batch (stage by stage: the decoder is fed by the encoder's engine, run only when a
+    later stage is built; ``slot_cases`` fills the slots); a failing one raises BackendError,
+    and when the decoder fails, an encoder engine built in the same call is removed from the
+    cache too. ``remedy``: what the error advises (None: ``acceptance.tensorrt_remedy``'s, on
+    the command line). ``trt`` and
+    ``build_plan``: the module whose engines these are and how a missing one is made (None:
+    TensorRT's, ``build_serialized`` with the timing cache); TensorRT for RTX passes its own
+    (rtx.py), whose key version starts with ``rtx-``."""
+    trt = trt or import_tensorrt()
+    build_plan = build_plan or _build_with_timing_cache
     options = options or BuildOptions()
     precision = engine_precision(bundle, precision, log)
     cases = bundle.golden_cases(precision)
@@ -407,16 +435,21 @@ def ensure_engines(
     inputs = [{image: np.concatenate([cases[i].image for i in run])} for run in slots]
     for stage in bundle.stages:
         graph = bundle.stage_graph(stage.name, precision)
-        key = engine_key(graph, stage, trt.__version__, device, options, batch)
+        key = engine_key(graph, stage, runtime_version(trt), device, options, batch)
 
         def build(
             k: EngineKey, timing: Path, graph: StageGraph = graph, stage: StageSpec = stage
         ) -> bytes:
             built.append(k)
-            return build_serialized(graph, stage, timing, options, batch=batch)
+            return build_plan(graph, stage, timing, options, batch)
 
-        def accept(engine: Any, stage: StageSpec = stage, inputs: list = inputs) -> None:
-            outputs = [run_engine(engine, feeds) for feeds in inputs]
+        def accept(
+            engine: Any, stage: StageSpec = stage, before: tuple = tuple(engines.values())
+        ) -> None:
+            feeds = inputs
+            for earlier in before:  # the golden inputs run through the stages before this one
+                feeds = [run_engine(earlier, f, trt) for f in feeds]
+            outputs = [run_engine(engine, f, trt) for f in feeds]
             try:
                 acceptance.check(stage.name, precision, cases, outputs, slots, remedy=remedy)
             except BackendError:
@@ -428,6 +461,4 @@ def ensure_engines(
             key, deserialize, build if allow_build else None, log, accept if cases else None
         )
         engines[stage.name] = engine
-        if cases and stage is not bundle.stages[-1]:
-            inputs = [run_engine(engine, feeds) for feeds in inputs]
     return engines

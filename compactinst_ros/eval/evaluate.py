@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..backends import BACKENDS
 from ..bundle import PRECISIONS
 from ..errors import ConfigError, DataError
 from ..image_formats import read_image
@@ -135,7 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="int8: which graph (default: the backend's, onnxruntime cpu, openvino tensorrt)",
     )  # fmt: skip
     parser.add_argument(
-        "--backend", default="onnxruntime", choices=("onnxruntime", "openvino", "tensorrt"),
+        "--backend", default="onnxruntime", choices=tuple(BACKENDS),
         help="what runs the graphs (default onnxruntime)",
     )  # fmt: skip
     parser.add_argument("--limit", type=int, help="evaluate only the first N images (default: all)")

@@ -367,7 +367,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", type=Path, help="model bundle folder (default: the embedded models/default)"
     )
     parser.add_argument(
-        "--backend", default="auto", help="auto | onnxruntime | tensorrt | openvino"
+        "--backend", default="auto", help="auto | onnxruntime | tensorrt | tensorrt_rtx | openvino"
     )
     parser.add_argument(
         "--precision", choices=PRECISIONS, help="graph precision (default: the backend's)"

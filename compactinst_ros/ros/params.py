@@ -52,7 +52,7 @@ OUTPUTS = (
     "panoptic_color",
     "semantic_color",
 )
-BACKEND_CHOICES = ("auto", "tensorrt", "onnxruntime", "openvino")
+BACKEND_CHOICES = ("auto", "tensorrt", "tensorrt_rtx", "onnxruntime", "openvino")
 #: ``precision`` values; auto = the backend's default (onnxruntime fp32, tensorrt fp16)
 PRECISION_CHOICES = ("auto", *PRECISIONS)
 TRANSPORT_CHOICES = ("raw", "compressed", "both", "ffmpeg", "foxglove")

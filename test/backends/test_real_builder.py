@@ -279,7 +279,7 @@ def test_build_engine_rtx_puts_aot_engines_and_a_manifest_into_the_bundle(
     import json
     import shutil
 
-    from compactinst_ros.backends.rtx_build import engine_dir, import_tensorrt_rtx
+    from compactinst_ros.backends.rtx_build import bundle_plan, engine_dir, import_tensorrt_rtx
     from compactinst_ros.cli import main
 
     root = Path(shutil.copytree(bundle.root, tmp_path / "bundle"))
@@ -296,6 +296,11 @@ def test_build_engine_rtx_puts_aot_engines_and_a_manifest_into_the_bundle(
         assert entry["onnx_sha256"] == bundle.stage_graph(entry["stage"], "fp16").sha256
         plan = (folder / entry["file"]).read_bytes()
         assert len(plan) > 1_000_000 and str(folder / entry["file"]) in printed.out
+        # what the tensorrt_rtx backend loads on an 8.6 GPU; nothing for another one
+        stage, graph = bundle.stage(entry["stage"]), bundle.stage_graph(entry["stage"], "fp16")
+        version = import_tensorrt_rtx().__version__
+        assert bundle_plan(ModelBundle.load(root), version, "8.6", graph, stage, 1)[0] == plan
+        assert bundle_plan(ModelBundle.load(root), version, "8.9", graph, stage, 1)[0] is None
     with pytest.raises(SystemExit) as refused:  # no AOT target for Orin: a usage error
         main(["build-engine", str(root), "--rtx", "8.7"])
     assert refused.value.code == 2

@@ -56,6 +56,30 @@ PYCUDA_ROOTS = {"cuda", "self.cuda", "self._cuda"}
 #: The package modules where every attribute must be explained (closed world).
 CLOSED_WORLD = GPU_SOURCES[:9]
 
+#: What TensorRT for RTX runs: its own modules and the TensorRT backend's code it reuses.
+RTX_SOURCES = (
+    "compactinst_ros/backends/rtx.py",
+    "compactinst_ros/backends/rtx_build.py",
+    "compactinst_ros/backends/trt.py",
+    "compactinst_ros/backends/trt_build.py",
+)
+
+
+@functools.cache
+def rtx_names() -> frozenset[str]:
+    """Every name the installed TensorRT for RTX bindings offer: the module's and each of its
+    classes' and enums' (the ``dev`` extra installs it; it imports without a GPU)."""
+    from compactinst_ros.backends.rtx_build import import_tensorrt_rtx
+
+    trt = import_tensorrt_rtx()
+    names = set(dir(trt))
+    for name in dir(trt):
+        names |= set(dir(getattr(trt, name)))
+    for nested in ("Severity",):  # ILogger.Severity
+        names |= set(dir(getattr(trt.ILogger, nested)))
+    return frozenset(names)
+
+
 #: TensorRT 8 names that TensorRT 10 removed; the fixture must not know them.
 REMOVED_IN_TRT10 = (
     "execute_async_v2",
@@ -188,6 +212,26 @@ def test_module_rooted_names_exist_in_each_tensorrt_and_pycuda(source: str, vers
     assert not missing_cuda, f"{source}: not in pycuda: {missing_cuda}"
 
 
+@pytest.mark.parametrize("source", RTX_SOURCES)
+def test_names_the_rtx_backend_reaches_exist_in_tensorrt_for_rtx(source: str) -> None:
+    """The TensorRT for RTX backend runs trt.py's frame path and trt_build.py's builder with the
+    tensorrt_rtx module: every module-rooted name there, and every attribute of rtx.py that is
+    not ours or Python's, is one TensorRT for RTX has."""
+    tree = ast.parse((ROOT / source).read_text())
+    missing = sorted(n for n in api_uses(tree, TRT_ROOTS, "tensorrt") if n not in rtx_names())
+    assert not missing, f"{source}: not in TensorRT for RTX: {missing}"
+    if source.endswith("rtx.py"):
+        ours, python = known_names()
+        unknown = {
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr not in ours | python | rtx_names()
+            and not registered(node.attr, PYCUDA_NAMES)
+        }
+        assert not unknown, f"{source}: attributes found in no API: {sorted(unknown)}"
+
+
 def test_api_uses_follows_calls_and_ignores_other_roots() -> None:
     tree = ast.parse(
         "cuda.Device(0).retain_primary_context().push()\n"
@@ -245,16 +289,18 @@ def test_every_attribute_of_the_gpu_backend_is_ours_python_or_the_real_api(versi
         ("tensorrt_emu.py", TRT_VERSIONS["10.16"]),
         ("tensorrt_emu.py", TRT_11_NAMES),
         ("pycuda_emu.py", PYCUDA_NAMES),
+        ("tensorrt_rtx_emu.py", None),
     ],
-    ids=["tensorrt-10.3", "tensorrt-10.16", "tensorrt-11.4", "pycuda"],
+    ids=["tensorrt-10.3", "tensorrt-10.16", "tensorrt-11.4", "pycuda", "tensorrt-rtx"],
 )
-def test_stand_ins_offer_only_real_api_names(stand_in: str, names: frozenset[str]) -> None:
+def test_stand_ins_offer_only_real_api_names(stand_in: str, names: frozenset[str] | None) -> None:
     """The emulation tests' stand-ins (test/gpu/emu) must not invent API: every public method,
     property and class attribute they define is a name the real wheel registers, apart from the
     names TensorRT 11 removed, which the TensorRT stand-in defines only to refuse them."""
     sys.path.insert(0, str(ROOT / "test" / "gpu" / "emu"))
     import tensorrt_emu
 
+    names = rtx_names() if names is None else names
     tree = ast.parse((ROOT / "test" / "gpu" / "emu" / stand_in).read_text())
     helpers = {"DeviceAllocation", "EmulatedModule", "KernelFunction", "PreparedFunction"}
     invented = set()

@@ -147,3 +147,28 @@ def test_gpu_postprocessor_refuses_unsupported_models(queries: int) -> None:
 
     with pytest.raises(BackendError, match="supports 1 to 256 queries"):
         GpuPostprocessor(SYNTHETIC_LABELS, queries, 16, 32, 8)
+
+
+@pytest.mark.parametrize(
+    ("importable", "chosen"),
+    [
+        ({"tensorrt", "pycuda.driver", "tensorrt_rtx"}, "tensorrt"),
+        ({"tensorrt_rtx", "pycuda.driver"}, "tensorrt_rtx"),
+        ({"tensorrt_rtx_bindings", "pycuda.driver"}, "tensorrt_rtx"),
+        ({"tensorrt", "tensorrt_rtx"}, "onnxruntime"),  # no pycuda: no GPU backend
+        (set(), "onnxruntime"),
+    ],
+)
+def test_auto_prefers_tensorrt_then_tensorrt_for_rtx_then_the_cpu(
+    importable: set[str], chosen: str
+) -> None:
+    assert resolve_backend_name("auto", imports=importable.__contains__) == chosen
+
+
+@pytest.mark.skipif(HAVE_PYCUDA, reason="pycuda is installed here")
+def test_tensorrt_rtx_without_pycuda_names_the_fix(tmp_path: Path) -> None:
+    """TensorRT for RTX imports here (the dev extra), pycuda does not: the backend says so."""
+    bundle = ModelBundle.load(tiny_bundle(tmp_path / "b"))
+    with pytest.raises(BackendError, match=r"pycuda is not importable.*pip install pycuda"):
+        create_backend("tensorrt_rtx", bundle, engine_cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()

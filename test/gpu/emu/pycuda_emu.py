@@ -53,6 +53,8 @@ GUARD_BYTE = 0xA5
 _context_stack: list[int] = []
 #: How many emulated devices there are (``install`` sets it).
 _device_count = 1
+#: what ``Device.compute_capability`` reports: no CUDA architecture, unless a test names one
+_compute_capability = (0, 0)
 
 
 def build_library(out_dir: Path) -> ctypes.CDLL:
@@ -181,8 +183,8 @@ class Device:
         return 1 << 30
 
     def compute_capability(self) -> tuple[int, int]:
-        """No CUDA architecture: (0, 0)."""
-        return (0, 0)
+        """(0, 0), no CUDA architecture, unless ``install`` was given one."""
+        return _compute_capability
 
     def get_attribute(self, attribute: str) -> int:
         """One "multiprocessor" (the emulator runs blocks one after another)."""
@@ -345,13 +347,19 @@ class EmulatedModule:
 
 
 def install(
-    monkeypatch: Any, lib: ctypes.CDLL, target: str = "sm_87", devices: int = 1
+    monkeypatch: Any,
+    lib: ctypes.CDLL,
+    target: str = "sm_87",
+    devices: int = 1,
+    compute_capability: tuple[int, int] = (0, 0),
 ) -> EmulatedDriver:
     """Make ``pycuda.driver`` use the emulator for one test, with ``devices`` emulated devices
-    and the loader told to hand over the shipped image for ``target``. There is no
-    ``pycuda.compiler``: nothing here may need nvcc, which a stock Jetson lacks on PATH."""
+    reporting ``compute_capability`` and the loader told to hand over the shipped image for
+    ``target``. There is no ``pycuda.compiler``: nothing here may need nvcc, which a stock
+    Jetson lacks on PATH."""
     monkeypatch.setattr(sys.modules[__name__], "_context_stack", [])
     monkeypatch.setattr(sys.modules[__name__], "_device_count", devices)
+    monkeypatch.setattr(sys.modules[__name__], "_compute_capability", compute_capability)
     driver = EmulatedDriver(lib)
     package = types.ModuleType("pycuda")
     package.__spec__ = importlib.machinery.ModuleSpec("pycuda", None, is_package=True)

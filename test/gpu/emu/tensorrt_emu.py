@@ -651,15 +651,20 @@ class Runtime:
 
     def deserialize_cuda_engine(self, plan: bytes) -> Engine | None:
         """The engine of ``plan``, or None when the plan is not valid."""
-        start = len(PLAN_MAGIC) + 4
-        if not plan.startswith(PLAN_MAGIC):
-            return None
-        try:
-            (size,) = struct.unpack("<I", plan[start : start + 4])
-            profiles = json.loads(plan[start + 4 : start + 4 + size])
-            return Engine(bytes(plan[start + 4 + size :]), profiles)
-        except Exception:  # onnxruntime or json reject truncated or foreign bytes
-            return None
+        return _engine_of(plan, Engine)
+
+
+def _engine_of(plan: bytes, make: Callable[[bytes, list[dict]], Engine]) -> Engine | None:
+    """``make(onnx bytes, profiles)`` of a stand-in plan, or None when it is not one."""
+    start = len(PLAN_MAGIC) + 4
+    if not plan.startswith(PLAN_MAGIC):
+        return None
+    try:
+        (size,) = struct.unpack("<I", plan[start : start + 4])
+        profiles = json.loads(plan[start + 4 : start + 4 + size])
+        return make(bytes(plan[start + 4 + size :]), profiles)
+    except Exception:  # onnxruntime or json reject truncated or foreign bytes
+        return None
 
 
 def rules_file(version: str) -> Path | None:
@@ -701,3 +706,4 @@ def install(monkeypatch: Any, version: str = "10.3.0") -> types.ModuleType:
     module.__getattr__ = refuse  # type: ignore[attr-defined]  # PEP 562
     monkeypatch.setitem(sys.modules, "tensorrt", module)
     return module
+
