@@ -195,8 +195,9 @@ class Camera:
             self.log.warning(self._named(three_d_off("tf2_msgs", cloud=True)))
         elif camera.cloud_topic:
             self.depth = CloudInput(
-                node, camera.cloud_topic, config.cloud_tolerance_ms, *three_d, tf2_msgs=tf2_msgs
-            )
+                node, camera.cloud_topic, config.cloud_tolerance_ms, *three_d,
+                fixed_frame=config.fixed_frame,
+            )  # fmt: skip
 
     def _listened(self) -> bool:
         """Whether an output of this camera, ~/detections_3d included, has a subscriber."""

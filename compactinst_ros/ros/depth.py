@@ -25,18 +25,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
 
 from ..errors import InputError
 from ..labels import LabelSet
 from ..palette import palette_colours
 from ..spatial import Instances3D, Intrinsics, prepare_lifting
-from ..spatial.cloud import cloud_xyz, rigid_transform, transform_points
+from ..spatial.cloud import cloud_xyz, transform_points
 from ..structures import FrameResult
 from . import convert
 from .camera_info import StampMatcher, stamp_ns
 from .qos import frame_qos
+from .tf import TRANSFORM_ERRORS, matrix_of, transform_tree
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
@@ -327,45 +329,6 @@ class DepthInput:
             self.node.destroy_publisher(self.markers)
 
 
-class StaticTransforms:
-    """The static transforms of /tf_static (tf2_msgs/TFMessage), chained through shared frames:
-    ``lookup(target, source)`` is the 4x4 matrix taking points of ``source`` into ``target``.
-
-    Static only: a LiDAR that moves against the camera needs tf2_ros's time-stamped buffer."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._edges: dict[str, dict[str, np.ndarray]] = {}
-
-    def add(self, msg: Any) -> None:
-        """Remember every transform of a TFMessage (parent <- child and its inverse)."""
-        with self._lock:
-            for t in msg.transforms:
-                parent, child = t.header.frame_id.lstrip("/"), t.child_frame_id.lstrip("/")
-                tr, q = t.transform.translation, t.transform.rotation
-                matrix = rigid_transform([tr.x, tr.y, tr.z], [q.x, q.y, q.z, q.w])
-                self._edges.setdefault(parent, {})[child] = matrix
-                self._edges.setdefault(child, {})[parent] = np.linalg.inv(matrix)
-
-    def lookup(self, target: str, source: str) -> np.ndarray | None:
-        """Points of ``source`` into ``target`` (breadth-first over the frames; None: no chain)."""
-        target, source = target.lstrip("/"), source.lstrip("/")
-        if target == source:
-            return np.eye(4)
-        with self._lock:
-            reached = {target: np.eye(4)}  # frame -> matrix taking its points into target
-            queue = [target]
-            while queue:
-                frame = queue.pop(0)
-                for nxt, into_frame in self._edges.get(frame, {}).items():
-                    if nxt not in reached:
-                        reached[nxt] = reached[frame] @ into_frame
-                        if nxt == source:
-                            return reached[nxt]
-                        queue.append(nxt)
-        return None
-
-
 #: ``~/cloud_labelled``: the cloud's points in masks, in the camera's optical frame, with the
 #: instance id and label id of the mask each lies in (the instance table's column names)
 LABELLED_CLOUD = np.dtype([("x", "f4"), ("y", "f4"), ("z", "f4"), ("id", "u4"), ("label_id", "i4")])
@@ -373,18 +336,27 @@ LABELLED_CLOUD = np.dtype([("x", "f4"), ("y", "f4"), ("z", "f4"), ("id", "u4"), 
 
 class CloudInput(DepthInput):
     """A camera's LiDAR cloud: paired by stamp, brought into the camera's optical frame (the
-    frame's ``frame_id``) by the static transforms of /tf_static, projected into the masks;
-    ``~/cloud_labelled`` carries the points in masks with their instance and label ids."""
+    frame's ``frame_id``) through the transforms of /tf and /tf_static (ros/tf.py: tf2_ros's
+    buffer, or ours where it does not import), projected into the masks; ``~/cloud_labelled``
+    carries the points in masks with their instance and label ids.
+
+    Without ``fixed_frame`` the cloud is placed at its own stamp: right for a LiDAR on a parked
+    vehicle, or one that moves against the camera. On a moving vehicle the cloud was captured
+    up to ``cloud_tolerance_ms`` before or after the frame (about 1 m at 20 m/s and 50 ms), so
+    with ``fixed_frame`` (odom, map) it is moved through that frame from its stamp to the
+    frame's (tf2's lookup_transform_full)."""
 
     PAIRED_WITH = "cloud"
     MISSING_ADVICE = "check that the LiDAR runs on the cameras' clock, or raise cloud_tolerance_ms"
 
     kind = "cloud"
 
-    def __init__(self, *args: Any, tf2_msgs: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, fixed_frame: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.tf2_msgs = tf2_msgs
-        self.transforms = StaticTransforms()
+        self.fixed_frame = fixed_frame
+        self.tf_buffer: Any = None  # made at each start (ros/tf.py: tf2_ros's or ours)
+        self.tf_kind = ""
+        self._tf_listener: Any = None
         self._unplaced: set[str] = set()  # cloud frames named once in the log
         self.labelled = self.node.create_publisher(
             PointCloud2, f"{self.prefix}cloud_labelled", frame_qos(self.reliability)
@@ -419,21 +391,50 @@ class CloudInput(DepthInput):
         self.node.destroy_publisher(self.labelled)
 
     def start(self) -> None:
-        """Subscribe to the cloud and to /tf_static (transient local: the latched transforms)."""
+        """Subscribe to the cloud, and feed the transform buffer from /tf and /tf_static."""
         if not self._subs:
             prepare_lifting()
             qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
-            static = QoSProfile(
-                depth=100,
-                reliability=ReliabilityPolicy.RELIABLE,
-                durability=DurabilityPolicy.TRANSIENT_LOCAL,
-            )
             self._subs = [
                 self.node.create_subscription(PointCloud2, self.topic, self._on_depth, qos),
-                self.node.create_subscription(
-                    self.tf2_msgs.TFMessage, "/tf_static", self.transforms.add, static
-                ),
             ]
+            # a new buffer per start: /tf_static is latched and comes again, and what /tf
+            # said while idle is gone either way
+            self.tf_buffer, self._tf_listener, self.tf_kind = transform_tree(self.node)
+
+    def stop(self) -> None:
+        """Unsubscribe from the cloud and the transforms."""
+        super().stop()
+        if self._tf_listener is not None:
+            self._tf_listener.unregister()
+            self._tf_listener = None
+
+    def _placement(self, header: Any, cloud: PointCloud2) -> np.ndarray | None:
+        """The 4x4 matrix taking the cloud's points into the camera's optical frame at the
+        frame's stamp (class doc); None (counted; named in the log once per cloud frame) where
+        the transforms cannot place it."""
+        camera, frame = header.frame_id, cloud.header.frame_id
+        at_cloud = Time.from_msg(cloud.header.stamp)
+        try:
+            if self.fixed_frame:
+                placed = self.tf_buffer.lookup_transform_full(
+                    camera, Time.from_msg(header.stamp), frame, at_cloud, self.fixed_frame
+                )
+            else:
+                placed = self.tf_buffer.lookup_transform(camera, frame, at_cloud)
+        except TRANSFORM_ERRORS as exc:
+            through = f" through '{self.fixed_frame}'" if self.fixed_frame else ""
+            problem = (
+                f"cannot place the cloud's frame '{frame}' in the camera's '{camera}'{through}: "
+                f"{exc}; publish the transforms on /tf (moving parts) or /tf_static "
+                "(static_transform_publisher for a fixed mount)"
+            )
+            if frame not in self._unplaced:
+                self._unplaced.add(frame)
+                self.node.get_logger().warning(problem)
+            self._count("refused", problem, log=False)  # named once per frame, above
+            return None
+        return matrix_of(placed)
 
     def _lift(self, header: Any, result: FrameResult, pipeline: Pipeline) -> Instances3D | None:
         """The cloud lifted through ``Pipeline.lift_cloud``: on the GPU with TensorRT, else on
@@ -442,18 +443,8 @@ class CloudInput(DepthInput):
         cloud = self._paired(stamp)
         if cloud is None:
             return None
-        matrix = self.transforms.lookup(header.frame_id, cloud.header.frame_id)
+        matrix = self._placement(header, cloud)
         if matrix is None:
-            frame = cloud.header.frame_id
-            problem = (
-                f"no static transform from the cloud's frame '{frame}' to the camera's "
-                f"'{header.frame_id}' on /tf_static; publish it (static_transform_publisher); "
-                "a moving LiDAR needs tf2_ros"
-            )
-            if frame not in self._unplaced:
-                self._unplaced.add(frame)
-                self.node.get_logger().warning(problem)
-            self._count("refused", problem, log=False)  # named once per frame, above
             return None
         colour = self.colour_infos.match(stamp) if self.colour_infos is not None else None
         try:

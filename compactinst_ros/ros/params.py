@@ -197,8 +197,9 @@ PARAMETERS: dict[str, ParamSpec] = {
     ),
     "cloud_topic": ParamSpec(
         "",
-        "LiDAR PointCloud2 (float x, y, z) for ~/detections_3d, placed by the static transforms "
-        "of /tf_static; needs camera_info_topic; empty = off",
+        "LiDAR PointCloud2 (float x, y, z) for ~/detections_3d, placed in the camera by the "
+        "transforms of /tf and /tf_static at the cloud's stamp; needs camera_info_topic; "
+        "empty = off",
     ),
     "cloud_topics": ParamSpec(
         [],
@@ -207,6 +208,12 @@ PARAMETERS: dict[str, ParamSpec] = {
     ),
     "cloud_tolerance_ms": ParamSpec(
         50.0, "largest stamp difference of a cloud paired with a frame, ms", None, (0.0, 1e3)
+    ),
+    "fixed_frame": ParamSpec(
+        "",
+        "a frame that does not move while the vehicle does (odom, map): each cloud is moved "
+        "from its stamp to the frame's through it (ego-motion); empty = the cloud is placed "
+        "at its own stamp, uncompensated",
     ),
     "overlay_jpeg_quality": ParamSpec(80, "JPEG quality of ~/overlay/compressed", None, (1, 100)),
     "expected_rate": ParamSpec(
@@ -356,6 +363,7 @@ class NodeConfig:
     depth_transport: str = "raw"
     batch_window_ms: float = 10.0
     overlap_stages: bool = False
+    fixed_frame: str = ""
 
 
 def _model_path(value: str) -> Path:
@@ -562,6 +570,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         depth_tolerance_ms=float(values["depth_tolerance_ms"]),
         depth_transport=str(values["depth_transport"]),
         cloud_tolerance_ms=float(values["cloud_tolerance_ms"]),
+        fixed_frame=str(values["fixed_frame"]).lstrip("/"),
         overlay_jpeg_quality=int(values["overlay_jpeg_quality"]),
         health=HealthLimits(
             expected_rate=float(values["expected_rate"]),

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InputError
+from .tf_buffer import Transform
 
 #: sensor_msgs/PointField datatypes that x, y and z may have
 POINT_FIELD_TYPES = {7: "f4", 8: "f8"}  # FLOAT32, FLOAT64
@@ -81,15 +82,7 @@ def rigid_transform(translation: Sequence[float], rotation_xyzw: Sequence[float]
             f"transform rotation {list(q)} is not a unit quaternion (norm {norm:.4g}); "
             "publish a normalised rotation"
         )
-    x, y, z, w = q / norm
-    matrix = np.eye(4)
-    matrix[:3, :3] = [
-        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-    ]
-    matrix[:3, 3] = translation
-    return matrix
+    return Transform(np.asarray(translation, np.float64), q / norm).matrix()
 
 
 def transform_points(xyz: np.ndarray, matrix: np.ndarray) -> np.ndarray:

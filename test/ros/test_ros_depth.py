@@ -470,19 +470,25 @@ def tf2_msgs_prefix(request: pytest.FixtureRequest):
     return built_for_test(TF2_MSGS, request)
 
 
-def cloud_msg(sec: int, frame: str) -> PointCloud2:
-    """A LiDAR cloud of the plane PLANE_M ahead of the camera, in the LiDAR's frame, with an
-    intensity field the node must skip."""
+def cloud_msg(
+    sec: int,
+    frame: str,
+    nanosec: int = 0,
+    plane_m: float = PLANE_M,
+    lidar_to_camera: tuple = LIDAR_TO_CAMERA,
+) -> PointCloud2:
+    """A LiDAR cloud of the plane ``plane_m`` ahead of the camera, in the LiDAR's frame (placed
+    by ``lidar_to_camera``), with an intensity field the node must skip."""
     u, v = np.meshgrid(np.arange(0, W, 2), np.arange(0, H, 2))
     camera = np.stack(
         [
-            (u.ravel() - CX) * PLANE_M / FX,
-            (v.ravel() - CY) * PLANE_M / FX,
-            np.full(u.size, PLANE_M),
+            (u.ravel() - CX) * plane_m / FX,
+            (v.ravel() - CY) * plane_m / FX,
+            np.full(u.size, plane_m),
         ],
         1,
     )
-    into_camera = rigid_transform(*LIDAR_TO_CAMERA)
+    into_camera = rigid_transform(*lidar_to_camera)
     lidar = transform_points(camera.astype(np.float32), np.linalg.inv(into_camera))
     points = np.zeros((len(lidar), 4), np.float32)
     points[:, :3] = lidar
@@ -491,7 +497,7 @@ def cloud_msg(sec: int, frame: str) -> PointCloud2:
         PointField(name=n, offset=4 * k, datatype=PointField.FLOAT32, count=1)
         for k, n in enumerate(("x", "y", "z", "intensity"))
     ]
-    msg.header.stamp.sec = sec
+    msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
     msg.header.frame_id = frame
     msg.data = array.array("B", points.tobytes())
     return msg
@@ -623,4 +629,68 @@ def test_a_cloud_in_a_frame_without_transform_is_named_once_and_counted(lidar_no
         lambda: int(client.latest_diagnostics().get("cloud_refused", "0")) >= 2, 10, "counted"
     )
     assert "'roof_lidar'" in client.latest_diagnostics()["cloud_last_problem"]
-    assert node.log().count("no static transform from the cloud's frame 'roof_lidar'") == 1
+    log = node.log()
+    assert log.count("cannot place the cloud's frame 'roof_lidar' in the camera's") == 1
+    assert '"roof_lidar" passed to lookupTransform argument source_frame does not exist' in log
+
+
+#: the vehicle's speed along the camera's optical axis, and how long before its frame a cloud
+#: was captured: the cloud sees the plane this much farther away than the frame does
+SPEED_MPS, CLOUD_EARLY_S = 25.0, 0.04
+
+
+def transform_msg(parent: str, child: str, z: float, sec: int, nanosec: int) -> TransformStamped:
+    """parent <- child, a translation of ``z`` along z, stamped (sec, nanosec)."""
+    msg = TransformStamped(child_frame_id=child)
+    msg.header.frame_id = parent
+    msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
+    msg.transform.translation.z, msg.transform.rotation.w = z, 1.0
+    return msg
+
+
+def test_a_moving_vehicles_cloud_is_moved_to_the_frames_stamp_through_the_fixed_frame(
+    vision_msgs_prefix, tf2_msgs_prefix, random_bundle
+):
+    """fixed_frame odom: odom <- base_link moves at 25 m/s on /tf, the camera and the LiDAR
+    ride on base_link (/tf_static), and each cloud is stamped 40 ms before its frame, when the
+    plane was 1 m farther. The detections lie on the plane where it is at the frame's stamp,
+    not where the cloud saw it."""
+    params = lifting_node_params(random_bundle, outputs=["instance_mask"], fixed_frame="odom")
+    with lidar_node_running(vision_msgs_prefix, tf2_msgs_prefix, params) as (client, pubs, _):
+        tf2 = importlib.import_module("tf2_msgs.msg")
+        latched = QoSProfile(
+            depth=1,
+            reliability=ReliabilityPolicy.RELIABLE,
+            durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        )
+        static = client.node.create_publisher(tf2.TFMessage, "/tf_static", latched)
+        static.publish(tf2.TFMessage(transforms=[
+            transform_msg("base_link", "camera_bgr8", 0.0, 0, 0),
+            transform_msg("base_link", "roof", 0.0, 0, 0),
+        ]))  # fmt: skip
+        moving = client.node.create_publisher(
+            tf2.TFMessage, "/tf", QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        )
+        client.wait_for(lambda: moving.get_subscription_count() > 0, 30, "the node on /tf")
+        identity = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0])
+
+        def send(sec: int) -> None:
+            poses = [
+                transform_msg("odom", "base_link", SPEED_MPS * (sec + ms / 1000), *divmod(
+                    sec * 1_000_000_000 + ms * 1_000_000, 1_000_000_000))
+                for ms in range(-100, 101, 10)
+            ]  # fmt: skip
+            moving.publish(tf2.TFMessage(transforms=poses))
+            pubs[INFO].publish(camera_info(sec))
+            early = divmod(sec * 1_000_000_000 - int(CLOUD_EARLY_S * 1e9), 1_000_000_000)
+            seen_at = PLANE_M + SPEED_MPS * CLOUD_EARLY_S  # 1 m farther, 40 ms earlier
+            pubs[CLOUD].publish(cloud_msg(early[0], "roof", early[1], seen_at, identity))
+            time.sleep(0.2)
+            pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
+
+        outputs = (f"{NS}/detections_3d", f"{NS}/instance_mask")
+        sec = first_lifted(client, outputs, range(901, 907), send)
+        dets = client.stamped(f"{NS}/detections_3d", sec)
+        assert dets.detections
+        for det in dets.detections:
+            assert det.results[0].pose.pose.position.z == pytest.approx(PLANE_M, abs=1e-3)
