@@ -190,13 +190,14 @@ class Camera:
                 config.depth_tolerance_ms,
                 *three_d,
                 transport=config.depth_transport,
+                output_frame=config.output_frame,
             )
         elif camera.cloud_topic and tf2_msgs is None:
             self.log.warning(self._named(three_d_off("tf2_msgs", cloud=True)))
         elif camera.cloud_topic:
             self.depth = CloudInput(
                 node, camera.cloud_topic, config.cloud_tolerance_ms, *three_d,
-                fixed_frame=config.fixed_frame,
+                fixed_frame=config.fixed_frame, output_frame=config.output_frame,
             )  # fmt: skip
 
     def _listened(self) -> bool:

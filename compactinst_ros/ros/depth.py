@@ -28,17 +28,19 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2
+from std_msgs.msg import Header
 
 from ..errors import InputError
 from ..labels import LabelSet
 from ..palette import palette_colours
 from ..spatial import Instances3D, Intrinsics, prepare_lifting
 from ..spatial.cloud import cloud_xyz, transform_points
+from ..spatial.tf_buffer import Transform
 from ..structures import FrameResult
 from . import convert
 from .camera_info import StampMatcher, stamp_ns
 from .qos import frame_qos
-from .tf import TRANSFORM_ERRORS, matrix_of, transform_tree
+from .tf import TRANSFORM_ERRORS, matrix_of, transform_of, transform_tree
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
@@ -65,15 +67,30 @@ def intrinsics(info: CameraInfo) -> Intrinsics:
     return Intrinsics.from_k(list(info.k), int(info.width), int(info.height))
 
 
+def _set_pose(pose: Any, position: np.ndarray, rotation: np.ndarray) -> None:
+    """Fill a geometry_msgs/Pose."""
+    pose.position.x, pose.position.y, pose.position.z = (float(v) for v in position)
+    o = pose.orientation
+    o.x, o.y, o.z, o.w = (float(v) for v in rotation)
+
+
 def detections_3d_msg(
-    header: Any, result: FrameResult, lifted: Instances3D, vision_msgs: Any
+    header: Any,
+    result: FrameResult,
+    lifted: Instances3D,
+    vision_msgs: Any,
+    placement: Transform | None = None,
 ) -> Any:
     """vision_msgs/Detection3DArray: per lifted instance ``id`` = the 2-D detection's id,
     class_id = label id, score, the centroid as the pose and the box centre, the extent as the
-    box size (camera optical frame, metres)."""
+    box size (metres). In the camera's optical frame, or with ``placement`` (output frame <-
+    camera at the frame's stamp; ``header`` already names the output frame) in the output
+    frame, the box turned with the camera's axes."""
     out = vision_msgs.Detection3DArray()
     out.header = header
     inst = result.instances
+    placement = placement or Transform()
+    centroids = placement.apply(lifted.centroid.astype(np.float64))
     for i in range(len(lifted)):
         if not lifted.valid[i]:
             continue
@@ -83,20 +100,27 @@ def detections_3d_msg(
         hyp = vision_msgs.ObjectHypothesisWithPose()
         hyp.hypothesis.class_id = str(int(inst.label_id[i]))
         hyp.hypothesis.score = float(inst.score[i])
-        x, y, z = (float(v) for v in lifted.centroid[i])
-        hyp.pose.pose.position.x, hyp.pose.pose.position.y, hyp.pose.pose.position.z = x, y, z
+        _set_pose(hyp.pose.pose, centroids[i], placement.rotation)
         det.results.append(hyp)
-        det.bbox.center.position = hyp.pose.pose.position
+        det.bbox.center = hyp.pose.pose
         sx, sy, sz = (float(v) for v in lifted.extent[i])
         det.bbox.size.x, det.bbox.size.y, det.bbox.size.z = sx, sy, sz
         out.detections.append(det)
     return out
 
 
-def markers_msg(header: Any, result: FrameResult, lifted: Instances3D, labels: LabelSet) -> Any:
+def markers_msg(
+    header: Any,
+    result: FrameResult,
+    lifted: Instances3D,
+    labels: LabelSet,
+    placement: Transform | None = None,
+) -> Any:
     """visualization_msgs/MarkerArray for rviz: a DELETEALL (the last frame's go), then per
     lifted instance a box at its centroid with its extent, in the instance's overlay colour, and
-    a caption "<class> <distance> m" above it (ids = the instance ids)."""
+    a caption "<class> <distance> m" above it, over the camera (ids = the instance ids); in the
+    output frame of ``placement`` as ``detections_3d_msg``."""
+    placement = placement or Transform()
     out = visualization_msgs.MarkerArray()
     clear = visualization_msgs.Marker(action=visualization_msgs.Marker.DELETEALL)
     clear.header = header
@@ -105,14 +129,14 @@ def markers_msg(header: Any, result: FrameResult, lifted: Instances3D, labels: L
     names = dict(zip(labels.ids, labels.names, strict=True))
     colours = palette_colours(inst.ids) / 255.0
     for i in np.flatnonzero(lifted.valid):
-        x, y, z = (float(v) for v in lifted.centroid[i])
+        centroid = lifted.centroid[i].astype(np.float64)
         size = np.maximum(lifted.extent[i], MIN_MARKER_M)
+        above = centroid - [0.0, float(size[1]) / 2 + 0.1, 0.0]  # the optical y points down
         box = visualization_msgs.Marker(
             ns="instances", id=int(inst.ids[i]), type=visualization_msgs.Marker.CUBE
         )
         box.header = header
-        box.pose.position.x, box.pose.position.y, box.pose.position.z = x, y, z
-        box.pose.orientation.w = 1.0
+        _set_pose(box.pose, placement.apply(centroid[None])[0], placement.rotation)
         box.scale.x, box.scale.y, box.scale.z = (float(v) for v in size)
         r, g, b = (float(c) for c in colours[i])
         box.color.r, box.color.g, box.color.b, box.color.a = r, g, b, 0.5
@@ -120,9 +144,7 @@ def markers_msg(header: Any, result: FrameResult, lifted: Instances3D, labels: L
             ns="captions", id=int(inst.ids[i]), type=visualization_msgs.Marker.TEXT_VIEW_FACING
         )
         text.header = header
-        text.pose.position.x, text.pose.position.z = x, z
-        text.pose.position.y = y - float(size[1]) / 2 - 0.1  # above: y points down
-        text.pose.orientation.w = 1.0
+        _set_pose(text.pose, placement.apply(above[None])[0], placement.rotation)
         text.scale.z = 0.25
         text.color.r = text.color.g = text.color.b = text.color.a = 1.0
         label = int(inst.label_id[i])
@@ -133,7 +155,13 @@ def markers_msg(header: Any, result: FrameResult, lifted: Instances3D, labels: L
 
 class DepthInput:
     """Subscribes to a camera's depth image and its camera_info; lifts and publishes each
-    frame's instances (``publish``) and reports pairing on /diagnostics (``check``)."""
+    frame's instances (``publish``) and reports pairing on /diagnostics (``check``).
+
+    With ``output_frame`` (``base_link``, ``map``) ``~/detections_3d`` and ``~/markers_3d``
+    are in that frame: the camera placed in it at the frame's stamp through /tf and /tf_static
+    (ros/tf.py); a frame whose camera cannot be placed publishes an empty array, counted and
+    named. Lifting, the captions' distances and ``~/cloud_labelled`` stay in the camera's
+    optical frame."""
 
     #: the input's name in /diagnostics keys and messages
     kind = "depth"
@@ -149,8 +177,13 @@ class DepthInput:
         labels: LabelSet,
         prefix: str = "~/",
         transport: str = "raw",
+        output_frame: str = "",
     ) -> None:
         self.node = node
+        self.output_frame = output_frame
+        self.tf_buffer: Any = None  # made at each start where used (ros/tf.py)
+        self.tf_kind = ""
+        self._tf_listener: Any = None
         # compressedDepth: image_transport's topic under the depth image's, with the same
         # camera_info beside the depth image
         self.topic = f"{topic.rstrip('/')}/compressedDepth" if transport != "raw" else topic
@@ -180,21 +213,36 @@ class DepthInput:
         self.last_problem = ""
         self.age_ms: float | None = None
 
+    def uses_transforms(self) -> bool:
+        """Whether this input reads /tf and /tf_static (for ``output_frame``)."""
+        return bool(self.output_frame)
+
     def start(self) -> None:
-        """Subscribe (best effort matches reliable and best-effort drivers alike)."""
+        """Subscribe (best effort matches reliable and best-effort drivers alike), and feed a
+        transform buffer from /tf and /tf_static where transforms are used."""
         if not self._subs:
             prepare_lifting()
             qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
             self._subs = [
                 self.node.create_subscription(self.message_type, self.topic, self._on_depth, qos),
-                self.node.create_subscription(CameraInfo, self.info_topic, self._on_info, qos),
             ]
+            if self.message_type is not PointCloud2:
+                self._subs.append(
+                    self.node.create_subscription(CameraInfo, self.info_topic, self._on_info, qos)
+                )
+            if self.uses_transforms():
+                # a new buffer per start: /tf_static is latched and comes again, and what /tf
+                # said while idle is gone either way
+                self.tf_buffer, self._tf_listener, self.tf_kind = transform_tree(self.node)
 
     def stop(self) -> None:
-        """Unsubscribe (the camera is idle or inactive)."""
+        """Unsubscribe from the inputs and the transforms (the camera is idle or inactive)."""
         for sub in self._subs:
             self.node.destroy_subscription(sub)
         self._subs = []
+        if self._tf_listener is not None:
+            self._tf_listener.unregister()
+            self._tf_listener = None
 
     def _on_depth(self, msg: Image | CompressedImage) -> None:
         self.frames.add(stamp_ns(msg.header.stamp), msg)
@@ -287,16 +335,37 @@ class DepthInput:
         """Publish the frame's 3-D outputs that are subscribed; a frame without 3-D (``lifted``
         None: no depth paired, or refused) still gets an empty Detection3DArray with its
         header, so that a subscriber synchronising on the frames never waits for it."""
-        if lifted is None:
+        placement = None
+        if self.output_frame:
+            placement = self._output_placement(header) if lifted is not None else None
+            header = Header(stamp=header.stamp, frame_id=self.output_frame)
+        if lifted is None or (self.output_frame and placement is None):
             if self.pub.get_subscription_count() > 0:
                 empty = self.vision_msgs.Detection3DArray()
                 empty.header = header
                 self.pub.publish(empty)
             return
         if self.pub.get_subscription_count() > 0:
-            self.pub.publish(detections_3d_msg(header, result, lifted, self.vision_msgs))
+            msg = detections_3d_msg(header, result, lifted, self.vision_msgs, placement)
+            self.pub.publish(msg)
         if self._markers_wanted():
-            self.markers.publish(markers_msg(header, result, lifted, self.labels))
+            self.markers.publish(markers_msg(header, result, lifted, self.labels, placement))
+
+    def _output_placement(self, header: Any) -> Transform | None:
+        """output_frame <- the camera's frame at the frame's stamp; None (counted, named) where
+        the transforms cannot place it."""
+        try:
+            placed = self.tf_buffer.lookup_transform(
+                self.output_frame, header.frame_id, Time.from_msg(header.stamp)
+            )
+        except TRANSFORM_ERRORS as exc:
+            self._count(
+                "refused",
+                f"cannot place the camera's frame '{header.frame_id}' in output_frame "
+                f"'{self.output_frame}': {exc}; publish the transforms on /tf or /tf_static",
+            )
+            return None
+        return transform_of(placed)
 
     def check(self) -> tuple[list[tuple[bytes, str]], dict[str, object]]:
         """/diagnostics problems (WARN for frames without 3-D since the last check), the pairing
@@ -354,9 +423,7 @@ class CloudInput(DepthInput):
     def __init__(self, *args: Any, fixed_frame: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fixed_frame = fixed_frame
-        self.tf_buffer: Any = None  # made at each start (ros/tf.py: tf2_ros's or ours)
-        self.tf_kind = ""
-        self._tf_listener: Any = None
+        self.message_type = PointCloud2
         self._unplaced: set[str] = set()  # cloud frames named once in the log
         self.labelled = self.node.create_publisher(
             PointCloud2, f"{self.prefix}cloud_labelled", frame_qos(self.reliability)
@@ -390,24 +457,9 @@ class CloudInput(DepthInput):
         super().destroy()
         self.node.destroy_publisher(self.labelled)
 
-    def start(self) -> None:
-        """Subscribe to the cloud, and feed the transform buffer from /tf and /tf_static."""
-        if not self._subs:
-            prepare_lifting()
-            qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
-            self._subs = [
-                self.node.create_subscription(PointCloud2, self.topic, self._on_depth, qos),
-            ]
-            # a new buffer per start: /tf_static is latched and comes again, and what /tf
-            # said while idle is gone either way
-            self.tf_buffer, self._tf_listener, self.tf_kind = transform_tree(self.node)
-
-    def stop(self) -> None:
-        """Unsubscribe from the cloud and the transforms."""
-        super().stop()
-        if self._tf_listener is not None:
-            self._tf_listener.unregister()
-            self._tf_listener = None
+    def uses_transforms(self) -> bool:
+        """Always: the transforms place the cloud in the camera."""
+        return True
 
     def _placement(self, header: Any, cloud: PointCloud2) -> np.ndarray | None:
         """The 4x4 matrix taking the cloud's points into the camera's optical frame at the

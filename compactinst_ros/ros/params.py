@@ -215,6 +215,11 @@ PARAMETERS: dict[str, ParamSpec] = {
         "from its stamp to the frame's through it (ego-motion); empty = the cloud is placed "
         "at its own stamp, uncompensated",
     ),
+    "output_frame": ParamSpec(
+        "",
+        "the frame ~/detections_3d and ~/markers_3d are published in (base_link, map), placed "
+        "through /tf and /tf_static at each frame's stamp; empty = the camera's optical frame",
+    ),
     "overlay_jpeg_quality": ParamSpec(80, "JPEG quality of ~/overlay/compressed", None, (1, 100)),
     "expected_rate": ParamSpec(
         0.0, "expected output rate, Hz; 0 = the measured input rate", None, (0.0, 1000.0)
@@ -364,6 +369,7 @@ class NodeConfig:
     batch_window_ms: float = 10.0
     overlap_stages: bool = False
     fixed_frame: str = ""
+    output_frame: str = ""
 
 
 def _model_path(value: str) -> Path:
@@ -571,6 +577,7 @@ def read_config(values: dict[str, Any]) -> NodeConfig:
         depth_transport=str(values["depth_transport"]),
         cloud_tolerance_ms=float(values["cloud_tolerance_ms"]),
         fixed_frame=str(values["fixed_frame"]).lstrip("/"),
+        output_frame=str(values["output_frame"]).lstrip("/"),
         overlay_jpeg_quality=int(values["overlay_jpeg_quality"]),
         health=HealthLimits(
             expected_rate=float(values["expected_rate"]),

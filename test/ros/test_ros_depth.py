@@ -38,6 +38,7 @@ from compactinst_ros.overlay import draw_captions, overlay_bgr
 from compactinst_ros.ros.convert import table_from_msg
 from compactinst_ros.ros.params import PARAMETERS, read_config
 from compactinst_ros.spatial.cloud import rigid_transform, transform_points
+from compactinst_ros.spatial.tf_buffer import Transform
 from compactinst_ros.structures import FrameMeta, FrameResult, Instances, PostprocessOptions
 
 pytest.importorskip("rclpy")
@@ -634,28 +635,39 @@ def test_a_cloud_in_a_frame_without_transform_is_named_once_and_counted(lidar_no
     assert '"roof_lidar" passed to lookupTransform argument source_frame does not exist' in log
 
 
-#: the vehicle's speed along the camera's optical axis, and how long before its frame a cloud
-#: was captured: the cloud sees the plane this much farther away than the frame does
+#: the vehicle's speed along base_link's x, and how long before its frame a cloud was
+#: captured: the cloud sees the plane this much farther away than the frame does
 SPEED_MPS, CLOUD_EARLY_S = 25.0, 0.04
+#: base_link <- camera optical frame (x forward, z up <- z forward, y down), 0.5 m ahead, 1.5 m
+#: up; base_link <- roof LiDAR, 2 m up (x forward)
+CAMERA_MOUNT = Transform(np.array([0.5, 0.0, 1.5]), np.array([-0.5, 0.5, -0.5, 0.5]))
+ROOF_MOUNT = Transform(np.array([0.0, 0.0, 2.0]))
 
 
-def transform_msg(parent: str, child: str, z: float, sec: int, nanosec: int) -> TransformStamped:
-    """parent <- child, a translation of ``z`` along z, stamped (sec, nanosec)."""
+def transform_msg(
+    parent: str, child: str, transform: Transform, sec: int, nanosec: int
+) -> TransformStamped:
+    """parent <- child, stamped (sec, nanosec)."""
     msg = TransformStamped(child_frame_id=child)
     msg.header.frame_id = parent
     msg.header.stamp.sec, msg.header.stamp.nanosec = sec, nanosec
-    msg.transform.translation.z, msg.transform.rotation.w = z, 1.0
+    t, q = msg.transform.translation, msg.transform.rotation
+    t.x, t.y, t.z = (float(v) for v in transform.translation)
+    q.x, q.y, q.z, q.w = (float(v) for v in transform.rotation)
     return msg
 
 
-def test_a_moving_vehicles_cloud_is_moved_to_the_frames_stamp_through_the_fixed_frame(
+def test_a_moving_vehicles_cloud_is_moved_to_the_frames_stamp_and_output_in_base_link(
     vision_msgs_prefix, tf2_msgs_prefix, random_bundle
 ):
-    """fixed_frame odom: odom <- base_link moves at 25 m/s on /tf, the camera and the LiDAR
-    ride on base_link (/tf_static), and each cloud is stamped 40 ms before its frame, when the
-    plane was 1 m farther. The detections lie on the plane where it is at the frame's stamp,
-    not where the cloud saw it."""
-    params = lifting_node_params(random_bundle, outputs=["instance_mask"], fixed_frame="odom")
+    """fixed_frame odom, output_frame base_link: odom <- base_link moves at 25 m/s on /tf, the
+    camera and the roof LiDAR ride on base_link (/tf_static), and each cloud is stamped 40 ms
+    before its frame, when the plane was 1 m farther. The detections lie on the plane where it
+    is at the frame's stamp (PLANE_M ahead of the camera, so 0.5 + PLANE_M ahead of base_link),
+    in base_link, their boxes turned with the camera."""
+    params = lifting_node_params(
+        random_bundle, outputs=["instance_mask"], fixed_frame="odom", output_frame="base_link"
+    )
     with lidar_node_running(vision_msgs_prefix, tf2_msgs_prefix, params) as (client, pubs, _):
         tf2 = importlib.import_module("tf2_msgs.msg")
         latched = QoSProfile(
@@ -665,32 +677,36 @@ def test_a_moving_vehicles_cloud_is_moved_to_the_frames_stamp_through_the_fixed_
         )
         static = client.node.create_publisher(tf2.TFMessage, "/tf_static", latched)
         static.publish(tf2.TFMessage(transforms=[
-            transform_msg("base_link", "camera_bgr8", 0.0, 0, 0),
-            transform_msg("base_link", "roof", 0.0, 0, 0),
+            transform_msg("base_link", "camera_bgr8", CAMERA_MOUNT, 0, 0),
+            transform_msg("base_link", "roof", ROOF_MOUNT, 0, 0),
         ]))  # fmt: skip
         moving = client.node.create_publisher(
             tf2.TFMessage, "/tf", QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
         )
         client.wait_for(lambda: moving.get_subscription_count() > 0, 30, "the node on /tf")
-        identity = ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0])
+        roof_in_camera = CAMERA_MOUNT.inverse() * ROOF_MOUNT
+        roof_to_camera = (list(roof_in_camera.translation), list(roof_in_camera.rotation))
 
         def send(sec: int) -> None:
-            poses = [
-                transform_msg("odom", "base_link", SPEED_MPS * (sec + ms / 1000), *divmod(
-                    sec * 1_000_000_000 + ms * 1_000_000, 1_000_000_000))
-                for ms in range(-100, 101, 10)
-            ]  # fmt: skip
+            poses = []
+            for ms in range(-100, 101, 10):
+                at = sec * 1_000_000_000 + ms * 1_000_000
+                driven = Transform(np.array([SPEED_MPS * at / 1e9, 0.0, 0.0]))
+                poses.append(transform_msg("odom", "base_link", driven, *divmod(at, 10**9)))
             moving.publish(tf2.TFMessage(transforms=poses))
             pubs[INFO].publish(camera_info(sec))
             early = divmod(sec * 1_000_000_000 - int(CLOUD_EARLY_S * 1e9), 1_000_000_000)
             seen_at = PLANE_M + SPEED_MPS * CLOUD_EARLY_S  # 1 m farther, 40 ms earlier
-            pubs[CLOUD].publish(cloud_msg(early[0], "roof", early[1], seen_at, identity))
+            pubs[CLOUD].publish(cloud_msg(early[0], "roof", early[1], seen_at, roof_to_camera))
             time.sleep(0.2)
             pubs[TOPIC].publish(image_msg(scene(H, W, sec), "bgr8", sec=sec))
 
         outputs = (f"{NS}/detections_3d", f"{NS}/instance_mask")
         sec = first_lifted(client, outputs, range(901, 907), send)
         dets = client.stamped(f"{NS}/detections_3d", sec)
-        assert dets.detections
+        assert dets.detections and dets.header.frame_id == "base_link"
         for det in dets.detections:
-            assert det.results[0].pose.pose.position.z == pytest.approx(PLANE_M, abs=1e-3)
+            pose = det.results[0].pose.pose
+            assert pose.position.x == pytest.approx(0.5 + PLANE_M, abs=1e-3)
+            o = det.bbox.center.orientation
+            np.testing.assert_allclose([o.x, o.y, o.z, o.w], CAMERA_MOUNT.rotation, atol=1e-9)
