@@ -526,16 +526,19 @@ def ros_imports(paths: list[Path]) -> Iterator[tuple[str, str]]:
             for module in modules:
                 top = module.split(".")[0]
                 if is_ros_package(top):
-                    yield top, f"{where}:{node.lineno}"
+                    yield MODULE_PACKAGES.get(top, top), f"{where}:{node.lineno}"
 
 
-ROS_PACKAGES = ("rclpy", "launch", "launch_ros", "ament_index_python", "rviz2")
+ROS_PACKAGES = ("rclpy", "launch", "launch_ros", "ament_index_python", "rviz2", "tf2_ros")
+#: Python modules whose ROS package has another name (tf2_ros's Python half is tf2_ros_py)
+MODULE_PACKAGES = {"tf2_ros": "tf2_ros_py"}
 #: words every file that uses a ROS package contains
 ROS_WORDS = (*ROS_PACKAGES, "_msgs", "_interfaces")
 
 
 def is_ros_package(name: str) -> bool:
-    """ROS packages among import names: the client library, launch, ament and interfaces."""
+    """ROS packages among import names: the client library, launch, ament, tf2_ros and
+    interfaces."""
     return name in ROS_PACKAGES or name.endswith(("_msgs", "_interfaces"))
 
 
