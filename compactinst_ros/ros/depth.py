@@ -34,7 +34,7 @@ from ..errors import InputError
 from ..labels import LabelSet
 from ..palette import palette_colours
 from ..spatial import Instances3D, Intrinsics, prepare_lifting
-from ..spatial.cloud import cloud_xyz, transform_points
+from ..spatial.cloud import cloud_times, cloud_xyz, to_one_instant, transform_points
 from ..spatial.tf_buffer import Transform
 from ..structures import FrameResult
 from . import convert
@@ -461,32 +461,52 @@ class CloudInput(DepthInput):
         """Always: the transforms place the cloud in the camera."""
         return True
 
-    def _placement(self, header: Any, cloud: PointCloud2) -> np.ndarray | None:
-        """The 4x4 matrix taking the cloud's points into the camera's optical frame at the
-        frame's stamp (class doc); None (counted; named in the log once per cloud frame) where
-        the transforms cannot place it."""
+    def _placement_at(self, header: Any, cloud: PointCloud2, taken_ns: int | None) -> np.ndarray:
+        """The 4x4 matrix taking points of the cloud's frame captured at ``taken_ns`` (None:
+        the cloud's stamp) into the camera's optical frame (class doc); tf2's error where the
+        transforms cannot place them."""
         camera, frame = header.frame_id, cloud.header.frame_id
-        at_cloud = Time.from_msg(cloud.header.stamp)
-        try:
-            if self.fixed_frame:
-                placed = self.tf_buffer.lookup_transform_full(
-                    camera, Time.from_msg(header.stamp), frame, at_cloud, self.fixed_frame
-                )
-            else:
-                placed = self.tf_buffer.lookup_transform(camera, frame, at_cloud)
-        except TRANSFORM_ERRORS as exc:
-            through = f" through '{self.fixed_frame}'" if self.fixed_frame else ""
-            problem = (
-                f"cannot place the cloud's frame '{frame}' in the camera's '{camera}'{through}: "
-                f"{exc}; publish the transforms on /tf (moving parts) or /tf_static "
-                "(static_transform_publisher for a fixed mount)"
+        taken = Time.from_msg(cloud.header.stamp)
+        if taken_ns is not None:
+            taken = Time(nanoseconds=taken_ns)
+        if self.fixed_frame:
+            at_frame = Time.from_msg(header.stamp)
+            placed = self.tf_buffer.lookup_transform_full(
+                camera, at_frame, frame, taken, self.fixed_frame
             )
-            if frame not in self._unplaced:
-                self._unplaced.add(frame)
-                self.node.get_logger().warning(problem)
-            self._count("refused", problem, log=False)  # named once per frame, above
-            return None
+        else:
+            placed = self.tf_buffer.lookup_transform(camera, frame, taken)
         return matrix_of(placed)
+
+    def _unplaceable(self, header: Any, cloud: PointCloud2, error: Exception) -> None:
+        """Count a cloud the transforms cannot place; named in the log once per cloud frame."""
+        camera, frame = header.frame_id, cloud.header.frame_id
+        through = f" through '{self.fixed_frame}'" if self.fixed_frame else ""
+        problem = (
+            f"cannot place the cloud's frame '{frame}' in the camera's '{camera}'{through}: "
+            f"{error}; publish the transforms on /tf (moving parts) or /tf_static "
+            "(static_transform_publisher for a fixed mount)"
+        )
+        if frame not in self._unplaced:
+            self._unplaced.add(frame)
+            self.node.get_logger().warning(problem)
+        self._count("refused", problem, log=False)  # named once per frame, above
+
+    def _in_camera(self, header: Any, cloud: PointCloud2) -> np.ndarray:
+        """The cloud's points in the camera's optical frame: each moved with the pose at its own
+        capture time where the cloud has per-point times and ``fixed_frame`` is set (a sweep on
+        a moving vehicle), else all with the pose at the cloud's stamp. InputError for a cloud
+        that cannot be read; tf2's error for one that cannot be placed."""
+        layout = (cloud.data, cloud.width, cloud.height, cloud.point_step, cloud.row_step)
+        fields = [(f.name, int(f.offset), int(f.datatype)) for f in cloud.fields]
+        xyz = cloud_xyz(*layout, fields, bool(cloud.is_bigendian))
+        times = None
+        if self.fixed_frame:
+            stamp = stamp_ns(cloud.header.stamp)
+            times = cloud_times(*layout, fields, stamp, bool(cloud.is_bigendian))
+        if times is not None:
+            return to_one_instant(xyz, times, lambda t: self._placement_at(header, cloud, t))
+        return transform_points(xyz, self._placement_at(header, cloud, None))
 
     def _lift(self, header: Any, result: FrameResult, pipeline: Pipeline) -> Instances3D | None:
         """The cloud lifted through ``Pipeline.lift_cloud``: on the GPU with TensorRT, else on
@@ -495,9 +515,6 @@ class CloudInput(DepthInput):
         cloud = self._paired(stamp)
         if cloud is None:
             return None
-        matrix = self._placement(header, cloud)
-        if matrix is None:
-            return None
         colour = self.colour_infos.match(stamp) if self.colour_infos is not None else None
         try:
             if colour is None:
@@ -505,19 +522,12 @@ class CloudInput(DepthInput):
                     "no camera_info for the frame: set camera_info_topic (its K places the "
                     "masks in 3-D)"
                 )
-            fields = [(f.name, int(f.offset), int(f.datatype)) for f in cloud.fields]
-            xyz = cloud_xyz(
-                cloud.data,
-                cloud.width,
-                cloud.height,
-                cloud.point_step,
-                cloud.row_step,
-                fields,
-                bool(cloud.is_bigendian),
-            )
-            xyz = transform_points(xyz, matrix)
+            xyz = self._in_camera(header, cloud)
             lifted, point_ids = pipeline.lift_cloud(result, xyz, intrinsics(colour))
             self._points = (xyz, point_ids)
+        except TRANSFORM_ERRORS as exc:
+            self._unplaceable(header, cloud, exc)
+            return None
         except InputError as exc:
             self._count("refused", f"cloud refused: {exc}")
             return None
