@@ -63,7 +63,7 @@ def main() -> None:
     frames = video_frames(args.frames)
     packets = list(encode(frames, "libx264", args.gop))
     jpegs = [cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, 90])[1] for f in frames]
-    h264_mb = sum(len(d) for d, _ in packets) / 1e6
+    h264_mb = sum(len(d) for d, _, _ in packets) / 1e6
     jpeg_mb = sum(len(j) for j in jpegs) / 1e6
     print(
         f"{args.frames} frames {W}x{H}: h264 {h264_mb:.1f} MB (gop {args.gop}), "
@@ -72,7 +72,7 @@ def main() -> None:
 
     def h264_bgr() -> int:
         stream = VideoStream(hardware=False, threads=1)
-        for index, (data, key) in enumerate(packets):
+        for index, (data, key, _) in enumerate(packets):
             stream.decode(VideoPacket(data, "h264", key, index))
         return len(packets)
 

@@ -16,8 +16,10 @@ reading stopped.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
+import itertools
 import re
 import shutil
 import sqlite3
@@ -39,9 +41,11 @@ from ..video import (
     FFMPEG_PACKET,
     MESSAGE_DEFINITIONS,
     VIDEO_TYPES,
+    Decoded,
     VideoStream,
     available_decoders,
     codec_of,
+    decode_packets,
     packet_of,
     stamp_of,
 )
@@ -116,11 +120,18 @@ class BagFrame:
     frame_id: str = ""
     #: the decoder state of a video topic's pass over the bag (None for still images)
     stream: VideoStream | None = None
+    #: a video frame's outcome from ``ImageBag.decoded_frames``: its picture or why it has none
+    decoded: Decoded | None = None
 
     def decode(self) -> tuple[np.ndarray, str]:
         """HxWxC uint8 array and its ROS encoding (CompressedImage and video decode to bgr8).
-        A video frame must be decoded in order within its pass; one that gives no picture
-        raises ``VideoPacketError``."""
+        A video frame from ``decoded_frames`` returns its picture; one from ``frames`` must be
+        decoded in order within its pass (no B-frames). One that gives no picture raises
+        ``VideoPacketError``."""
+        if self.decoded is not None:
+            if self.decoded.picture is None:
+                raise self.decoded.error
+            return self.decoded.picture, "bgr8"
         msg = typestore().deserialize_cdr(self.raw, self.msgtype)
         if self.stream is not None:
             return self.stream.decode(packet_of(msg, self.msgtype)), "bgr8"
@@ -541,6 +552,26 @@ class ImageBag(ClosedOnExit):
                 f"of {self.topic} ({type(exc).__name__}: {exc})"
             )
 
+    def decoded_frames(self) -> Iterator[BagFrame]:
+        """``frames`` for processing: a video topic's packets go to the decoder in recorded
+        (decode) order and each frame comes out when its picture does, carrying it (B-frames:
+        presentation order, every picture with its own message's index and stamp; the decoder
+        flushed at the end, each frame without a picture carrying why). Still images as
+        ``frames``."""
+        frames = self.frames()
+        first = next(frames, None)
+        if first is None or first.stream is None:  # no frames, or still images
+            yield from itertools.chain([first], frames) if first is not None else ()
+            return
+
+        def packets() -> Iterator[tuple[BagFrame, object]]:
+            for frame in itertools.chain([first], frames):
+                msg = typestore().deserialize_cdr(frame.raw, frame.msgtype)
+                yield frame, packet_of(msg, frame.msgtype)
+
+        for outcome in decode_packets(packets(), first.stream):
+            yield dataclasses.replace(outcome.tag, decoded=outcome)
+
     def _frames(self, messages: Iterable[tuple[str, int, bytes]]) -> Iterator[BagFrame]:
         # One decoder state per pass: a video frame depends on the frames before it.
         stream = VideoStream() if self.msgtype in VIDEO_TYPES else None
@@ -792,10 +823,13 @@ def write_video_bag(
     encoder: str = "libx264",
     gop: int = 10,
     storage: str = "mcap",
+    bframes: int = 0,
 ) -> Path:
     """Write (stamp_ns, bgr8 image) frames as an H.264 (libx264) or H.265 (libx265) stream of
-    ``msgtype`` messages, one per frame (log time = header stamp, as ``write_image_bag``)."""
-    return write_video_streams(path, {topic: frames}, msgtype, encoder, gop, storage)
+    ``msgtype`` messages, one per frame (log time = header stamp, as ``write_image_bag``);
+    ``bframes``: B-frames on, messages in decode order, each stamped with its frame's stamp
+    and logged at the stamps in order (as a recorder receives them)."""
+    return write_video_streams(path, {topic: frames}, msgtype, encoder, gop, storage, bframes)
 
 
 def write_video_streams(
@@ -805,6 +839,7 @@ def write_video_streams(
     encoder: str = "libx264",
     gop: int = 10,
     storage: str = "mcap",
+    bframes: int = 0,
 ) -> Path:
     """One bag of several cameras' video: each topic of ``streams`` its own encoder's stream
     of its (stamp_ns, bgr8 image) frames, as ``write_video_bag`` writes one."""
@@ -815,8 +850,10 @@ def write_video_streams(
         for topic, frames in streams.items():
             stamped = list(frames)
             size = stamped[0][1].shape[:2] if stamped else (0, 0)
-            units = encode((bgr for _, bgr in stamped), encoder, gop)
-            for pts, ((stamp_ns, _), (data, key)) in enumerate(zip(stamped, units, strict=True)):
-                msg = video_message(data, key, pts, size, stamp_ns, msgtype, codec)
-                writer.write(topic, msgtype, stamp_ns, msg)
+            units = encode((bgr for _, bgr in stamped), encoder, gop, bframes=bframes)
+            # decode order: each message stamped as the frame it carries, logged as received
+            # (in sending order, so a reader keeps the decode order)
+            for sent, (data, key, pts) in enumerate(units):
+                msg = video_message(data, key, pts, size, stamped[pts][0], msgtype, codec)
+                writer.write(topic, msgtype, stamped[sent][0], msg)
     return Path(path)

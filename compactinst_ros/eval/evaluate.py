@@ -93,7 +93,7 @@ def data_images(data: str | Path, limit: int) -> Iterator[tuple[str, np.ndarray,
         from .bags import ImageBag
 
         with ImageBag(root) as bag:
-            for i, frame in enumerate(bag.frames()):
+            for i, frame in enumerate(bag.decoded_frames()):
                 if i >= limit:
                     return
                 image, encoding = frame.decode()

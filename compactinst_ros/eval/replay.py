@@ -27,7 +27,6 @@ from ..progress import Progress
 from ..resources import default_model
 from ..ros.camera_info import StampMatcher
 from ..structures import STAGES, OutputSet, PostprocessOptions
-from ..video import VideoPacketError
 from . import bags
 from .bags import BagFrame, BagWriter, ImageBag, bag_hash, open_output_bag
 from .cameras import PACINGS, attach_ground_truth, cameras_bag_block, open_cameras, run_cameras
@@ -237,19 +236,21 @@ def run_lockstep(
     interrupted = False
     start = time.perf_counter()
     try:
-        for frame in bag.frames():
-            if frame.index >= total:
+        frames = bag.decoded_frames()
+        while True:
+            t0 = time.perf_counter()  # a video's decoding happens as its frames are read
+            frame = next(frames, None)
+            if frame is None:
                 break
+            if frame.index >= total:
+                continue  # a B-frame stream hands frames out of index order
             read += 1
-            t0 = time.perf_counter()
             try:
                 image, encoding = frame.decode()
                 decode_ms = (time.perf_counter() - t0) * 1e3
                 result = pipeline(image, encoding, OutputSet(overlay=writer is not None))
-            except VideoPacketError:  # a video packet without a picture: counted as dropped
-                continue
-            except InputError as exc:  # one bad frame: named, counted, and the replay goes on
-                skipped.append(skipped_frame(frame, exc))
+            except InputError as exc:  # one bad frame (an undecodable picture included):
+                skipped.append(skipped_frame(frame, exc))  # named, counted, the replay goes on
                 continue
             result.timings_ms["decode"] = decode_ms
             for stage, ms in result.timings_ms.items():

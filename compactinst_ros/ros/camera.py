@@ -325,29 +325,36 @@ class Camera:
         self.stats.on_received(self.batcher.put(self.index, Frame(msg, compressed)))
 
     def _on_video(self, msg: Any, kind: str) -> None:
-        """Decode a video packet now, in arrival order; a packet that gives no picture is a bad
+        """Decode a video packet now, in arrival (decode) order: each picture the decoder gives
+        goes out with its own message's header (with B-frames, an earlier message's: pictures
+        come in presentation order, one packet late); a message that gives no picture is a bad
         input frame under its reason, packets a pts jump shows lost are counted as dropped."""
         stream = self.streams.get(kind)
         if not self.active or stream is None:
             return
         began = time.perf_counter()
         msgtype = VIDEO_KINDS[kind][0]
+        if msgtype == video.COMPRESSED_VIDEO:
+            header = Header(stamp=msg.timestamp, frame_id=msg.frame_id)
+        else:
+            header = msg.header
         lost = stream.lost
         try:
-            image = stream.decode(video.packet_of(msg, msgtype))
-        except InputError as exc:
-            self.stats.on_received(False)  # received, then failed: a bad input frame
+            outcomes = stream.push(video.packet_of(msg, msgtype), header)
+        except InputError as exc:  # a message that is no packet at all
+            self.stats.on_received(False)
             self.fail(exc)
             return
         finally:
             if stream.lost > lost:
                 self.stats.on_dropped(stream.lost - lost)
-        if msgtype == video.COMPRESSED_VIDEO:
-            header = Header(stamp=msg.timestamp, frame_id=msg.frame_id)
-        else:
-            header = msg.header
         decode_ms = (time.perf_counter() - began) * 1e3
-        self._on_image(VideoPicture(header, image, decode_ms), False)
+        for outcome in outcomes:
+            if outcome.picture is None:
+                self.stats.on_received(False)  # received, then failed: a bad input frame
+                self.fail(outcome.error)
+            else:
+                self._on_image(VideoPicture(outcome.tag, outcome.picture, decode_ms), False)
 
     def prepare(self, pipeline: Pipeline, frame: Frame, start: float) -> Job | None:
         """Convert and validate the frame for the round that began at ``start``; None when it

@@ -92,6 +92,58 @@ def test_h264_bags_replay_near_the_bgr8_frames(demo_data, tmp_path) -> None:
         assert abs(ap - reference) <= AP_POINTS, (msgtype, ap, reference)
 
 
+@pytest.mark.parametrize("msgtype", VIDEO_TYPES)
+def test_a_b_frame_stream_replays_every_frame_and_names_a_corrupt_one(
+    demo_data, tmp_path, msgtype
+) -> None:
+    """Packets in decode order, each message stamped with its own picture's time (B-frames):
+    every frame is processed and scored by its stamp, within AP_POINTS of the bgr8 frames; a
+    corrupt packet in the middle is skipped and named by index and stamp, the other frames
+    still processed, and the replay counts the skip."""
+    frames = stamped_frames(demo_data["bag"])
+    path = write_video_bag(tmp_path / "b", frames, msgtype=msgtype, bframes=2)
+    with ImageBag(path) as bag:  # recorded out of stamp order
+        recorded = [f.stamp_ns for f in bag.frames()]
+    assert recorded != sorted(recorded)
+    gt = GroundTruth(
+        demo_data["gt_instances"], demo_data["gt_panoptic"], demo_data["gt_panoptic_dir"]
+    )
+    with Pipeline(default_model(), "onnxruntime") as pipeline:
+        block = lockstep_ap(path, gt, pipeline)
+        reference = lockstep_ap(demo_data["bag"], gt, pipeline)
+    assert block["frames"] == {"total": FRAMES, "processed": FRAMES, "dropped": 0}
+    assert block["accuracy"]["frames_evaluated"] == FRAMES
+    ap, want = block["accuracy"]["mask_ap"]["AP"], reference["accuracy"]["mask_ap"]["AP"]
+    print(f"{msgtype} with B-frames: mask AP {ap:.2f} (bgr8 {want:.2f})")
+    assert abs(ap - want) <= AP_POINTS
+
+    broken = tmp_path / "broken"
+    with ImageBag(path) as bag, BagWriter(broken, "mcap") as writer:
+        for position, frame in enumerate(bag.frames()):
+            raw = frame.raw
+            if position == 5:  # a P- or B-frame's packet: garbage of its length
+                raw = corrupted(frame.raw, frame.msgtype)
+            writer.write(bag.topic, frame.msgtype, frame.bag_time_ns, raw)
+    with Pipeline(default_model(), "onnxruntime") as pipeline:
+        block = lockstep_ap(broken, gt, pipeline)
+    skipped = block["skipped_frames"]
+    assert block["frames"]["skipped"] == len(skipped) >= 1
+    assert block["frames"]["processed"] + len(skipped) == FRAMES
+    assert block["frames"]["processed"] >= FRAMES // 2
+    assert all(s["stamp_ns"] in recorded and s["reason"] for s in skipped)
+
+
+def corrupted(raw: bytes, msgtype: str) -> bytes:
+    """The message with its video payload replaced by bytes no decoder reads."""
+    from compactinst_ros.eval.bags import typestore
+
+    msg = typestore().deserialize_cdr(raw, msgtype)
+    msg.data = np.frombuffer(bytes(range(256)) * (len(msg.data) // 256 + 1), np.uint8)[
+        : len(msg.data)
+    ].copy()
+    return bytes(typestore().serialize_cdr(msg, msgtype))
+
+
 def test_video_frames_decode_in_order_with_their_stamps(demo_data, tmp_path) -> None:
     frames = stamped_frames(demo_data["bag"])[:6]
     path = write_video_bag(tmp_path / "hevc", frames, msgtype=FFMPEG_PACKET, encoder="libx265")
