@@ -160,6 +160,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="out/infer", help="output directory (default out/infer)")
     parser.add_argument("--threads", type=int, help="ONNX Runtime threads (default: all cores)")
     parser.add_argument("--score-threshold", type=float, default=0.3, help="instance score cut")
+    parser.add_argument(
+        "--min-area",
+        type=int,
+        default=PostprocessOptions().min_area,
+        help="instances of fewer camera pixels are removed (default %(default)s; 0 keeps all)",
+    )
     parser.add_argument("--alpha", type=float, default=0.5, help="overlay opacity (0..1)")
 
 
@@ -175,7 +181,9 @@ def run(args: argparse.Namespace) -> int:
     if model is None:
         raise ConfigError("no default model is installed; pass --model BUNDLE")
     out = Path(args.out)
-    options = PostprocessOptions(score_threshold=args.score_threshold, overlay_alpha=args.alpha)
+    options = PostprocessOptions(
+        score_threshold=args.score_threshold, overlay_alpha=args.alpha, min_area=args.min_area
+    )
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads {args.threads} must be >= 1 (leave it out for all cores)")
     backend_options = BackendOptions(threads=args.threads)

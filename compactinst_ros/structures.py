@@ -82,6 +82,12 @@ class PostprocessOptions:
     object_mask_threshold: float = _bounded(0.8, 0.0, 1.0, "a probability")
     overlap_threshold: float = _bounded(0.8, 0.0, 1.0, "a fraction")
     max_instances: int = _bounded(100, 1, 65535, "uint16 raster ids")
+    #: instances and panoptic things of fewer camera pixels are removed (specks); 0 and 1 keep
+    #: every one with a pixel
+    min_area: int = _bounded(20, 0, 1 << 24, "camera pixels")
+    #: instances and panoptic things smaller than this many camera pixels are removed
+    #: (postprocess/specks.py); 0 keeps every one
+    min_area: int = _bounded(20, 0, 1 << 24, "camera pixels")
     overlay_alpha: float = _bounded(0.5, 0.0, 1.0, "colour weight")
 
     #: option -> (lowest, highest, what the range protects) for ``__post_init__`` and the node

@@ -205,6 +205,8 @@ def test_a_replay_mode_that_processed_no_frame_exits_1_with_its_reasons(capsys) 
     ("argv", "words"),
     [
         (["infer", "--threads", "-3", "x.png"], "--threads -3 must be >= 1"),
+        (["infer", "--min-area", "-1", "x.png"], "min_area=-1 must be in [0, "),
+        (["replay", "x.mcap", "--min-area", "-5"], "--min-area -5 must be >= 0"),
         (["train", "compactinst_demo", "--data", "{tmp}", "--out", "{tmp}/o", "--lr", "-1"],
          "--lr -1.0 must be > 0"),
     ],

@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from ..pipeline import Pipeline
 
 #: replay flags that replay-fleet takes as they are (those replay has; all go into the cache key)
-SHARED_FLAGS = ("backend", "precision", "match", "score_threshold", "max_frames", "warmup")
+SHARED_FLAGS = (
+    "backend", "precision", "match", "score_threshold", "min_area", "max_frames", "warmup"
+)  # fmt: skip
 #: ReplayOptions fields that do not change a drive's lockstep result (left out of the cache key)
 UNKEYED = {"out", "output_bag", "overlays", "plots", "progress", "command_line", "mode", "rate"}
 #: Ray retries of a lost worker: actor restarts, and re-runs of the drive it was replaying

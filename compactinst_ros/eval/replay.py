@@ -72,6 +72,7 @@ class ReplayOptions:
     out: Path = Path("out/replay")
     output_bag: Path | None = None  # None: no output bag
     score_threshold: float | None = None  # None: the pipeline's default
+    min_area: int | None = None  # None: the pipeline's default (PostprocessOptions.min_area)
     max_frames: int | None = None
     warmup: int = 3  # frames excluded from the latency statistics
     #: realtime: the share of sent frames (percent) the node may refuse before the replay fails
@@ -88,6 +89,8 @@ class ReplayOptions:
             raise ConfigError(f"--match {self.match} is unknown; choose one of {MATCH_MODES}")
         if self.rate <= 0:
             raise ConfigError(f"--rate {self.rate} must be positive (1.0 = recorded rate)")
+        if self.min_area is not None and self.min_area < 0:
+            raise ConfigError(f"--min-area {self.min_area} must be >= 0 (0 keeps every instance)")
         if self.max_frames is not None and self.max_frames < 1:
             raise ConfigError(
                 f"--max-frames {self.max_frames} replays no frame; give N >= 1, or leave it out "
@@ -433,6 +436,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instance score threshold (default: the pipeline's 0.3; COCO AP favours low values)",
     )
     parser.add_argument(
+        "--min-area",
+        type=int,
+        help=f"instances of fewer camera pixels are removed (default "
+        f"{PostprocessOptions().min_area}; 0 keeps every one)",
+    )
+    parser.add_argument(
         "--max-frames", type=int, help="replay only the first N frames (default: all)"
     )
     parser.add_argument("--warmup", type=int, default=3, help="frames excluded from latency")
@@ -473,9 +482,8 @@ def lockstep_pipeline(options: ReplayOptions, **backend_overrides: object) -> Pi
     replace BackendOptions fields (a fleet worker's ``threads``)."""
     from ..pipeline import Pipeline
 
-    thresholds = None
-    if options.score_threshold is not None:
-        thresholds = PostprocessOptions(score_threshold=options.score_threshold)
+    given = postprocess_overrides(options)
+    thresholds = PostprocessOptions(**given) if given else None
     return Pipeline(
         options.model,
         options.backend,
@@ -564,7 +572,7 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
                 progress=options.progress,
                 gt=gt,
                 match=options.match,
-                node_params=score_parameter(options),
+                node_params=node_parameters(options),
             )
             report.setdefault("model", model)
             if bag.damage:
@@ -605,7 +613,7 @@ def _replay_cameras(options: ReplayOptions, gt: GroundTruth | None) -> dict:
                 warmup=options.warmup,
                 progress=options.progress,
                 domain_id=options.domain_id,
-                node_params=score_parameter(options),
+                node_params=node_parameters(options),
                 match=options.match,
             )
             report.setdefault("model", facts)
@@ -623,11 +631,15 @@ def _replay_cameras(options: ReplayOptions, gt: GroundTruth | None) -> dict:
     return report
 
 
-def score_parameter(options: ReplayOptions) -> dict[str, str] | None:
-    """The node's ``score_threshold`` parameter of a replay that runs the node (None: its own)."""
-    if options.score_threshold is None:
-        return None
-    return {"score_threshold": repr(float(options.score_threshold))}
+def postprocess_overrides(options: ReplayOptions) -> dict[str, float | int]:
+    """The PostprocessOptions fields a replay sets (``--score-threshold``, ``--min-area``)."""
+    given = {"score_threshold": options.score_threshold, "min_area": options.min_area}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def node_parameters(options: ReplayOptions) -> dict[str, str] | None:
+    """``postprocess_overrides`` as the node's parameters (None: all the defaults)."""
+    return {k: repr(v) for k, v in postprocess_overrides(options).items()} or None
 
 
 def run(args: argparse.Namespace) -> int:

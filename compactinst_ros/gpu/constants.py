@@ -93,7 +93,7 @@ SIGNATURES: dict[str, str] = {
     "pp_select": "PiiPffiPP",
     "pp_semantic_low": "PPiiiP",
     "pp_fused": "iiPPiiiiiPPPPPPfPPPPPi",
-    "pp_finalize": "PPidP",
+    "pp_finalize": "PPidiP",
     "pre_letterbox": "PiiiiiifffffiiP",
     "ov_instance": "PiiiiPiPffP",
     "ov_panoptic": "PiiiiPPiPffP",

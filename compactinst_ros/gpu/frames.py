@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 
 from ..labels import SYNTHETIC_LABELS
-from ..structures import PostprocessOptions, RawOutputs
+from ..structures import FrameMeta, PostprocessOptions, RawOutputs
 
 #: Post-processing options of the parity frames (lower thresholds than the defaults: more kept).
 OPTIONS = PostprocessOptions(score_threshold=0.2, object_mask_threshold=0.5)
@@ -55,6 +55,20 @@ CASES = [
     (random_frame(4), 70, 130, 64, 128),
     (random_frame(5), 64, 128, 64, 128),
 ]
+
+
+def speck_frame() -> tuple[RawOutputs, FrameMeta]:
+    """Three confident thing queries on an 8x8 mask grid of a 64x64 input shown at 32x32: two
+    large blobs and a single texel between them in rank (a speck of a few camera pixels)."""
+    k = SYNTHETIC_LABELS.num_classes
+    thing = int(np.flatnonzero(SYNTHETIC_LABELS.thing_mask)[0])
+    masks = np.full((3, 8, 8), -8.0, np.float32)
+    masks[0, 0:4, 0:4] = 8.0
+    masks[1, 6, 1] = 8.0  # the speck
+    masks[2, 4:8, 4:8] = 8.0
+    cls = np.full((3, k + 1), -8.0, np.float32)
+    cls[:, thing] = 9.0
+    return RawOutputs(cls, masks, 8), FrameMeta.letterbox(32, 32, 64, 64)
 
 
 def smooth_rgb(h: int, w: int, seed: int) -> np.ndarray:

@@ -225,7 +225,7 @@ class GpuPostprocessor:
         self.k_finalize.prepared_async_call(
             (1, 1), (256, 1, 1), stream,
             int(self.label_ids), int(self.isthing), self.k,
-            float(options.overlap_threshold), tables,
+            float(options.overlap_threshold), max(1, options.min_area), tables,
         )  # fmt: skip
         self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 1, *fused_args)
         if copy:

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..labels import LabelSet
 from ..overlay import outline_mask
-from ..postprocess.instance import InstanceSelection, drop_empty, instances_table
+from ..postprocess.instance import InstanceSelection, drop_small, instances_table
 from ..postprocess.panoptic import PanopticSelection, finalize_panoptic, select_panoptic_queries
 from ..postprocess.resample import (
     Taps,
@@ -279,13 +279,13 @@ class TwinFrame:
 
     def finalize(self) -> tuple[FrameResult, np.ndarray, np.ndarray]:
         """The tables (a FrameResult without rasters), the instance slot LUT (empty slots dropped,
-        the rest renumbered) and the (P+1,) panoptic slot LUT: the reference's ``drop_empty``,
+        the rest renumbered) and the (P+1,) panoptic slot LUT: the reference's ``drop_small``,
         ``instances_table`` and ``finalize_panoptic`` on the counts of pass A."""
-        inst_lut, keep = drop_empty(self.inst_area)
+        inst_lut, keep = drop_small(self.inst_area, self.options.min_area)
         instances = instances_table(self.instance, self.labels, self.inst_area, self.inst_box, keep)
         pan_lut, segments = finalize_panoptic(
             self.sel.panoptic, self.labels, self.wins, self.orig, self.seg,
-            self.options.overlap_threshold,
+            self.options.overlap_threshold, self.options.min_area,
         )  # fmt: skip
         tables = FrameResult(meta=self.meta, instances=instances, segments=segments)
         return tables, inst_lut, pan_lut

@@ -28,7 +28,7 @@ from ..structures import (
 )
 from . import compiled
 from .frame import RuleInputs
-from .instance import InstanceSelection, drop_empty, instances_table, select_instances
+from .instance import InstanceSelection, drop_small, instances_table, select_instances
 from .panoptic import PanopticSelection, finalize_panoptic, panoptic_selection
 from .resample import sigmoid
 from .semantic import SEMANTIC_VOID_FLOOR, semantic_dtype, semantic_lowres
@@ -310,7 +310,7 @@ def fast_instances(
     tiled, area, box = paint(
         frame.mask_logits[selection.query], bounds, tiles, meta.src_w, meta.src_h, frame.threshold
     )
-    lut, keep = drop_empty(area)
+    lut, keep = drop_small(area, frame.options.min_area)
     return instances_table(selection, frame.labels, area, box, keep), tiled.compose(lut)
 
 
@@ -327,8 +327,9 @@ def fast_panoptic(
         frame.threshold,
     )
     lut, segments = finalize_panoptic(
-        selection, frame.labels, wins, orig, seg, frame.options.overlap_threshold
-    )
+        selection, frame.labels, wins, orig, seg, frame.options.overlap_threshold,
+        frame.options.min_area,
+    )  # fmt: skip
     return segments, tiled.compose(lut)
 
 

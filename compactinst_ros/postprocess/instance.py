@@ -144,12 +144,14 @@ def paint_instances(
     return raster, area, box
 
 
-def drop_empty(area: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Slots that painted no pixel are removed: the (N+1,) uint16 renumbering LUT and the keep mask.
+def drop_small(area: np.ndarray, min_area: int) -> tuple[np.ndarray, np.ndarray]:
+    """Slots that painted fewer than ``max(1, min_area)`` pixels are removed (none painted, or a
+    speck): the (N+1,) uint16 renumbering LUT and the keep mask.
 
-    The LUT maps slot 0 to 0 and the kept slots to 1..n in rank order (rule 3 step 7).
+    The LUT maps slot 0 and the removed slots to 0 and the kept slots to 1..n in rank order
+    (rule 3 step 7).
     """
-    keep = area > 0
+    keep = area >= max(1, min_area)
     lut = np.zeros(len(area) + 1, np.uint16)
     lut[1:][keep] = np.arange(1, int(keep.sum()) + 1)
     return lut, keep
@@ -185,7 +187,7 @@ def instance_inference(
     raster, area, box = paint_instances(
         frame.mask_logits[selection.query], frame.resampler(), frame.threshold, chunk_bytes
     )
-    lut, keep = drop_empty(area)
+    lut, keep = drop_small(area, frame.options.min_area)
     if not keep.all():
         raster = lut[raster]
     return instances_table(selection, frame.labels, area, box, keep), raster

@@ -90,11 +90,13 @@ def finalize_panoptic(
     orig: np.ndarray,
     seg: np.ndarray,
     overlap_threshold: float,
+    min_area: int = 1,
 ) -> tuple[np.ndarray, Segments]:
     """Overlap test, stuff merging and ids: the (P+1,) int32 slot -> segment id LUT and table.
 
-    Slot k+1 is dropped (id 0) if any count is 0 or ``wins / orig < overlap_threshold``; stuff
-    segments of one label merge into id ``label_id``; things get ``label_id * 1000 + n``.
+    Slot k+1 is dropped (id 0) if any count is 0 or ``wins / orig < overlap_threshold``, or if
+    it is a thing of fewer than ``min_area`` pixels (a speck); stuff segments of one label merge
+    into id ``label_id``; things get ``label_id * 1000 + n``.
     """
     lut = np.zeros(len(selection) + 1, np.int32)
     ids: list[int] = []
@@ -107,6 +109,8 @@ def finalize_panoptic(
         if min(wins[k], orig[k], seg[k]) == 0 or wins[k] / orig[k] < overlap_threshold:
             continue
         c = int(selection.class_index[k])
+        if labels.isthing[c] and seg[k] < min_area:
+            continue
         label_id = labels.ids[c]
         if labels.isthing[c]:
             things_per_label[label_id] = things_per_label.get(label_id, 0) + 1
@@ -170,6 +174,7 @@ def panoptic_inference(
         chunk_bytes,
     )
     lut, segments = finalize_panoptic(
-        selection, frame.labels, wins, orig, seg, frame.options.overlap_threshold
-    )
+        selection, frame.labels, wins, orig, seg, frame.options.overlap_threshold,
+        frame.options.min_area,
+    )  # fmt: skip
     return segments, lut[slots]

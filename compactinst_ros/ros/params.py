@@ -113,6 +113,9 @@ PARAMETERS: dict[str, ParamSpec] = {
     "object_mask_threshold": _option("object_mask_threshold", "panoptic: minimum query score"),
     "overlap_threshold": _option("overlap_threshold", "panoptic: minimum visible fraction"),
     "max_instances": _option("max_instances", "most instances per frame"),
+    "min_area": _option(
+        "min_area", "instances and panoptic things of fewer camera pixels are removed; 0 = none"
+    ),
     "outputs": ParamSpec(list(OUTPUTS), f"outputs to offer, any of {list(OUTPUTS)}"),
     "overlay_alpha": _option("overlay_alpha", "overlay colour weight"),
     "image_topic": ParamSpec("image", "input sensor_msgs/Image topic"),

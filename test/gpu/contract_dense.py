@@ -70,7 +70,8 @@ def dense_postprocess(
         raster = np.zeros((meta.src_h, meta.src_w), np.int64)
         for rank, qq in enumerate(order, start=1):
             raster[(raster == 0) & (up(qq) > t)] = rank
-        present = [r for r in range(1, len(order) + 1) if (raster == r).any()]
+        smallest = max(1, options.min_area)  # none painted, or a speck: removed
+        present = [r for r in range(1, len(order) + 1) if (raster == r).sum() >= smallest]
         lut = np.zeros(len(order) + 1, np.int64)
         lut[present] = np.arange(1, len(present) + 1)
         out["instance"] = lut[raster]
@@ -93,6 +94,8 @@ def dense_postprocess(
                 if wins / orig.sum() < options.overlap_threshold:
                     continue
                 c = int(plabels[qq])
+                if labels.isthing[c] and seg.sum() < options.min_area:  # a speck
+                    continue
                 lid = labels.ids[c]
                 if labels.isthing[c]:
                     count[lid] = count.get(lid, 0) + 1

@@ -22,6 +22,7 @@ from compactinst_ros.gpu.frames import (
     encode,
     random_frame,
     smooth_rgb,
+    speck_frame,
 )
 from compactinst_ros.gpu.postprocess import result_from_tables
 from compactinst_ros.labels import SYNTHETIC_LABELS, LabelSet
@@ -48,6 +49,7 @@ def emu(emu_lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.emu_postprocess.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int] * 4 + [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_float,
         ctypes.c_float, ctypes.c_float, ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_int,
+        ctypes.c_int,
     ] + [ctypes.c_void_p] * 6 + [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int]  # fmt: skip
     lib.emu_preprocess.argtypes = (
         [ctypes.c_void_p]
@@ -101,8 +103,8 @@ def run_kernels(
         _ptr(cls), _ptr(masks), q, cls.shape[1], h, w, _ptr(isthing), _ptr(ids), vh, vw,
         float(logit_threshold(options.mask_threshold)), options.score_threshold,
         options.object_mask_threshold, options.max_instances, options.overlap_threshold,
-        meta.src_h, meta.src_w, *[_ptr(t) for t in taps], want, _ptr(tables), _ptr(inst),
-        _ptr(pan), _ptr(sem), int(sem_dt == np.uint16),
+        max(1, options.min_area), meta.src_h, meta.src_w, *[_ptr(t) for t in taps], want,
+        _ptr(tables), _ptr(inst), _ptr(pan), _ptr(sem), int(sem_dt == np.uint16),
     )  # fmt: skip
     rasters = {"instance": inst, "panoptic": pan, "semantic": sem}
     requested = {name: rasters[name] for name in rasters if getattr(outputs, name)}
@@ -283,3 +285,14 @@ def test_kernels_give_the_same_result_under_every_schedule(emu, case: str) -> No
                 np.testing.assert_array_equal(a, b, err_msg=f"schedule {mode} seed {seed}")
     finally:
         emu.emu_set_schedule(0, 1)
+
+
+def test_kernels_remove_specks_as_the_reference_does(emu) -> None:
+    """min_area in pp_finalize: the speck of test/postprocess/test_specks.py goes, from the
+    table, the instance raster and the panoptic things, and the rest are numbered 1..N."""
+    raw, meta = speck_frame()
+    for min_area in (0, PostprocessOptions().min_area):
+        options = PostprocessOptions(min_area=min_area)
+        got = run_kernels(emu, raw, meta, SYNTHETIC_LABELS, options, OutputSet())
+        assert_same(got, reference.postprocess(raw, meta, SYNTHETIC_LABELS, options, OutputSet()))
+        assert len(got.instances) == (3 if min_area == 0 else 2)

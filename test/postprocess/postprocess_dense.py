@@ -78,7 +78,7 @@ def dense_postprocess(
     table = []
     for rank, (_, (score, c)) in enumerate(ranked, start=1):
         ys, xs = np.nonzero(raster == rank)
-        if len(ys):
+        if len(ys) and len(ys) >= options.min_area:  # none painted, or a speck: removed
             box = [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
             table.append((len(table) + 1, rank, c, labels.ids[c], score, box, len(ys)))
     final = np.zeros_like(raster)
@@ -104,6 +104,8 @@ def dense_postprocess(
             wins, orig = int((winner == slot).sum()), int(fg.sum())
             seg = (winner == slot) & fg
             if wins == 0 or orig == 0 or seg.sum() == 0 or wins / orig < options.overlap_threshold:
+                continue
+            if labels.isthing[label[q]] and seg.sum() < options.min_area:  # a speck
                 continue
             lab = labels.ids[label[q]]
             if labels.isthing[label[q]]:

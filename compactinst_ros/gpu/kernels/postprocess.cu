@@ -461,7 +461,7 @@ extern "C" __global__ void pp_fused(
 // and segment ids, all by prefix sums and short loops over shared memory (no serial thread).
 extern "C" __global__ void pp_finalize(const int* __restrict__ label_ids,
                                        const uint8_t* __restrict__ isthing, int k,
-                                       double overlap_threshold, PPTables* tables) {
+                                       double overlap_threshold, int min_area, PPTables* tables) {
   __shared__ unsigned int s_scan[kMaxQueries];
   __shared__ int s_pass[kMaxQueries];
   __shared__ int s_class[kMaxQueries];
@@ -469,7 +469,8 @@ extern "C" __global__ void pp_finalize(const int* __restrict__ label_ids,
   __shared__ float s_score[kMaxQueries];
   const int tid = threadIdx.x;
   const int n_inst = tables->n_inst;
-  const bool has = tid < n_inst && tables->inst_area[tid] > 0;
+  // min_area >= 1: slots with fewer pixels (none, or a speck) are dropped
+  const bool has = tid < n_inst && tables->inst_area[tid] >= (unsigned int)min_area;
   const unsigned int id = block_scan(has ? 1u : 0u, s_scan, tid);
   if (tid < n_inst) tables->inst_lut[tid + 1] = has ? (int)id : 0;
   if (has) tables->out_slot[id - 1] = tid;
@@ -481,8 +482,9 @@ extern "C" __global__ void pp_finalize(const int* __restrict__ label_ids,
   int c = -1;
   if (tid < n_pan) {
     const unsigned int wins = tables->wins[tid], orig = tables->orig[tid], seg = tables->seg[tid];
-    pass = wins > 0 && orig > 0 && seg > 0 && (double)wins / (double)orig >= overlap_threshold;
     c = tables->pan_class[tid];
+    pass = wins > 0 && orig > 0 && seg > 0 && (double)wins / (double)orig >= overlap_threshold &&
+           (!isthing[c] || seg >= (unsigned int)min_area);
     s_seg[tid] = seg;
     s_score[tid] = tables->pan_score[tid];
   }

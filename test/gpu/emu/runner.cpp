@@ -25,7 +25,8 @@ extern "C" void emu_set_schedule(int mode, unsigned seed) {
 extern "C" void emu_postprocess(const float* cls, const float* masks, int q, int k1, int h, int w,
                                 const uint8_t* isthing, const int* label_ids, int vh, int vw,
                                 float threshold, float score_thr, float obj_thr, int max_inst,
-                                double overlap, int src_h, int src_w, const int* ri0,
+                                double overlap, int min_area, int src_h, int src_w,
+                                const int* ri0,
                                 const int* ri1, const float* rw, const int* ci0, const int* ci1,
                                 const float* cw, int want, void* tables_out, uint16_t* inst,
                                 int* pan, void* sem_out, int sem_u16) {
@@ -44,7 +45,7 @@ extern "C" void emu_postprocess(const float* cls, const float* masks, int q, int
   const dim3 grid{cdiv(src_w, kTile), cdiv(src_h, kTile), 1}, block{kTile, kTile, 1};
   for (int mode = 0; mode < 2; ++mode) {
     if (mode == 1) {
-      emu_launch({1, 1, 1}, {256, 1, 1}, [&] { pp_finalize(label_ids, isthing, k, overlap, t); });
+      emu_launch({1, 1, 1}, {256, 1, 1}, [&] { pp_finalize(label_ids, isthing, k, overlap, min_area, t); });
     }
     emu_launch(grid, block, [&] {
       pp_fused(mode, want, masks, sem.data(), h, w, k, src_h, src_w, ri0, ri1, rw, ci0, ci1, cw,
