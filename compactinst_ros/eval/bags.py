@@ -98,12 +98,20 @@ class ClosedOnExit:
 
 @lru_cache(maxsize=1)
 def typestore() -> Typestore:
-    """The ROS 2 Kilted typestore (same CDR as Humble for the message types used here)."""
+    """The ROS 2 Kilted typestore (same CDR as Humble for the message types used here), with
+    the video messages and vision_msgs (the node's 3-D detections, which an output bag
+    records; their definitions ship with the interface sources)."""
     from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    from ..ros.interfaces import VISION_MSGS
 
     store = get_typestore(Stores.ROS2_KILTED)
     for name, text in MESSAGE_DEFINITIONS.items():
         store.register(get_types_from_msg(text, name))
+    vision: dict = {}
+    for path in sorted((VISION_MSGS.source / "msg").glob("*.msg")):
+        vision.update(get_types_from_msg(path.read_text(), f"vision_msgs/msg/{path.stem}"))
+    store.register(vision)
     return store
 
 
@@ -438,6 +446,8 @@ class ImageBag(ClosedOnExit):
         #: the decoder state of the latest pass over a video topic (None for still images)
         self.stream: VideoStream | None = None
         self.image_topics = sorted(images)
+        #: every topic of the bag and its message type
+        self.topic_types = dict(topics)
         self.count = counts[topic]
         self._duration_ns = span[1] - span[0] if span else 0
         infos = sorted(t for t, msgtype in topics.items() if msgtype == CAMERA_INFO)
@@ -488,6 +498,19 @@ class ImageBag(ClosedOnExit):
         """Why replay cannot decode ``topic``'s frames (read from its first message), or None."""
         msg = self._first_message(topic, msgtype)
         return None if msg is None else readable(msg, msgtype)
+
+    def messages_of(self, topics: Iterable[str]) -> Iterator[tuple[str, str, int, bytes]]:
+        """(topic, type, log time ns, CDR bytes) of every message on ``topics``, in log-time
+        order (recording order in a cut-off bag)."""
+        wanted = set(topics)
+        if self._salvage:
+            for m in salvaged_messages(self._salvage):
+                if m.topic in wanted:
+                    yield m.topic, m.msgtype, m.t_ns, bytes(m.raw)
+            return
+        conns = [c for c in self._reader.connections if c.topic in wanted]
+        for conn, t_ns, raw in self._reader.messages(connections=conns) if conns else ():
+            yield conn.topic, conn.msgtype, t_ns, bytes(raw)
 
     def camera_infos(self) -> list[tuple[int, bytes]]:
         """(header stamp ns, CDR bytes) of every message on ``camera_info_topic`` (none: [])."""

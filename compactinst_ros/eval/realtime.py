@@ -27,6 +27,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,90 @@ SCORED_OUTPUTS = {
 }
 #: a bag's camera_info matches a frame whose stamp is this close (ns)
 CAMERA_INFO_TOLERANCE_NS = 1_000_000
+#: where a bag's 3-D inputs are sent beside the frames (the node is pointed at them); the node
+#: takes a depth image's camera_info beside it
+INPUT_DEPTH = "/compactinst_replay/depth/image_raw"
+INPUT_DEPTH_INFO = "/compactinst_replay/depth/camera_info"
+INPUT_CLOUD = "/compactinst_replay/points"
+TF_MESSAGE = "tf2_msgs/msg/TFMessage"
+DETECTION3D_ARRAY = "vision_msgs/msg/Detection3DArray"
+#: a 3-D input goes out before the first frame whose stamp it precedes by at most this much
+#: (ns): the transforms need a sample after a frame's stamp to interpolate at it
+COMPANION_LEAD_NS = 100_000_000
+
+
+@dataclass(frozen=True)
+class ThreeDInputs:
+    """A bag's 3-D inputs as a realtime replay sends them: bag topic -> (topic sent on, type),
+    the node's parameters for them, and what is not sent, with why."""
+
+    routes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def three_d_inputs(bag: ImageBag) -> ThreeDInputs:
+    """The depth image beside the camera (and its camera_info), else the bag's LiDAR cloud, and
+    with either the bag's /tf and /tf_static: what the node needs for its 3-D outputs."""
+    from .bags import COMPRESSED, camera_info_for
+    from .depth3d import depth_topic_for
+
+    types = bag.topic_types
+    found = ThreeDInputs()
+    depth = depth_topic_for(bag.topic, bag.image_topics)
+    clouds = sorted(t for t, msgtype in types.items() if msgtype == POINTCLOUD2)
+    if depth is not None:
+        compressed = types[depth] == COMPRESSED  # image_transport's compressedDepth
+        sent_on = INPUT_DEPTH + ("/compressedDepth" if compressed else "")
+        found.routes[depth] = (sent_on, types[depth])
+        infos = sorted(t for t, msgtype in types.items() if msgtype == CAMERA_INFO)
+        info = camera_info_for(depth, infos)
+        if info is not None and info.rsplit("/", 1)[0] == depth.rsplit("/", 1)[0]:
+            found.routes[info] = (INPUT_DEPTH_INFO, CAMERA_INFO)
+        found.params["depth_topic"] = INPUT_DEPTH
+        found.params["depth_transport"] = "compressedDepth" if compressed else "raw"
+        if clouds:
+            found.notes.append(f"the cloud {clouds[0]} is not sent: the depth {depth} is")
+    elif clouds:
+        found.routes[clouds[0]] = (INPUT_CLOUD, POINTCLOUD2)
+        found.params["cloud_topic"] = INPUT_CLOUD
+        if len(clouds) > 1:
+            found.notes.append(f"{', '.join(clouds[1:])} not sent: one cloud per camera")
+    if found.routes:
+        for topic in ("/tf", "/tf_static"):
+            if types.get(topic) == TF_MESSAGE:
+                found.routes[topic] = (topic, TF_MESSAGE)
+    return found
+
+
+def restamped(raw: bytes, msgtype: str, stamp_of: Any) -> bytes:
+    """A 3-D input's CDR with its stamps moved by ``stamp_of`` (recorded ns -> sent ns): the
+    header's (Image, CameraInfo, PointCloud2: patched in place), or every transform's
+    (TFMessage, re-serialised; a stamp of 0, "any time", kept)."""
+    if msgtype != TF_MESSAGE:
+        return cdr_with_stamp(raw, stamp_of(cdr_stamp_ns(raw)))
+    from .bags import typestore
+
+    store = typestore()
+    msg = store.deserialize_cdr(raw, msgtype)
+    for transform in msg.transforms:
+        stamp = transform.header.stamp
+        recorded = stamp.sec * 1_000_000_000 + stamp.nanosec
+        if recorded:
+            stamp.sec, stamp.nanosec = divmod(stamp_of(recorded), 1_000_000_000)
+    return bytes(store.serialize_cdr(msg, msgtype))
+
+
+def header_stamp(raw: bytes, msgtype: str) -> int:
+    """The recorded time a 3-D input belongs to: its header's stamp, a TFMessage's first
+    transform's (0 for an empty one)."""
+    if msgtype != TF_MESSAGE:
+        return cdr_stamp_ns(raw)
+    from .bags import typestore
+
+    msg = typestore().deserialize_cdr(raw, msgtype)
+    stamp = msg.transforms[0].header.stamp if msg.transforms else None
+    return stamp.sec * 1_000_000_000 + stamp.nanosec if stamp else 0
 #: how long a replay waits for the node's first output after the last frame was sent
 FIRST_OUTPUT_S = 10.0
 
@@ -207,12 +292,13 @@ class Recorder:
         player: str = "compactinst_replay",
         extra_status: str | None = None,
         bag_topics: tuple[str, str | None] | None = None,
+        three_d: ThreeDInputs | None = None,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
-        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
         from sensor_msgs.msg import CameraInfo
 
         from ..ros.camera import message_type
@@ -273,6 +359,25 @@ class Recorder:
                 raw=True,
             )
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 10)
+        self.three_d_pubs: dict[str, Any] = {}
+        for sent_on, msgtype in (three_d.routes.values() if three_d else ()):
+            latched = QoSProfile(
+                depth=100,
+                reliability=ReliabilityPolicy.RELIABLE,
+                durability=DurabilityPolicy.TRANSIENT_LOCAL,
+            )
+            qos = latched if sent_on == "/tf_static" else reliable
+            self.three_d_pubs[sent_on] = self.node.create_publisher(
+                _msg_class(msgtype), sent_on, qos
+            )
+        if three_d and three_d.routes and writer is not None:  # the 3-D detections, too
+            self.node.create_subscription(
+                _msg_class(DETECTION3D_ARRAY),
+                f"{node_name}/detections_3d",
+                self._output_cb("detections_3d", DETECTION3D_ARRAY),
+                deep,
+                raw=True,
+            )
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._thread = threading.Thread(target=self._spin, daemon=True)
@@ -336,16 +441,25 @@ class Recorder:
             _wait(lambda: self.reports > seen, timeout, None, "/diagnostics")
 
     def node_ready(self) -> bool:
-        """The node subscribes to our input and publishes the latency record."""
+        """The node subscribes to our input and its 3-D inputs (a depth image or cloud sent
+        before the node hears it is lost; the transforms are read only where the node uses
+        them, /tf_static latched) and publishes the latency record."""
+        inputs = [p for t, p in self.three_d_pubs.items() if t not in ("/tf", "/tf_static")]
         return (
             self.pub.get_subscription_count() > 0
+            and all(p.get_subscription_count() > 0 for p in inputs)
             and self.node.count_publishers(self.latency_topic) > 0
         )
 
-    def publish(self, frame: BagFrame) -> int:
-        """Send one frame (and its camera_info) stamped now; remember when and its bag stamp.
-        Returns the stamp it was sent with."""
-        stamp = time.time_ns()  # the node's clock: ROS time is the system time here
+    def publish_three_d(self, sent_on: str, raw: bytes) -> None:
+        """Send one of the bag's 3-D inputs (already re-stamped) on ``sent_on``."""
+        self.three_d_pubs[sent_on].publish(raw)
+
+    def publish(self, frame: BagFrame, stamp: int | None = None) -> int:
+        """Send one frame (and its camera_info) stamped ``stamp`` (None: now); remember when and
+        its bag stamp. Returns the stamp it was sent with."""
+        if stamp is None:
+            stamp = time.time_ns()  # the node's clock: ROS time is the system time here
         info = self.infos.match(frame.stamp_ns)
         with self.lock:
             self.bag_time[stamp] = frame.bag_time_ns
@@ -488,6 +602,18 @@ def run_realtime(
         domain_id = dds_env.private_domain()
     frames = [f for f, _ in zip(bag.frames(), range(max_frames or bag.count), strict=False)]
     camera_infos = bag.camera_infos()
+    three_d = three_d_inputs(bag) if camera_infos else ThreeDInputs()
+    stamps = [f.stamp_ns for f in frames]
+    if three_d.routes and (0 in stamps or len(set(stamps)) < len(stamps)):
+        three_d = ThreeDInputs(notes=[
+            "the bag's 3-D inputs are not sent: its frames have no distinct header stamps to "
+            "pair them by"
+        ])  # fmt: skip
+    # the 3-D inputs in the order they go out: by the recorded time they belong to
+    pending = deque(sorted(
+        (header_stamp(raw, msgtype), three_d.routes[topic][0], msgtype, raw)
+        for topic, msgtype, _, raw in bag.messages_of(three_d.routes)
+    ))  # fmt: skip
     env = ros_environment(domain_id)
     use_in_this_process(env)
     params = {
@@ -497,6 +623,7 @@ def run_realtime(
         "input_transport": TRANSPORTS[bag.msgtype],
         "input_reliability": "reliable",
         **({"camera_info_topic": INPUT_CAMERA_INFO} if camera_infos else {}),
+        **three_d.params,
         **(node_params or {}),
     }
     log_path = (
@@ -518,12 +645,19 @@ def run_realtime(
             node_name,
             keep=gt is not None,
             bag_topics=(bag.topic, bag.camera_info_topic),
+            three_d=three_d,
         )
         _wait(recorder.node_ready, ready_timeout, node, "the node to load the model and subscribe")
         time.sleep(0.5)  # let the node see our output subscriptions too
         bar = Progress(len(frames), f"realtime x{rate:g}", progress)
         first_bag = frames[0].bag_time_ns if frames else 0
-        start = time.monotonic()
+        first_stamp = frames[0].stamp_ns if frames else 0
+        start, start_ns = time.monotonic(), time.time_ns()
+
+        def stamp_of(recorded: int) -> int:
+            """The sent stamp of a recorded one: the frames' and their 3-D inputs' one clock."""
+            return start_ns + round((recorded - first_stamp) / rate)
+
         interrupted = False
         try:
             for i, frame in enumerate(frames):
@@ -531,7 +665,12 @@ def run_realtime(
                 delay = target - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                recorder.publish(frame)
+                while pending and pending[0][0] <= frame.stamp_ns + COMPANION_LEAD_NS:
+                    _, sent_on, msgtype, raw = pending.popleft()
+                    recorder.publish_three_d(sent_on, restamped(raw, msgtype, stamp_of))
+                # with 3-D inputs the frames keep the recorded spacing of their stamps exactly,
+                # as the inputs they pair with; else each is stamped with its send time
+                recorder.publish(frame, stamp_of(frame.stamp_ns) if three_d.routes else None)
                 bar.update(i + 1, f"{recorder.processed()} processed so far")
         except KeyboardInterrupt:  # Ctrl-C: report what was sent so far, marked partial
             interrupted = True
@@ -558,6 +697,10 @@ def run_realtime(
         if not interrupted:
             recorder.await_report()
         block, facts = summarise(recorder, frames, start, sent_at, warmup, rate)
+        if three_d.routes:
+            sent = ", ".join(f"{t} as {s}" for t, (s, _) in three_d.routes.items())
+            block["notes"].append(f"3-D inputs sent with the frames: {sent}")
+        block["notes"] += three_d.notes
         if not block["frames"]["processed"] and not interrupted:
             block["notes"].append(f"the node processed no frame; {log_ending(node)}")
         if interrupted:
