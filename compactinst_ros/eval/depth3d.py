@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import DataError, InputError
-from ..spatial import Intrinsics, LiftOptions, lift_depth
+from ..spatial import Instances3D, Intrinsics, LiftOptions, lift_depth
+from ..spatial.tf_buffer import Transform
 
 if TYPE_CHECKING:
     from ..structures import FrameResult
@@ -138,6 +139,119 @@ class DepthSource:
         depth_k = intrinsics_of(self._depth_infos[own]) if own is not None else None
         return depth, intrinsics_of(self._colour_infos[colour]), depth_k
 
+    def covers(self, stamp_ns: int) -> bool:
+        """Whether the frame at ``stamp_ns`` has its depth and camera_infos."""
+        return self.for_frame(stamp_ns) is not None
+
+    def lift(
+        self, stamp_ns: int, raster: np.ndarray, ids: np.ndarray, options: LiftOptions
+    ) -> Instances3D | None:
+        """The frame's instances lifted with its depth (None: no depth within tolerance)."""
+        depth = self.for_frame(stamp_ns)
+        return None if depth is None else lift_depth(raster, ids, *depth, options)
+
+
+#: a cloud pairs with a frame when their stamps differ by at most this (the node's default)
+CLOUD_TOLERANCE_NS = 50_000_000
+CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
+
+
+def _transform(msg: object) -> Transform:
+    """The Transform of a geometry_msgs/Transform (rosbags dataclass)."""
+    t, q = msg.translation, msg.rotation
+    return Transform(np.array([t.x, t.y, t.z]), np.array([q.x, q.y, q.z, q.w]))
+
+
+class CloudSource:
+    """A bag's LiDAR, placed in the camera at each frame's stamp through the bag's /tf and
+    /tf_static (the tf2-algorithm buffer, ``spatial.tf_buffer``), as the node places it with
+    ``fixed_frame``: each point with the vehicle's pose at its own time (``compensate``), or,
+    to show what that is worth, the whole cloud with the transforms at its stamp alone."""
+
+    def __init__(
+        self, colour: ImageBag, topic: str, fixed_frame: str, compensate: bool = True
+    ) -> None:
+        from ..spatial.tf_buffer import BufferCore
+        from .bags import typestore
+
+        self.topic, self.fixed_frame, self.compensate = topic, fixed_frame, compensate
+        self._colour_infos = dict(colour.camera_infos())
+        if not self._colour_infos:
+            raise DataError(
+                f"bag '{colour.path}' has no camera_info for {colour.topic}; record the "
+                "camera's camera_info (its K places the masks in 3-D)"
+            )
+        self._store = typestore()
+        self.buffer = BufferCore(cache_time_ns=1 << 62)  # a whole drive, not 10 s
+        self._clouds: dict[int, object] = {}
+        for topic_, msgtype, _, raw in colour.messages_of([topic, "/tf", "/tf_static"]):
+            msg = self._store.deserialize_cdr(raw, msgtype)
+            if topic_ == topic:
+                self._clouds[msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec] = (
+                    msg
+                )
+                continue
+            for t in msg.transforms:
+                stamp = t.header.stamp.sec * 1_000_000_000 + t.header.stamp.nanosec
+                self.buffer.set_transform(
+                    t.header.frame_id, t.child_frame_id, stamp, _transform(t.transform),
+                    is_static=topic_ == "/tf_static",
+                )  # fmt: skip
+        first_info = next(iter(self._colour_infos.values()))
+        #: the camera's frame: its camera_info's frame_id, as the frames'
+        self._camera_frame = self._store.deserialize_cdr(first_info, CAMERA_INFO).header.frame_id
+
+    def _paired(self, stamp_ns: int) -> tuple[int | None, int | None]:
+        """The stamps of the frame's cloud (within CLOUD_TOLERANCE_NS) and colour camera_info."""
+        near = min(self._clouds, key=lambda s: abs(s - stamp_ns), default=None)
+        if near is not None and abs(near - stamp_ns) > CLOUD_TOLERANCE_NS:
+            near = None
+        return near, DepthSource._nearest(self._colour_infos, stamp_ns)
+
+    def covers(self, stamp_ns: int) -> bool:
+        """Whether the frame at ``stamp_ns`` has a cloud and its camera_info."""
+        return None not in self._paired(stamp_ns)
+
+    def lift(
+        self, stamp_ns: int, raster: np.ndarray, ids: np.ndarray, options: LiftOptions
+    ) -> Instances3D | None:
+        """The frame's instances lifted with the nearest cloud (None: none within tolerance);
+        InputError where the transforms cannot place it."""
+        from ..spatial import lift_cloud
+        from ..spatial.cloud import cloud_times, cloud_xyz, to_one_instant, transform_points
+        from ..spatial.tf_buffer import TransformException
+
+        near, colour = self._paired(stamp_ns)
+        if near is None or colour is None:
+            return None
+        cloud = self._clouds[near]
+        camera = self._camera_frame
+        layout = (cloud.data, cloud.width, cloud.height, cloud.point_step, cloud.row_step)
+        fields = [(f.name, int(f.offset), int(f.datatype)) for f in cloud.fields]
+        xyz = cloud_xyz(*layout, fields, bool(cloud.is_bigendian))
+        try:
+            if self.compensate:
+                times = cloud_times(*layout, fields, near, bool(cloud.is_bigendian))
+                if times is None:
+                    times = np.full(len(xyz), near, np.int64)
+
+                def placement(t: int) -> np.ndarray:
+                    return self.buffer.lookup_transform_full(
+                        camera, stamp_ns, cloud.header.frame_id, t, self.fixed_frame
+                    )[0].matrix()
+
+                xyz = to_one_instant(xyz, times, placement)
+            else:
+                placed, _ = self.buffer.lookup_transform(camera, cloud.header.frame_id, near)
+                xyz = transform_points(xyz, placed.matrix())
+        except TransformException as exc:
+            raise InputError(f"the cloud cannot be placed in the camera: {exc}") from None
+        k = intrinsics_of(self._colour_infos[colour])
+        return lift_cloud(raster, ids, xyz, k, options)[0]
+
+    def close(self) -> None:
+        """Nothing held open: the clouds and transforms were read at the start."""
+
 
 class Truth3D:
     """objects3d.json: per image (by stamp, and camera where given) its objects' 3-D truth."""
@@ -198,6 +312,8 @@ class Depth3DEvaluator:
     source: DepthSource
     camera: str | None = None
     options: LiftOptions = field(default_factory=LiftOptions)
+    #: the same frames scored another way, reported beside (a LiDAR placed without its motion)
+    baseline: Depth3DEvaluator | None = None
     errors_m: list[float] = field(default_factory=list)
     refused_reasons: set[str] = field(default_factory=set)
     distances_m: list[float] = field(default_factory=list)
@@ -208,7 +324,9 @@ class Depth3DEvaluator:
     )
 
     def add(self, stamp_ns: int, result: FrameResult) -> None:
-        """Lift one replayed frame and score it against its truth."""
+        """Lift one replayed frame and score it against its truth (and by the baseline)."""
+        if self.baseline is not None:
+            self.baseline.add(stamp_ns, result)
         self.counts["frames"] += 1
         objects = self.truth.objects(stamp_ns, self.camera)
         if objects is None:
@@ -217,13 +335,14 @@ class Depth3DEvaluator:
         self.counts["objects"] += len(objects)
         inst = result.instances
         try:
-            depth = self.source.for_frame(stamp_ns)
-            if depth is None:
+            if result.instance_raster is None or len(inst) == 0 or not objects:
+                if not self.source.covers(stamp_ns):
+                    self.counts["no_depth"] += 1
+                return
+            lifted = self.source.lift(stamp_ns, result.instance_raster, inst.ids, self.options)
+            if lifted is None:
                 self.counts["no_depth"] += 1
                 return
-            if result.instance_raster is None or len(inst) == 0 or not objects:
-                return
-            lifted = lift_depth(result.instance_raster, inst.ids, *depth, self.options)
         except InputError as exc:  # a depth image or camera_info that cannot be used
             self.counts["refused"] += 1
             self.refused_reasons.add(str(exc))
@@ -251,7 +370,10 @@ class Depth3DEvaluator:
     def blocks(self) -> dict:
         """The lockstep block's entries: ``depth3d`` (figures) and ``depth3d_statistics``."""
         stats = self.statistics()
-        return {"depth3d": summarise(stats), "depth3d_statistics": stats}
+        out = {"depth3d": summarise(stats), "depth3d_statistics": stats}
+        if self.baseline is not None:
+            out["depth3d_uncompensated"] = summarise(self.baseline.statistics())
+        return out
 
 
 def summarise(stats: Mapping) -> dict:
@@ -325,13 +447,25 @@ def plot(stats: Mapping, path: Path) -> Path | None:
     return path
 
 
+#: the frame a LiDAR drive's clouds are moved through (the vehicle's odometry)
+FIXED_FRAME = "odom"
+
+
 def open_evaluator(bag: ImageBag, gt_3d: str | Path) -> Depth3DEvaluator:
-    """The evaluator of a replay of ``bag``'s camera against the 3-D truth ``gt_3d``: the
-    depth topic beside the camera's, the truth's frames of this camera."""
-    from .bags import camera_name
+    """The evaluator of a replay of ``bag``'s camera against the 3-D truth ``gt_3d``, the
+    truth's frames of this camera: with the depth topic beside the camera's, else with the
+    bag's LiDAR (its first PointCloud2 topic) compensated for the vehicle's motion through
+    FIXED_FRAME, beside a ``baseline`` that places each cloud at its stamp alone."""
+    from .bags import POINTCLOUD2, camera_name
 
     truth = Truth3D(gt_3d)
-    return Depth3DEvaluator(truth, DepthSource(bag.path, bag), camera_name(bag.topic))
+    camera = camera_name(bag.topic)
+    clouds = sorted(t for t, msgtype in bag.topic_types.items() if msgtype == POINTCLOUD2)
+    if depth_topic_for(bag.topic, bag.image_topics) is not None or not clouds:
+        return Depth3DEvaluator(truth, DepthSource(bag.path, bag), camera)
+    baseline = Depth3DEvaluator(truth, CloudSource(bag, clouds[0], FIXED_FRAME, False), camera)
+    compensated = CloudSource(bag, clouds[0], FIXED_FRAME)
+    return Depth3DEvaluator(truth, compensated, camera, baseline=baseline)
 
 
 def depth3d_plots(report: Mapping, out: Path) -> list[str]:

@@ -279,6 +279,9 @@ def summary_text(report: dict) -> str:
             from .depth3d import summary_line
 
             lines.append(summary_line(block["depth3d"]))
+            if block.get("depth3d_uncompensated"):
+                baseline = summary_line(block["depth3d_uncompensated"])
+                lines.append(f"  without motion compensation: {baseline.removeprefix('3-D: ')}")
         lines.append(f"latency ms (warm-up {block['warmup_frames']} excluded):")
         lines.append(f"  {'stage':<12}{'mean':>9}{'p50':>9}{'p90':>9}{'p99':>9}")
         for stage, row in block["latency"].items():

@@ -638,19 +638,26 @@ def generate_bag(
     sequence: int = 0,
     progress: bool = True,
     depth: str | None = None,
+    lidar_speed: float | None = None,
 ) -> dict:
     """:func:`generate` per camera plus OUT/bag: ``num`` frames per camera at ``fps``, every
     camera stamped alike (one trigger), each GT image with its ``stamp_ns`` (and ``camera`` with
     several cameras), so that ``compactinst replay OUT/bag --gt-...`` matches by stamp.
 
     ``depth`` (an encoding of ``synthetic_depth.DEPTH_ENCODINGS``) makes every camera an RGB-D
-    camera: its camera_info, a registered depth topic and objects3d.json (stamped alike)."""
+    camera: its camera_info, a registered depth topic and objects3d.json (stamped alike).
+    ``lidar_speed`` (m/s) makes the one camera a vehicle's, driving at that speed, with a
+    spinning LiDAR instead of depth (``synthetic_lidar``) and the same objects3d.json."""
     from ..eval.bags import write_camera_bag
 
     if fps <= 0:
         raise ConfigError(f"--fps {fps} must be positive")
     if depth is not None:
         synthetic_depth.check_encoding(depth)
+    if lidar_speed is not None and (depth is not None or tuple(cameras) != (SINGLE_CAMERA,)):
+        raise ConfigError("--lidar-drive takes one camera and no --depth (the LiDAR replaces it)")
+    if lidar_speed is not None:
+        depth = "16UC1"  # the scenes' depth feeds the LiDAR; the bag gets no depth topic
     out = Path(out)
     period_ns = round(1e9 / fps)
     stamps = [bag_start_ns(seed) + i * period_ns for i in range(num)]
@@ -693,7 +700,14 @@ def generate_bag(
         for (stamp, bgr), path in zip(frames(folder), depths, strict=True):
             yield stamp, bgr, cv2.imread(str(path), cv2.IMREAD_UNCHANGED)
 
-    if depth is not None:
+    if lidar_speed is not None:
+        from .synthetic_lidar import write_lidar_drive
+
+        write_lidar_drive(
+            out / "bag", rgbd_frames(SINGLE_CAMERA, folders[SINGLE_CAMERA]),
+            synthetic_depth.camera_intrinsics(height, width), SINGLE_CAMERA, lidar_speed, seed,
+        )  # fmt: skip
+    elif depth is not None:
         synthetic_depth.write_depth_bag(
             out / "bag",
             {c: rgbd_frames(c, folder) for c, folder in folders.items()},
@@ -747,6 +761,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "/<name>/depth/image_raw in this encoding (16UC1 mm, 32FC1 m), OUT/depth/*.png and the "
         "3-D ground truth OUT/objects3d.json (default: none, colour cameras only)",
     )
+    parser.add_argument(
+        "--lidar-drive",
+        type=float,
+        metavar="MPS",
+        help="with --bag: the camera rides a vehicle at MPS m/s with a spinning LiDAR "
+        "(/lidar/points, per-point times), odom <- base_link on /tf, the mounts on /tf_static, "
+        "and OUT/objects3d.json (default: none)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -774,6 +796,7 @@ def run(args: argparse.Namespace) -> int:
             args.fps,
             sequence=args.sequence,
             depth=args.depth,
+            lidar_speed=args.lidar_drive,
         )
         print(
             f"wrote {summary['images']} images of {len(cameras)} camera(s) "
@@ -786,6 +809,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--cameras {args.cameras} needs --bag (cameras are bag topics)")
     if args.depth is not None:
         raise ConfigError(f"--depth {args.depth} needs --bag (depth is a bag topic)")
+    if args.lidar_drive is not None:
+        raise ConfigError("--lidar-drive needs --bag (the drive is a bag)")
     summary = generate(out, args.num, args.seed, h, w, sequence=args.sequence)
     print(
         f"wrote {summary['images']} images ({out / 'images'}, {out / 'panoptic'}), "
