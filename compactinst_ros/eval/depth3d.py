@@ -30,7 +30,8 @@ from ..spatial import Instances3D, Intrinsics, LiftOptions, lift_depth
 from ..spatial.tf_buffer import Transform
 
 if TYPE_CHECKING:
-    from ..structures import FrameResult
+    from ..spatial.tf_buffer import BufferCore
+    from ..structures import FrameResult, Instances
     from .bags import BagFrame, ImageBag
 
 #: a depth image pairs with a colour frame when their stamps differ by at most this
@@ -162,6 +163,22 @@ def _transform(msg: object) -> Transform:
     return Transform(np.array([t.x, t.y, t.z]), np.array([q.x, q.y, q.z, q.w]))
 
 
+def bag_transforms(bag: ImageBag) -> BufferCore:
+    """Every transform of the bag's /tf and /tf_static in one tf2-algorithm buffer that holds
+    the whole drive (not tf2's 10 s)."""
+    from ..spatial.tf_buffer import BufferCore
+    from .bags import typestore
+
+    store, buffer = typestore(), BufferCore(cache_time_ns=1 << 62)
+    for topic, msgtype, _, raw in bag.messages_of(["/tf", "/tf_static"]):
+        for t in store.deserialize_cdr(raw, msgtype).transforms:
+            stamp = t.header.stamp.sec * 1_000_000_000 + t.header.stamp.nanosec
+            buffer.set_transform(
+                t.header.frame_id, t.child_frame_id, stamp, _transform(t.transform),
+                is_static=topic == "/tf_static",
+            )  # fmt: skip
+    return buffer
+
 class CloudSource:
     """A bag's LiDAR, placed in the camera at each frame's stamp through the bag's /tf and
     /tf_static (the tf2-algorithm buffer, ``spatial.tf_buffer``), as the node places it with
@@ -171,7 +188,6 @@ class CloudSource:
     def __init__(
         self, colour: ImageBag, topic: str, fixed_frame: str, compensate: bool = True
     ) -> None:
-        from ..spatial.tf_buffer import BufferCore
         from .bags import typestore
 
         self.topic, self.fixed_frame, self.compensate = topic, fixed_frame, compensate
@@ -182,21 +198,11 @@ class CloudSource:
                 "camera's camera_info (its K places the masks in 3-D)"
             )
         self._store = typestore()
-        self.buffer = BufferCore(cache_time_ns=1 << 62)  # a whole drive, not 10 s
+        self.buffer = bag_transforms(colour)
         self._clouds: dict[int, object] = {}
-        for topic_, msgtype, _, raw in colour.messages_of([topic, "/tf", "/tf_static"]):
+        for _, msgtype, _, raw in colour.messages_of([topic]):
             msg = self._store.deserialize_cdr(raw, msgtype)
-            if topic_ == topic:
-                self._clouds[msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec] = (
-                    msg
-                )
-                continue
-            for t in msg.transforms:
-                stamp = t.header.stamp.sec * 1_000_000_000 + t.header.stamp.nanosec
-                self.buffer.set_transform(
-                    t.header.frame_id, t.child_frame_id, stamp, _transform(t.transform),
-                    is_static=topic_ == "/tf_static",
-                )  # fmt: skip
+            self._clouds[msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec] = msg
         first_info = next(iter(self._colour_infos.values()))
         #: the camera's frame: its camera_info's frame_id, as the frames'
         self._camera_frame = self._store.deserialize_cdr(first_info, CAMERA_INFO).header.frame_id
@@ -466,6 +472,51 @@ def open_evaluator(bag: ImageBag, gt_3d: str | Path) -> Depth3DEvaluator:
     baseline = Depth3DEvaluator(truth, CloudSource(bag, clouds[0], FIXED_FRAME, False), camera)
     compensated = CloudSource(bag, clouds[0], FIXED_FRAME)
     return Depth3DEvaluator(truth, compensated, camera, baseline=baseline)
+
+
+def score_published(
+    truth: Truth3D,
+    camera: str | None,
+    published: Iterable[tuple[int, Instances, dict[int, np.ndarray]]],
+    into_output: Transform,
+) -> dict:
+    """The statistics (as ``Depth3DEvaluator.statistics``) of 3-D detections a node published:
+    per frame (recorded stamp, its instance table, instance id -> published centroid in the
+    output frame), the table's boxes matched to the truth's as lockstep matches them, each
+    matched instance's error against the true centroid moved into the output frame by
+    ``into_output`` (output frame <- camera). A matched instance the node published no 3-D
+    for counts as ``no_support``."""
+    errors: list[float] = []
+    distances: list[float] = []
+    counts = dict.fromkeys(
+        ("frames", "no_truth", "no_depth", "refused", "objects", "matched", "no_support"), 0
+    )
+    for stamp, inst, centroids in published:
+        counts["frames"] += 1
+        objects = truth.objects(stamp, camera)
+        if objects is None:
+            counts["no_truth"] += 1
+            continue
+        counts["objects"] += len(objects)
+        if not objects or not len(inst):
+            continue
+        boxes = np.array([o["bbox"] for o in objects], np.float64)
+        boxes[:, 2:] += boxes[:, :2]
+        for i, j in match_boxes(inst.box, inst.score, boxes):
+            counts["matched"] += 1
+            got = centroids.get(int(inst.ids[i]))
+            if got is None:
+                counts["no_support"] += 1
+                continue
+            true = into_output.apply(np.asarray([objects[j]["centroid"]], np.float64))[0]
+            errors.append(float(np.linalg.norm(got - true)))
+            distances.append(float(objects[j]["distance"]))
+    return {
+        "errors_m": [round(e, 6) for e in errors],
+        "distances_m": [round(d, 6) for d in distances],
+        "refused_reasons": [],
+        **counts,
+    }
 
 
 def depth3d_plots(report: Mapping, out: Path) -> list[str]:

@@ -127,6 +127,65 @@ def three_d_inputs(bag: ImageBag) -> ThreeDInputs:
     return found
 
 
+@dataclass
+class ThreeDScoring:
+    """How a realtime replay scores the node's 3-D detections against objects3d.json: the
+    node's ``output_frame``/``fixed_frame`` and output frame <- camera to move the truth."""
+
+    truth: Any  # depth3d.Truth3D
+    camera: str | None
+    into_output: Any  # Transform
+    params: dict[str, str]
+
+    def blocks(self, recorder: Recorder) -> dict:
+        """``depth3d`` figures and ``depth3d_statistics`` of the detections the node published
+        for the frames it processed (each under its recorded stamp)."""
+        from .bags import typestore
+        from .depth3d import score_published, summarise
+
+        store = typestore()
+        with recorder.lock:
+            kept = {s: dict(o) for s, o in recorder.kept.items() if s in recorder.recorded_stamp}
+            recorded = dict(recorder.recorded_stamp)
+
+        def published() -> Any:
+            for stamp in sorted(kept, key=recorded.__getitem__):
+                outputs = kept[stamp]
+                if not {"instance_table", "detections_3d"} <= set(outputs):
+                    continue
+                detections = store.deserialize_cdr(outputs["detections_3d"], DETECTION3D_ARRAY)
+                centroids = {
+                    int(d.id): np.array([p.x, p.y, p.z])
+                    for d in detections.detections
+                    for p in [d.results[0].pose.pose.position]
+                }
+                yield recorded[stamp], recorded_instances(outputs["instance_table"]), centroids
+
+        stats = score_published(self.truth, self.camera, published(), self.into_output)
+        return {"depth3d": summarise(stats), "depth3d_statistics": stats}
+
+
+def three_d_scoring(bag: ImageBag, gt_3d: Path) -> ThreeDScoring:
+    """The scoring of ``bag``'s realtime replay against ``gt_3d``: in base_link where the bag's
+    transforms name it (and through odom where they name that), else in the camera's frame."""
+    from ..spatial.tf_buffer import Transform
+    from .bags import camera_name, typestore
+    from .depth3d import Truth3D, bag_transforms
+
+    buffer = bag_transforms(bag)
+    frames = set(buffer.all_frames())
+    first_info = bag.camera_infos()[0][1]
+    camera_frame = typestore().deserialize_cdr(first_info, CAMERA_INFO).header.frame_id
+    params: dict[str, str] = {}
+    into_output = Transform()
+    if "base_link" in frames and camera_frame in frames:
+        params["output_frame"] = "base_link"
+        into_output = buffer.lookup_transform("base_link", camera_frame, 0)[0]
+    if "odom" in frames:
+        params["fixed_frame"] = "odom"
+    return ThreeDScoring(Truth3D(gt_3d), camera_name(bag.topic), into_output, params)
+
+
 def restamped(raw: bytes, msgtype: str, stamp_of: Any) -> bytes:
     """A 3-D input's CDR with its stamps moved by ``stamp_of`` (recorded ns -> sent ns): the
     header's (Image, CameraInfo, PointCloud2: patched in place), or every transform's
@@ -293,6 +352,7 @@ class Recorder:
         extra_status: str | None = None,
         bag_topics: tuple[str, str | None] | None = None,
         three_d: ThreeDInputs | None = None,
+        keep_3d: bool = False,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -334,6 +394,11 @@ class Recorder:
         #: send stamp -> {output: serialised message}, for SCORED_OUTPUTS when ``keep``
         self.kept: dict[int, dict[str, bytes]] = {}
         self.keep = keep
+        #: outputs kept per frame: the scored rasters and table (``keep``), the table and the 3-D
+        #: detections (``keep_3d``)
+        self.kept_names = set(SCORED_OUTPUTS) if keep else set()
+        if keep_3d:
+            self.kept_names |= {"instance_table", "detections_3d"}
         self.status_name = status_name(node_name)
         self.extra_status = extra_status
         self.extra: list[dict[str, str]] = []
@@ -350,6 +415,8 @@ class Recorder:
                 recorded["camera_info"] = CAMERA_INFO
         if keep:
             recorded.update(SCORED_OUTPUTS)
+        if keep_3d:
+            recorded["instance_table"] = POINTCLOUD2
         for name, name_type in recorded.items():
             self.node.create_subscription(
                 _msg_class(name_type),
@@ -370,7 +437,7 @@ class Recorder:
             self.three_d_pubs[sent_on] = self.node.create_publisher(
                 _msg_class(msgtype), sent_on, qos
             )
-        if three_d and three_d.routes and writer is not None:  # the 3-D detections, too
+        if three_d and three_d.routes and (writer is not None or keep_3d):  # 3-D detections
             self.node.create_subscription(
                 _msg_class(DETECTION3D_ARRAY),
                 f"{node_name}/detections_3d",
@@ -416,7 +483,7 @@ class Recorder:
             with self.lock:
                 if name in self.outputs:
                     self.outputs[name] += 1
-                if self.keep and name in SCORED_OUTPUTS:
+                if name in self.kept_names:
                     self.kept.setdefault(stamp, {})[name] = raw
                 self._write(topic, msgtype, stamp, now, raw)
 
@@ -497,25 +564,17 @@ def recorded_result(outputs: dict[str, bytes]) -> FrameResult:
     ``label * 1000 + k``)."""
     from rclpy.serialization import deserialize_message
 
-    from ..ros.convert import raster_from_msg, table_from_msg
+    from ..ros.convert import raster_from_msg
 
     def image(name: str) -> np.ndarray:
         return raster_from_msg(deserialize_message(outputs[name], _msg_class(IMAGE)))
 
     instance_raster, panoptic = image("instance_mask"), image("panoptic")
-    table = table_from_msg(deserialize_message(outputs["instance_table"], _msg_class(POINTCLOUD2)))
     ids = np.unique(panoptic[panoptic > 0]).astype(np.int32)
     height, width = panoptic.shape
     return FrameResult(
         meta=FrameMeta.letterbox(height, width, height, width),  # scoring reads the size only
-        instances=Instances(
-            ids=table["id"].astype(np.uint16),
-            class_index=table["class_index"].astype(np.int32),
-            label_id=table["label_id"].astype(np.int32),
-            score=table["score"].astype(np.float32),
-            box=np.stack([table[k] for k in ("x0", "y0", "x1", "y1")], -1).astype(np.float32),
-            area=table["area"].astype(np.int64),
-        ),
+        instances=recorded_instances(outputs["instance_table"]),
         instance_raster=instance_raster,
         segments=Segments(
             ids=ids,
@@ -526,6 +585,23 @@ def recorded_result(outputs: dict[str, bytes]) -> FrameResult:
         ),
         panoptic_raster=panoptic.astype(np.int32),
         semantic_raster=image("semantic"),
+    )
+
+
+def recorded_instances(raw: bytes) -> Instances:
+    """The Instances of the node's serialised ``~/instance_table``."""
+    from rclpy.serialization import deserialize_message
+
+    from ..ros.convert import table_from_msg
+
+    table = table_from_msg(deserialize_message(raw, _msg_class(POINTCLOUD2)))
+    return Instances(
+        ids=table["id"].astype(np.uint16),
+        class_index=table["class_index"].astype(np.int32),
+        label_id=table["label_id"].astype(np.int32),
+        score=table["score"].astype(np.float32),
+        box=np.stack([table[k] for k in ("x0", "y0", "x1", "y1")], -1).astype(np.float32),
+        area=table["area"].astype(np.int64),
     )
 
 
@@ -588,6 +664,7 @@ def run_realtime(
     outputs: tuple[str, ...] = RASTERS,
     gt: GroundTruth | None = None,
     match: str = "auto",
+    gt_3d: Path | None = None,
 ) -> tuple[dict, dict]:
     """Replay ``bag`` to a fresh node subprocess; returns (report block, model facts).
 
@@ -595,6 +672,9 @@ def run_realtime(
     outputs that have subscribers, so this is the consumer load being measured. ``domain_id``
     None: a private domain (``dds_env.private_domain``), never the environment's. With ``gt``
     the instance table is subscribed too and the published outputs are scored (``accuracy``).
+    With ``gt_3d`` (objects3d.json) and 3-D inputs in the bag, the node's own ~/detections_3d
+    are scored (``depth3d``): in ``base_link`` where the bag's transforms have it (the node
+    told ``output_frame``), moved through ``odom`` where they have that (``fixed_frame``).
     """
     if rate <= 0:
         raise ConfigError(f"rate {rate} must be positive (1.0 = recorded rate)")
@@ -614,6 +694,9 @@ def run_realtime(
         (header_stamp(raw, msgtype), three_d.routes[topic][0], msgtype, raw)
         for topic, msgtype, _, raw in bag.messages_of(three_d.routes)
     ))  # fmt: skip
+    scoring_3d = three_d_scoring(bag, gt_3d) if gt_3d is not None and three_d.routes else None
+    if gt_3d is not None and scoring_3d is None:
+        three_d.notes.append("--gt-3d: the bag has no 3-D input to send the node; not scored")
     env = ros_environment(domain_id)
     use_in_this_process(env)
     params = {
@@ -624,6 +707,7 @@ def run_realtime(
         "input_reliability": "reliable",
         **({"camera_info_topic": INPUT_CAMERA_INFO} if camera_infos else {}),
         **three_d.params,
+        **(scoring_3d.params if scoring_3d is not None else {}),
         **(node_params or {}),
     }
     log_path = (
@@ -646,6 +730,7 @@ def run_realtime(
             keep=gt is not None,
             bag_topics=(bag.topic, bag.camera_info_topic),
             three_d=three_d,
+            keep_3d=scoring_3d is not None,
         )
         _wait(recorder.node_ready, ready_timeout, node, "the node to load the model and subscribe")
         time.sleep(0.5)  # let the node see our output subscriptions too
@@ -655,8 +740,10 @@ def run_realtime(
         start, start_ns = time.monotonic(), time.time_ns()
 
         def stamp_of(recorded: int) -> int:
-            """The sent stamp of a recorded one: the frames' and their 3-D inputs' one clock."""
-            return start_ns + round((recorded - first_stamp) / rate)
+            """The sent stamp of a recorded one: the frames' and their 3-D inputs' one clock,
+            the recorded spacing kept at any ``rate`` (a cloud's per-point times, the
+            odometry and the pairing tolerances are in recorded time)."""
+            return start_ns + (recorded - first_stamp)
 
         interrupted = False
         try:
@@ -711,6 +798,8 @@ def run_realtime(
         if gt is not None:
             block["accuracy"] = merge_statistics([scored_statistics(recorder, gt, frames, match)])
             block["notes"].append(accuracy_note(block))
+        if scoring_3d is not None:
+            block.update(scoring_3d.blocks(recorder))
         if "model_fingerprint" not in facts:  # no /diagnostics came: describe from the bundle
             facts = bundle_facts(model, backend)
     finally:

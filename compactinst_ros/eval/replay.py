@@ -138,8 +138,8 @@ class ReplayOptions:
             notes.append("--match has no effect without --gt-instances or --gt-panoptic")
         if self.gt_panoptic is None and self.gt_panoptic_dir is not None:
             notes.append("--gt-panoptic-dir has no effect without --gt-panoptic")
-        if self.gt_3d is not None and (self.mode == "realtime" or self.cameras is not None):
-            notes.append("--gt-3d is evaluated in the one-camera lockstep only")
+        if self.gt_3d is not None and self.cameras is not None:
+            notes.append("--gt-3d is evaluated for one camera only")
         return notes
 
     def load_ground_truth(self) -> GroundTruth | None:
@@ -573,6 +573,7 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
                 gt=gt,
                 match=options.match,
                 node_params=node_parameters(options),
+                gt_3d=options.gt_3d,
             )
             report.setdefault("model", model)
             if bag.damage:
