@@ -378,7 +378,9 @@ class Depth3DEvaluator:
         stats = self.statistics()
         out = {"depth3d": summarise(stats), "depth3d_statistics": stats}
         if self.baseline is not None:
-            out["depth3d_uncompensated"] = summarise(self.baseline.statistics())
+            baseline = self.baseline.statistics()
+            out["depth3d_uncompensated"] = summarise(baseline)
+            out["depth3d_uncompensated_statistics"] = baseline
         return out
 
 
@@ -528,8 +530,11 @@ def depth3d_plots(report: Mapping, out: Path) -> list[str]:
     return [PLOT_NAME]
 
 
-def merged_figures(blocks: Sequence[Mapping]) -> dict | None:
+def merged_figures(
+    blocks: Sequence[Mapping], key: str = "depth3d_statistics"
+) -> dict | None:
     """The 3-D figures of one evaluation over the frames of several lockstep blocks (the
-    drives of a fleet), from their statistics; None when none was evaluated in 3-D."""
-    parts = [b["depth3d_statistics"] for b in blocks if b.get("depth3d_statistics")]
+    drives of a fleet), from their statistics under ``key`` (``depth3d_uncompensated_statistics``:
+    the LiDAR drives' clouds placed without their motion); None when none has them."""
+    parts = [b[key] for b in blocks if b.get(key)]
     return summarise(merge(parts)) if parts else None

@@ -30,6 +30,9 @@ def merged_block(results: Sequence[dict]) -> tuple[dict, dict[str, list[float]]]
     depth3d = merged_figures(blocks)
     if depth3d is not None:
         block["depth3d"] = depth3d
+    baseline = merged_figures(blocks, "depth3d_uncompensated_statistics")
+    if baseline is not None:
+        block["depth3d_uncompensated"] = baseline
     return block, samples
 
 
@@ -264,6 +267,9 @@ def summary_text(report: dict) -> str:
     ]
     if report["fleet"].get("depth3d"):
         lines.append(f"fleet: {summary_line(report['fleet']['depth3d'])}")
+    if report["fleet"].get("depth3d_uncompensated"):
+        baseline = summary_line(report["fleet"]["depth3d_uncompensated"]).removeprefix("3-D: ")
+        lines.append(f"fleet: without motion compensation: {baseline}")
     lines += [f"failed: {r['name']}: {r['error']}" for r in report["drives"] if r["status"] != "ok"]
     if run.get("partial"):
         lines.append(f"PARTIAL: {partial_text(run)}")

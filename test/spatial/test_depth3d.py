@@ -146,6 +146,10 @@ def test_a_lidar_drive_at_20_mps_meets_the_accuracy_only_with_motion_compensatio
     assert compensated["centroid_error_pct"]["p90"] <= 5.0
     medians = baseline["centroid_error_pct"]["median"], compensated["centroid_error_pct"]["median"]
     assert medians[0] > 3 * medians[1]
+    # replay-fleet merges both evaluations from their pairs, as for depth
+    merged, _ = merged_block([{"status": "ok", "lockstep": block}])
+    assert merged["depth3d"] == compensated
+    assert merged["depth3d_uncompensated"] == baseline
 
     out = tmp_path / "replay"
     argv = ["replay", str(root / "bag"), "--gt-3d", str(root / "objects3d.json")]
