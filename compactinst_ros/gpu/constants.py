@@ -73,6 +73,7 @@ LIFT_FRAME_DTYPE = np.dtype(
 LIFT_SLOT_DTYPE = np.dtype(
     [
         ("sum", "<f8", (3,)),
+        ("moment", "<f8", (6,)),  # xx, yy, zz, xy, xz, yz (spatial.lift.MOMENT_PAIRS)
         ("lo", "<i4", (3,)),
         ("hi", "<i4", (3,)),
         ("count", "<i4"),

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from ..spatial.lift import Instances3D, Intrinsics, LiftOptions
+from ..spatial.lift import Instances3D, Intrinsics, LiftOptions, covariance_of
 from .constants import (
     LIFT_BINS,
     LIFT_CLOUD_ROW,
@@ -100,6 +100,7 @@ def instances_from_tables(tables: np.void, ids: np.ndarray, options: LiftOptions
         distance=np.linalg.norm(centroid, axis=1).astype(np.float32),
         support=np.where(valid, support, 0).astype(np.int32),
         valid=valid,
+        covariance=covariance_of(chosen["sum"], chosen["moment"], support, valid),
     )
 
 

@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from ..spatial.lift import Instances3D, Intrinsics, LiftOptions, lift_cloud, lift_depth
+from ..spatial.lift import (
+    MOMENT_PAIRS,
+    Instances3D,
+    Intrinsics,
+    LiftOptions,
+    lift_cloud,
+    lift_depth,
+)
 from .constants import LIFT_BINS, LIFT_TABLES_DTYPE
 from .lift import GpuLift, slot_table, source_indices
 
@@ -164,6 +171,8 @@ def _select_and_accumulate(
             record = slots[variant, s]
             record["support"] = len(mine)
             record["sum"] = mine.astype(np.float64).sum(0)
+            wide = mine.astype(np.float64)
+            record["moment"] = [(wide[:, a] * wide[:, b]).sum() for a, b in MOMENT_PAIRS]
             if len(mine):
                 record["lo"] = float_to_ordered(mine.min(0))
                 record["hi"] = float_to_ordered(mine.max(0))
@@ -469,7 +478,7 @@ class Difference:
     exact: bool  # every exact field equal (tables vs twin, table vs lift_depth)
     mismatch: str  # which fields differ, empty when none
     sum_rel: float  # largest relative difference of a sum, kernels vs twin
-    centroid_m: float  # largest centroid or distance difference vs lift_depth, metres
+    centroid_m: float  # largest centroid, distance or covariance difference vs lift_depth
     centroid_ok: bool  # within CENTROID_RTOL and CENTROID_ATOL_M
 
 
@@ -510,10 +519,13 @@ def _difference(
     for f in EXACT_INSTANCE_FIELDS:
         if not np.array_equal(getattr(lifted, f), getattr(cpu, f), equal_nan=f != "ids"):
             bad.append(f"instances.{f}")
-    a, b = tables["slot"]["sum"][:, :n], twin["slot"]["sum"][:, :n]
-    sum_rel = float((np.abs(a - b) / np.maximum(np.abs(b), 1e-300)).max(initial=0.0))
-    got = np.column_stack([lifted.centroid, lifted.distance])
-    want = np.column_stack([cpu.centroid, cpu.distance])
+    sum_rel = 0.0
+    for f in ("sum", "moment"):  # float64 atomics: the order of the additions differs
+        a, b = tables["slot"][f][:, :n], twin["slot"][f][:, :n]
+        rel = (np.abs(a - b) / np.maximum(np.abs(b), 1e-300)).max(initial=0.0)
+        sum_rel = max(sum_rel, float(rel))
+    got = np.column_stack([lifted.centroid, lifted.distance, lifted.covariance.reshape(n, 9)])
+    want = np.column_stack([cpu.centroid, cpu.distance, cpu.covariance.reshape(n, 9)])
     same_nan = np.array_equal(np.isnan(got), np.isnan(want))
     with np.errstate(invalid="ignore"):
         diff = np.abs(got - want)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,8 +35,9 @@ from ..errors import InputError
 from ..labels import LabelSet
 from ..palette import palette_colours
 from ..spatial import Instances3D, Intrinsics, prepare_lifting
+from ..spatial.boxes import BODY_UP, OPTICAL_UP, oriented_boxes
 from ..spatial.cloud import cloud_times, cloud_xyz, to_one_instant, transform_points
-from ..spatial.tf_buffer import Transform
+from ..spatial.tf_buffer import Transform, quat_from_matrix, quat_matrix
 from ..structures import FrameResult
 from . import convert
 from .camera_info import StampMatcher, stamp_ns
@@ -74,6 +76,36 @@ def _set_pose(pose: Any, position: np.ndarray, rotation: np.ndarray) -> None:
     o.x, o.y, o.z, o.w = (float(v) for v in rotation)
 
 
+@dataclass(frozen=True)
+class Boxes3D:
+    """The lifted instances as published: centroids (N, 3), oriented boxes (quaternions (N, 4)
+    and sizes (N, 3)), covariances (N, 3, 3) and the up direction, in the camera's optical
+    frame or, with a placement, in the output frame (spatial/boxes.py)."""
+
+    centroids: np.ndarray
+    orientations: np.ndarray
+    sizes: np.ndarray
+    covariances: np.ndarray
+    up: np.ndarray
+
+    @classmethod
+    def of(cls, lifted: Instances3D, placement: Transform | None) -> Boxes3D:
+        """``lifted`` moved by ``placement`` (output frame <- camera; None: the camera's)."""
+        if placement is None:
+            centroids, cov, up = lifted.centroid.astype(np.float64), lifted.covariance, OPTICAL_UP
+        else:
+            turn = quat_matrix(placement.rotation)
+            centroids = placement.apply(lifted.centroid.astype(np.float64))
+            cov, up = turn @ lifted.covariance.astype(np.float64) @ turn.T, BODY_UP
+        rotations, sizes = oriented_boxes(cov, up)
+        orientations = np.array(
+            [quat_from_matrix(r) if np.isfinite(r).all() else [0.0, 0.0, 0.0, 1.0]
+             for r in rotations]
+        ).reshape(-1, 4)  # fmt: skip
+        sizes = np.where(np.isfinite(sizes), np.maximum(sizes, MIN_MARKER_M), MIN_MARKER_M)
+        return cls(centroids, orientations, sizes, np.asarray(cov, np.float64), up)
+
+
 def detections_3d_msg(
     header: Any,
     result: FrameResult,
@@ -82,29 +114,29 @@ def detections_3d_msg(
     placement: Transform | None = None,
 ) -> Any:
     """vision_msgs/Detection3DArray: per lifted instance ``id`` = the 2-D detection's id,
-    class_id = label id, score, the centroid as the pose and the box centre, the extent as the
-    box size (metres). In the camera's optical frame, or with ``placement`` (output frame <-
-    camera at the frame's stamp; ``header`` already names the output frame) in the output
-    frame, the box turned with the camera's axes."""
+    class_id = label id, score; the centroid as the pose and the box centre; the box oriented on
+    the ground plane by its inliers' spread (``Boxes3D``); the pose's covariance the inliers'
+    covariance (position block, m^2; the rotation block 0: not estimated). In the camera's
+    optical frame, or with ``placement`` (output frame <- camera at the frame's stamp;
+    ``header`` already names the output frame) in the output frame."""
     out = vision_msgs.Detection3DArray()
     out.header = header
     inst = result.instances
-    placement = placement or Transform()
-    centroids = placement.apply(lifted.centroid.astype(np.float64))
-    for i in range(len(lifted)):
-        if not lifted.valid[i]:
-            continue
+    boxes = Boxes3D.of(lifted, placement)
+    for i in np.flatnonzero(lifted.valid):
         det = vision_msgs.Detection3D()
         det.header = header
         det.id = str(int(inst.ids[i]))
         hyp = vision_msgs.ObjectHypothesisWithPose()
         hyp.hypothesis.class_id = str(int(inst.label_id[i]))
         hyp.hypothesis.score = float(inst.score[i])
-        _set_pose(hyp.pose.pose, centroids[i], placement.rotation)
+        _set_pose(hyp.pose.pose, boxes.centroids[i], boxes.orientations[i])
+        covariance = np.zeros((6, 6))
+        covariance[:3, :3] = boxes.covariances[i]
+        hyp.pose.covariance = covariance.ravel().tolist()
         det.results.append(hyp)
         det.bbox.center = hyp.pose.pose
-        sx, sy, sz = (float(v) for v in lifted.extent[i])
-        det.bbox.size.x, det.bbox.size.y, det.bbox.size.z = sx, sy, sz
+        det.bbox.size.x, det.bbox.size.y, det.bbox.size.z = (float(v) for v in boxes.sizes[i])
         out.detections.append(det)
     return out
 
@@ -117,10 +149,9 @@ def markers_msg(
     placement: Transform | None = None,
 ) -> Any:
     """visualization_msgs/MarkerArray for rviz: a DELETEALL (the last frame's go), then per
-    lifted instance a box at its centroid with its extent, in the instance's overlay colour, and
-    a caption "<class> <distance> m" above it, over the camera (ids = the instance ids); in the
-    output frame of ``placement`` as ``detections_3d_msg``."""
-    placement = placement or Transform()
+    lifted instance its oriented box (``Boxes3D``, as in ~/detections_3d) in the instance's
+    overlay colour, and a caption "<class> <distance> m" above it (ids = the instance ids); in
+    the output frame of ``placement`` as ``detections_3d_msg``."""
     out = visualization_msgs.MarkerArray()
     clear = visualization_msgs.Marker(action=visualization_msgs.Marker.DELETEALL)
     clear.header = header
@@ -128,23 +159,22 @@ def markers_msg(
     inst = result.instances
     names = dict(zip(labels.ids, labels.names, strict=True))
     colours = palette_colours(inst.ids) / 255.0
+    boxes = Boxes3D.of(lifted, placement)
     for i in np.flatnonzero(lifted.valid):
-        centroid = lifted.centroid[i].astype(np.float64)
-        size = np.maximum(lifted.extent[i], MIN_MARKER_M)
-        above = centroid - [0.0, float(size[1]) / 2 + 0.1, 0.0]  # the optical y points down
         box = visualization_msgs.Marker(
             ns="instances", id=int(inst.ids[i]), type=visualization_msgs.Marker.CUBE
         )
         box.header = header
-        _set_pose(box.pose, placement.apply(centroid[None])[0], placement.rotation)
-        box.scale.x, box.scale.y, box.scale.z = (float(v) for v in size)
+        _set_pose(box.pose, boxes.centroids[i], boxes.orientations[i])
+        box.scale.x, box.scale.y, box.scale.z = (float(v) for v in boxes.sizes[i])
         r, g, b = (float(c) for c in colours[i])
         box.color.r, box.color.g, box.color.b, box.color.a = r, g, b, 0.5
         text = visualization_msgs.Marker(
             ns="captions", id=int(inst.ids[i]), type=visualization_msgs.Marker.TEXT_VIEW_FACING
         )
         text.header = header
-        _set_pose(text.pose, placement.apply(above[None])[0], placement.rotation)
+        above = boxes.centroids[i] + boxes.up * (boxes.sizes[i][2] / 2 + 0.1)
+        _set_pose(text.pose, above, [0.0, 0.0, 0.0, 1.0])
         text.scale.z = 0.25
         text.color.r = text.color.g = text.color.b = text.color.a = 1.0
         label = int(inst.label_id[i])

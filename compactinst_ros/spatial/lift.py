@@ -137,6 +137,8 @@ class Instances3D:
     distance: np.ndarray  # (N,) float32 norm of the centroid
     support: np.ndarray  # (N,) int32 inlier points
     valid: np.ndarray  # (N,) bool
+    #: (N, 3, 3) float32 covariance of the inliers (their spread about the centroid), m^2
+    covariance: np.ndarray
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -151,6 +153,7 @@ class Instances3D:
             "distance": round(float(self.distance[i]), 4),
             "support": int(self.support[i]),
             "valid": bool(self.valid[i]),
+            "covariance": [round(float(c), 6) for c in self.covariance[i].ravel()],
         }
 
     @classmethod
@@ -166,6 +169,7 @@ class Instances3D:
             distance=nan.copy(),
             support=np.zeros(n, np.int32),
             valid=np.zeros(n, bool),
+            covariance=np.full((n, 3, 3), np.nan, np.float32),
         )
 
     def merged(self, rows: np.ndarray, other: Instances3D) -> Instances3D:
@@ -223,6 +227,25 @@ def erode_labels(labels: np.ndarray, radius: int) -> np.ndarray:
     return np.where(edge.astype(bool), np.uint16(0), labels).astype(labels.dtype, copy=False)
 
 
+#: the second moments each lift accumulates per instance, as (axis, axis): xx, yy, zz, xy, xz, yz
+MOMENT_PAIRS = ((0, 0), (1, 1), (2, 2), (0, 1), (0, 2), (1, 2))
+
+
+def covariance_of(
+    sums: np.ndarray, moments: np.ndarray, support: np.ndarray, valid: np.ndarray
+) -> np.ndarray:
+    """(N, 3, 3) float32 covariance of each instance's inliers from their float64 sums (N, 3)
+    and second moments (N, 6, ``MOMENT_PAIRS``): E[p p^T] - E[p] E[p]^T, NaN where not
+    ``valid``. One place for every lift (numpy, compiled, GPU), so they agree."""
+    n = np.maximum(support, 1).astype(np.float64)[:, None]
+    mean = sums / n
+    out = np.full((len(sums), 3, 3), np.nan, np.float32)
+    for k, (a, b) in enumerate(MOMENT_PAIRS):
+        value = (moments[:, k : k + 1] / n - mean[:, a : a + 1] * mean[:, b : b + 1])[:, 0]
+        out[valid, a, b] = out[valid, b, a] = value[valid]
+    return out
+
+
 def _rows_of(ids: np.ndarray) -> np.ndarray:
     """Lookup table: instance id -> row of ``ids`` (-1: not an instance of the table)."""
     lut = np.full(_ID_RANGE, -1, np.int32)
@@ -245,9 +268,9 @@ def lift_points(
         return Instances3D.unsupported(ids)
     rows = _rows_of(ids)[labels]
     if _accumulate_compiled is None:
-        robust, support, sums, box = _lift_points_numpy(rows, xyz, n, options)
+        robust, support, sums, moments, box = _lift_points_numpy(rows, xyz, n, options)
     else:
-        robust, support, sums, box = _lift_points_jit(rows, xyz, n, options)
+        robust, support, sums, moments, box = _lift_points_jit(rows, xyz, n, options)
     valid = support >= options.min_points
     centroid = np.full((n, 3), np.nan, np.float32)
     extent = np.full((n, 3), np.nan, np.float32)
@@ -262,14 +285,16 @@ def lift_points(
         distance=np.linalg.norm(centroid, axis=1).astype(np.float32),
         support=np.where(valid, support, 0).astype(np.int32),
         valid=valid,
+        covariance=covariance_of(sums, moments, support, valid),
     )
 
 
 def _lift_points_numpy(
     rows: np.ndarray, xyz: np.ndarray, n: int, options: LiftOptions
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(robust depth, inlier support, float64 inlier sums, inlier box size; NaN where no
-    inliers) per row 0..n-1 of the points whose ``rows`` entry is that row (-1: none)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(robust depth, inlier support, float64 inlier sums and second moments
+    (``MOMENT_PAIRS``), inlier box size; NaN where no inliers) per row 0..n-1 of the points
+    whose ``rows`` entry is that row (-1: none)."""
     z = xyz[:, 2]
     with np.errstate(invalid="ignore"):  # NaN depths compare False: dropped
         keep = (rows >= 0) & (z >= options.min_range_m) & (z <= options.max_range_m)
@@ -294,12 +319,17 @@ def _lift_points_numpy(
     sums = np.stack(
         [np.bincount(inside_rows, weights=inside[:, a], minlength=n) for a in range(3)], 1
     )
+    wide = inside.astype(np.float64)
+    moments = np.stack(
+        [np.bincount(inside_rows, weights=wide[:, a] * wide[:, b], minlength=n)
+         for a, b in MOMENT_PAIRS], 1,
+    )  # fmt: skip
     box = np.full((n, 3), np.nan, np.float32)
     runs = np.flatnonzero(support)  # reduceat needs the start of every non-empty run
     first = (np.cumsum(support) - support)[runs]
     if len(runs):
         box[runs] = np.maximum.reduceat(inside, first) - np.minimum.reduceat(inside, first)
-    return robust, support, sums, box
+    return robust, support, sums, moments, box
 
 
 def _group_depths_loop(rows, xyz, min_z, max_z, starts, depths):
@@ -320,9 +350,12 @@ def _group_depths_loop(rows, xyz, min_z, max_z, starts, depths):
             fill[rows[p]] += 1
 
 
-def _accumulate_loop(rows, xyz, min_z, max_z, band_m, band_rel, robust, support, sums, lo, hi):
-    """The inliers of each row's robust depth: support, float64 sums added in point order (as
-    numpy's bincount adds them), float32 box; the band in numpy's float32 arithmetic."""
+def _accumulate_loop(
+    rows, xyz, min_z, max_z, band_m, band_rel, robust, support, sums, moments, lo, hi
+):
+    """The inliers of each row's robust depth: support, float64 sums and second moments
+    (``MOMENT_PAIRS``) added in point order (as numpy's bincount adds them), float32 box; the
+    band in numpy's float32 arithmetic."""
     for p in range(rows.shape[0]):
         r = rows[p]
         z = xyz[p, 2]
@@ -336,6 +369,13 @@ def _accumulate_loop(rows, xyz, min_z, max_z, band_m, band_rel, robust, support,
                 sums[r, a] += np.float64(value)
                 lo[r, a] = min(lo[r, a], value)
                 hi[r, a] = max(hi[r, a], value)
+            x, y, z64 = np.float64(xyz[p, 0]), np.float64(xyz[p, 1]), np.float64(z)
+            moments[r, 0] += x * x
+            moments[r, 1] += y * y
+            moments[r, 2] += z64 * z64
+            moments[r, 3] += x * y
+            moments[r, 4] += x * z64
+            moments[r, 5] += y * z64
 
 
 _group_depths_compiled = jit.njit_cached(_group_depths_loop)
@@ -344,7 +384,7 @@ _accumulate_compiled = jit.njit_cached(_accumulate_loop)
 
 def _lift_points_jit(
     rows: np.ndarray, xyz: np.ndarray, n: int, options: LiftOptions
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_lift_points_numpy`'s result by two compiled passes over the points (the
     grouping, then the inliers) and numpy's selection of each instance's percentile between
     them."""
@@ -357,6 +397,7 @@ def _lift_points_jit(
     robust = np.full(n, np.nan, np.float32)
     support = np.zeros(n, np.int32)
     sums = np.zeros((n, 3), np.float64)
+    moments = np.zeros((n, len(MOMENT_PAIRS)), np.float64)
     lo = np.full((n, 3), np.inf, np.float32)
     hi = np.full((n, 3), -np.inf, np.float32)
     with jit.compile_lock():  # the first call compiles (or loads numba's cache)
@@ -367,10 +408,10 @@ def _lift_points_jit(
             robust[r] = np.partition(group, rank)[rank]
         _accumulate_compiled(
             rows, xyz, min_z, max_z, f32(options.band_m), f32(options.band_rel), robust,
-            support, sums, lo, hi,
+            support, sums, moments, lo, hi,
         )  # fmt: skip
     box = np.where(support[:, None] > 0, hi - lo, np.float32(np.nan)).astype(np.float32)
-    return robust, support, sums, box
+    return robust, support, sums, moments, box
 
 
 def _window_of(

@@ -92,6 +92,27 @@ def quat_matrix(q: np.ndarray) -> np.ndarray:
     ])  # fmt: skip
 
 
+def quat_from_matrix(rotation: np.ndarray) -> np.ndarray:
+    """The unit (x, y, z, w) quaternion of a 3x3 rotation matrix (w >= 0; the largest of
+    w, x, y, z taken from the diagonal first, so every rotation is accurate)."""
+    m = np.asarray(rotation, np.float64)
+    trace = np.trace(m)
+    candidates = [trace, m[0, 0], m[1, 1], m[2, 2]]
+    k = int(np.argmax(candidates))
+    if k == 0:
+        w = np.sqrt(1.0 + trace) / 2
+        q = [(m[2, 1] - m[1, 2]) / (4 * w), (m[0, 2] - m[2, 0]) / (4 * w),
+             (m[1, 0] - m[0, 1]) / (4 * w), w]  # fmt: skip
+    else:
+        i = k - 1
+        j, h = (i + 1) % 3, (i + 2) % 3
+        big = np.sqrt(max(1.0 + m[i, i] - m[j, j] - m[h, h], 0.0)) / 2
+        q = [0.0, 0.0, 0.0, (m[h, j] - m[j, h]) / (4 * big)]
+        q[i], q[j], q[h] = big, (m[j, i] + m[i, j]) / (4 * big), (m[h, i] + m[i, h]) / (4 * big)
+    q = np.asarray(q)
+    return q if q[3] >= 0 else -q
+
+
 def slerp(a: np.ndarray, b: np.ndarray, t: float) -> np.ndarray:
     """Spherical interpolation from ``a`` (t = 0) to ``b`` (t = 1) the short way round, as
     tf2's Quaternion::slerp: nearly equal rotations give ``a``."""

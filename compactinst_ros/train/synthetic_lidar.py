@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..spatial import Intrinsics
-from ..spatial.tf_buffer import Transform
+from ..spatial.tf_buffer import Transform, quat_from_matrix
 
 #: the camera's nominal pitch down from base_link's x axis (radians)
 CAMERA_PITCH = math.radians(10.0)
@@ -52,11 +52,7 @@ def optical_rotation(pitch: float) -> np.ndarray:
     camera looking along base_link x (forward; y left, z up) pitched down by ``pitch``."""
     c, s = math.cos(pitch), math.sin(pitch)
     columns = np.array([[0.0, -1.0, 0.0], [-s, 0.0, -c], [c, 0.0, -s]]).T  # optical x, y, z
-    w = math.sqrt(max(0.0, 1.0 + np.trace(columns))) / 2
-    x = (columns[2, 1] - columns[1, 2]) / (4 * w)
-    y = (columns[0, 2] - columns[2, 0]) / (4 * w)
-    z = (columns[1, 0] - columns[0, 1]) / (4 * w)
-    return np.array([x, y, z, w])
+    return quat_from_matrix(columns)
 
 
 CAMERA_MOUNT = Transform(np.array([0.5, 0.0, 1.8]), optical_rotation(CAMERA_PITCH))

@@ -36,9 +36,10 @@ from compactinst_ros.bundle import ModelBundle
 from compactinst_ros.errors import ConfigError
 from compactinst_ros.overlay import draw_captions, overlay_bgr
 from compactinst_ros.ros.convert import table_from_msg
+from compactinst_ros.ros.depth import MIN_MARKER_M
 from compactinst_ros.ros.params import PARAMETERS, read_config
 from compactinst_ros.spatial.cloud import rigid_transform, transform_points
-from compactinst_ros.spatial.tf_buffer import Transform
+from compactinst_ros.spatial.tf_buffer import Transform, quat_matrix
 from compactinst_ros.structures import FrameMeta, FrameResult, Instances, PostprocessOptions
 
 pytest.importorskip("rclpy")
@@ -220,7 +221,17 @@ def test_instances_lift_to_the_depth_plane_with_the_2d_ids(depth_node, encoding)
         # the eroded mask's mean stays inside the instance's box
         assert (xs.min() - CX) * PLANE_M / FX <= centre.x <= (xs.max() - CX) * PLANE_M / FX
         assert (ys.min() - CY) * PLANE_M / FX <= centre.y <= (ys.max() - CY) * PLANE_M / FX
-        assert det.bbox.size.z == pytest.approx(0.0, abs=1e-3)  # a plane has no depth extent
+        # the box stands on the ground (its z axis the optical frame's up, -y) and lies along
+        # the plane: its thin ground axis (box y) is the optical z, with no depth extent
+        o = det.bbox.center.orientation
+        turn = quat_matrix(np.array([o.x, o.y, o.z, o.w]))
+        np.testing.assert_allclose(turn[:, 2], [0, -1, 0], atol=1e-6)
+        np.testing.assert_allclose(np.abs(turn[:, 1]), [0, 0, 1], atol=1e-3)
+        assert det.bbox.size.y == pytest.approx(MIN_MARKER_M, abs=1e-3)
+        assert det.bbox.size.x > 0.1 and det.bbox.size.z > 0.1
+        covariance = np.reshape(det.results[0].pose.covariance, (6, 6))
+        assert covariance[2, 2] == pytest.approx(0.0, abs=1e-5)  # the plane's depth spread
+        assert covariance[0, 0] > 1e-4 and covariance[3:, :].sum() == 0
     assert markers[0].action == Marker.DELETEALL  # the last frame's boxes go
     boxes = {m.id: m for m in markers if m.type == Marker.CUBE}
     captions = {m.id: m.text for m in markers if m.type == Marker.TEXT_VIEW_FACING}
@@ -228,6 +239,7 @@ def test_instances_lift_to_the_depth_plane_with_the_2d_ids(depth_node, encoding)
     for det in dets.detections:
         box = boxes[int(det.id)]
         assert box.pose.position.z == pytest.approx(PLANE_M, abs=1e-3)
+        assert box.pose.orientation == det.bbox.center.orientation
         assert box.header.frame_id == dets.header.frame_id
         centre = det.results[0].pose.pose.position
         distance = float(np.linalg.norm([centre.x, centre.y, centre.z]))
@@ -664,7 +676,7 @@ def test_a_moving_vehicles_cloud_is_moved_to_the_frames_stamp_and_output_in_base
     camera and the roof LiDAR ride on base_link (/tf_static), and each cloud is stamped 40 ms
     before its frame, when the plane was 1 m farther. The detections lie on the plane where it
     is at the frame's stamp (PLANE_M ahead of the camera, so 0.5 + PLANE_M ahead of base_link),
-    in base_link, their boxes turned with the camera."""
+    in base_link, their boxes standing on its ground along the plane."""
     params = lifting_node_params(
         random_bundle, outputs=["instance_mask"], fixed_frame="odom", output_frame="base_link"
     )
@@ -708,8 +720,12 @@ def test_a_moving_vehicles_cloud_is_moved_to_the_frames_stamp_and_output_in_base
         for det in dets.detections:
             pose = det.results[0].pose.pose
             assert pose.position.x == pytest.approx(0.5 + PLANE_M, abs=1e-3)
+            # the box stands on base_link's ground (z up) and lies along the plane, which
+            # faces the vehicle: its thin ground axis (box y) is base_link's x
             o = det.bbox.center.orientation
-            np.testing.assert_allclose([o.x, o.y, o.z, o.w], CAMERA_MOUNT.rotation, atol=1e-9)
+            turn = quat_matrix(np.array([o.x, o.y, o.z, o.w]))
+            np.testing.assert_allclose(turn[:, 2], [0, 0, 1], atol=1e-6)
+            np.testing.assert_allclose(np.abs(turn[:, 1]), [1, 0, 0], atol=2e-2)
 
 
 def test_realtime_replay_sends_the_bags_depth_and_records_the_3d_detections(

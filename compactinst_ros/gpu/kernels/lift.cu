@@ -53,6 +53,7 @@ struct LiftFrame {
 // One instance in one variant (0: eroded mask, 1: whole mask).
 struct LiftSlot {
   double sum[3];  // inliers' x, y, z
+  double moment[6];  // inliers' xx, yy, zz, xy, xz, yz (spatial.lift.MOMENT_PAIRS)
   int lo[3], hi[3];  // inliers' box, ordered-int floats (common.cuh float_to_ordered)
   int count;  // points with valid depth
   int rank;  // rank of the percentile among them, then within the chosen bin
@@ -106,6 +107,9 @@ __device__ __forceinline__ void accumulated(LiftTables* t, int c, const float p[
       atomicMin(&s.lo[a], float_to_ordered(p[a]));
       atomicMax(&s.hi[a], float_to_ordered(p[a]));
     }
+    const double x = p[0], y = p[1], z = p[2];
+    const double products[6] = {x * x, y * y, z * z, x * y, x * z, y * z};
+    for (int k = 0; k < 6; ++k) atomicAdd(&s.moment[k], products[k]);
   }
 }
 
@@ -120,6 +124,7 @@ extern "C" __global__ void lift_clear(int n_hist, LiftTables* __restrict__ t,
       s.lo[a] = kIntMax;
       s.hi[a] = -kIntMax - 1;
     }
+    for (int k = 0; k < 6; ++k) s.moment[k] = 0.0;
     s.count = s.rank = s.prefix = s.support = s.pad = 0;
     s.depth = __int_as_float(0x7fc00000);
   }
