@@ -78,6 +78,7 @@ INPUT_DEPTH_INFO = "/compactinst_replay/depth/camera_info"
 INPUT_CLOUD = "/compactinst_replay/points"
 TF_MESSAGE = "tf2_msgs/msg/TFMessage"
 DETECTION3D_ARRAY = "vision_msgs/msg/Detection3DArray"
+MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
 #: a 3-D input goes out before the first frame whose stamp it precedes by at most this much
 #: (ns): the transforms need a sample after a frame's stamp to interpolate at it
 COMPANION_LEAD_NS = 100_000_000
@@ -256,6 +257,28 @@ def cdr_stamp_ns(raw: bytes) -> int:
     order = "<" if raw[1] & 1 else ">"
     sec, nanosec = struct.unpack_from(order + "iI", raw, 4)
     return sec * 1_000_000_000 + nanosec
+
+
+def output_stamp(raw: bytes, msgtype: str) -> int:
+    """The frame stamp of one of the node's outputs: its header's, or for a MarkerArray its
+    first marker's (the node's DELETEALL, stamped with the frame), after the sequence length."""
+    if msgtype == MARKER_ARRAY:
+        return cdr_stamp_ns(raw[:4] + raw[8:])
+    return cdr_stamp_ns(raw)
+
+
+def output_with_stamp(raw: bytes, msgtype: str, stamp_ns: int) -> bytes:
+    """One of the node's outputs with the frame stamp ``stamp_ns``: the header patched in
+    place, or every marker's of a MarkerArray (re-serialised)."""
+    if msgtype != MARKER_ARRAY:
+        return cdr_with_stamp(raw, stamp_ns)
+    from .bags import typestore
+
+    store = typestore()
+    msg = store.deserialize_cdr(raw, msgtype)
+    for marker in msg.markers:
+        marker.header.stamp.sec, marker.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+    return bytes(store.serialize_cdr(msg, msgtype))
 
 
 def cdr_with_stamp(raw: bytes, stamp_ns: int) -> bytes:
@@ -437,11 +460,16 @@ class Recorder:
             self.three_d_pubs[sent_on] = self.node.create_publisher(
                 _msg_class(msgtype), sent_on, qos
             )
-        if three_d and three_d.routes and (writer is not None or keep_3d):  # 3-D detections
+        three_d_outputs = {}  # the node's 3-D outputs, for the output bag or the 3-D scoring
+        if three_d and three_d.routes and (writer is not None or keep_3d):
+            three_d_outputs["detections_3d"] = DETECTION3D_ARRAY
+        if three_d and three_d.routes and writer is not None:
+            three_d_outputs["markers_3d"] = MARKER_ARRAY
+        for name, name_type in three_d_outputs.items():
             self.node.create_subscription(
-                _msg_class(DETECTION3D_ARRAY),
-                f"{node_name}/detections_3d",
-                self._output_cb("detections_3d", DETECTION3D_ARRAY),
+                _msg_class(name_type),
+                f"{node_name}/{name}",
+                self._output_cb(name, name_type),
                 deep,
                 raw=True,
             )
@@ -471,7 +499,8 @@ class Recorder:
         stamp back (call with the lock held)."""
         if self.writer is not None and stamp in self.send_time:
             t_ns = self.bag_time[stamp] + int((now - self.send_time[stamp]) * 1e9)
-            self.writer.write(topic, msgtype, t_ns, cdr_with_stamp(raw, self.recorded_stamp[stamp]))
+            recorded = self.recorded_stamp[stamp]
+            self.writer.write(topic, msgtype, t_ns, output_with_stamp(raw, msgtype, recorded))
 
     def _output_cb(self, name: str, msgtype: str) -> Any:
         topic = f"{self.bag_ns}/{name}"
@@ -479,7 +508,7 @@ class Recorder:
         def record(raw: bytes) -> None:
             """Count one serialised output and copy it to the output bag."""
             now = time.monotonic()
-            stamp = cdr_stamp_ns(raw)
+            stamp = output_stamp(raw, msgtype)
             with self.lock:
                 if name in self.outputs:
                     self.outputs[name] += 1

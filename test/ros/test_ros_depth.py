@@ -733,10 +733,10 @@ def test_realtime_replay_sends_the_bags_depth_and_records_the_3d_detections(
 ):
     """``replay --mode realtime`` of an RGB-D bag: the depth and its camera_info go to the node
     beside the frames, re-stamped with them, and the node's ~/detections_3d, on the depth's
-    plane, come back into the output bag under the frames' recorded stamps."""
+    plane, and ~/markers_3d come back into the output bag under the frames' recorded stamps."""
     from rclpy.serialization import deserialize_message
 
-    from compactinst_ros.eval.bags import ImageBag
+    from compactinst_ros.eval.bags import ImageBag, typestore
     from compactinst_ros.eval.realtime import run_realtime
     from compactinst_ros.spatial import Intrinsics
     from compactinst_ros.train.synthetic_depth import write_depth_bag
@@ -759,6 +759,12 @@ def test_realtime_replay_sends_the_bags_depth_and_records_the_3d_detections(
         assert block["frames"]["processed"] >= 1, (block["frames"], block["notes"])
         with ImageBag(tmp_path / "out") as out:
             found = list(out.messages_of(["/compactinst/detections_3d"]))
+            markers = list(out.messages_of(["/compactinst/markers_3d"]))
+        store = typestore()
+        assert markers, "the markers go to the output bag too"
+        for _, msgtype, _, raw in markers:  # every marker under its frame's recorded stamp
+            for marker in store.deserialize_cdr(raw, msgtype).markers:
+                assert marker.header.stamp.sec * 10**9 + marker.header.stamp.nanosec in stamps
         assert found, "\n".join(block["notes"])
         lifted = 0
         for _, _, _, raw in found:
