@@ -44,10 +44,13 @@ from .groundtruth import GroundTruth
 from .merge import merge_latency
 from .metrics import merge_statistics
 from .realtime import (
+    INPUT_ROOT,
     RASTERS,
-    SCORED_OUTPUTS,
     NodeProcess,
     Recorder,
+    ThreeDFeed,
+    ThreeDInputs,
+    ThreeDScoring,
     accuracy_note,
     bundle_facts,
     log_ending,
@@ -57,6 +60,8 @@ from .realtime import (
     ros_environment,
     scored_statistics,
     summarise,
+    three_d_inputs,
+    three_d_scoring,
     use_in_this_process,
 )
 
@@ -135,13 +140,25 @@ def node_processes(
     env: dict[str, str],
     namespace: str,
     log_dir: Path,
+    three_d: dict[str, ThreeDInputs] | None = None,
 ) -> list[NodeProcess]:
     """The batched node for every camera, or one node per camera, all with ``params`` and the
-    same output topics (``<namespace>/compactinst/<camera>/``)."""
+    same output topics (``<namespace>/compactinst/<camera>/``); ``three_d``: each camera's 3-D
+    inputs, as ``depth_topics``/``cloud_topics`` of the batched node or a per-camera node's
+    ``depth_topic``/``cloud_topic``."""
     infos = {c.name: bool(c.bag.camera_info_topic) for c in cameras}
+    own = {c.name: (three_d or {}).get(c.name, ThreeDInputs()).params for c in cameras}
+    lists = {}
+    for key in ("depth_topic", "cloud_topic"):
+        if any(key in p for p in own.values()):
+            lists[key + "s"] = [own[c.name].get(key, "") for c in cameras]
+    transports = {p["depth_transport"] for p in own.values() if "depth_transport" in p}
+    if transports:
+        lists["depth_transport"] = sorted(transports)[0]  # one for every camera's depth
     if batched:
         node_params = {
             **params,
+            **lists,
             "image_topics": [CAMERA_INPUT.format(c.name) for c in cameras],
             "camera_names": [c.name for c in cameras],
             **(
@@ -160,6 +177,7 @@ def node_processes(
     for camera in cameras:
         node_params = {
             **params,
+            **own[camera.name],
             "image_topic": CAMERA_INPUT.format(camera.name),
             **(
                 {"camera_info_topic": CAMERA_INFO_INPUT.format(camera.name)}
@@ -189,11 +207,21 @@ def _alive(nodes: Sequence[NodeProcess], when: str) -> None:
 
 def answered(recorder: Recorder, stamp: int) -> bool:
     """Whether the frame sent with ``stamp`` is back: its latency record and, where the
-    recorder keeps outputs for scoring, every scored output."""
+    recorder keeps outputs for scoring, every kept output."""
     with recorder.lock:
         if stamp not in recorder.records:
             return False
-        return not recorder.keep or set(SCORED_OUTPUTS) <= set(recorder.kept.get(stamp, ()))
+        return recorder.kept_names <= set(recorder.kept.get(stamp, ()))
+
+
+def send(recorder: Recorder, frame: BagFrame, feed: ThreeDFeed | None) -> int:
+    """Publish ``frame`` stamped now, its camera's 3-D inputs first, moved by the same offset
+    as the frame's stamp (so they pair with it in the node); returns the frame's stamp."""
+    stamp = time.time_ns()
+    if feed is not None:
+        offset = stamp - frame.stamp_ns
+        feed.send(recorder, frame, lambda recorded: recorded + offset)
+    return recorder.publish(frame, stamp)
 
 
 def _play_lockstep(
@@ -202,6 +230,7 @@ def _play_lockstep(
     nodes: Sequence[NodeProcess],
     bar: Progress,
     round_timeout: float,
+    feeds: dict[str, ThreeDFeed],
 ) -> int:
     """Round i: frame i of every camera, then wait for each camera's answer; returns the
     frames that timed out."""
@@ -209,7 +238,9 @@ def _play_lockstep(
     late = sent = 0
     for i in range(rounds):
         waiting = {
-            c.name: recorders[c.name].publish(c.frames[i]) for c in cameras if i < len(c.frames)
+            c.name: send(recorders[c.name], c.frames[i], feeds.get(c.name))
+            for c in cameras
+            if i < len(c.frames)
         }
         sent += len(waiting)
         deadline = time.monotonic() + round_timeout
@@ -229,6 +260,7 @@ def _play_realtime(
     rate: float,
     bar: Progress,
     start: float,
+    feeds: dict[str, ThreeDFeed],
 ) -> None:
     """Every camera's frames at their recorded log times / ``rate``, interleaved."""
     order = sorted(
@@ -240,7 +272,7 @@ def _play_realtime(
         delay = start + (t_ns - first) / 1e9 / rate - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-        recorders[name].publish(frame)
+        send(recorders[name], frame, feeds.get(name))
         bar.update(sent)
 
 
@@ -339,11 +371,15 @@ def run_cameras(
     outputs: tuple[str, ...] = RASTERS,
     match: str = "auto",
     on_ready: Callable[[list[int]], None] | None = None,
+    gt_3d: Path | None = None,
 ) -> tuple[dict, dict]:
     """Replay ``cameras`` to fresh node subprocesses; returns (report block, model facts).
 
     ``on_ready`` is called with the nodes' process ids once they subscribe (a benchmark samples
     their memory from then on). Cameras with ground truth (``attach_ground_truth``) are scored.
+    Each camera's depth or LiDAR is sent to the node beside its frames (the bag's /tf and
+    /tf_static with the first camera's); with ``gt_3d`` each camera's published 3-D is scored
+    against objects3d.json, per camera and merged over all (``depth3d``).
     """
     if pacing not in PACINGS:
         raise ConfigError(f"pacing '{pacing}' is unknown; choose one of {', '.join(PACINGS)}")
@@ -368,7 +404,18 @@ def run_cameras(
     log_dir = log_dir or Path(os.environ.get("TMPDIR", "/tmp")) / f"compactinst_replay_{domain_id}"
     writer = open_output_bag(output_bag) if output_bag else None
     namespace = replay_namespace()
-    nodes = node_processes(cameras, params, batched, env, namespace, log_dir)
+    three_d = {
+        c.name: three_d_inputs(c.bag, f"{INPUT_ROOT}/{c.name}", transforms=c is cameras[0])
+        if c.bag.camera_info_topic
+        else ThreeDInputs()
+        for c in cameras
+    }
+    scoring: dict[str, ThreeDScoring] = {}
+    if gt_3d is not None:
+        scoring = {c.name: three_d_scoring(c.bag, gt_3d) for c in cameras if three_d[c.name].routes}
+        params = {**next(iter(scoring.values())).params, **params} if scoring else params
+    feeds = {c.name: ThreeDFeed(c.bag, three_d[c.name]) for c in cameras if three_d[c.name].routes}
+    nodes = node_processes(cameras, params, batched, env, namespace, log_dir, three_d)
     recorders: dict[str, Recorder] = {}
     lock = threading.Lock()
     keep = any(c.gt is not None for c in cameras)
@@ -388,6 +435,8 @@ def run_cameras(
                 lock=lock,
                 player=f"compactinst_replay_{camera.name}",
                 bag_topics=(camera.bag.topic, camera.bag.camera_info_topic),
+                three_d=three_d[camera.name],
+                keep_3d=camera.name in scoring,
                 extra_status=(
                     batch_status_name(f"{namespace}{OUTPUT_NS}")
                     if batched and camera is cameras[0]
@@ -413,9 +462,9 @@ def run_cameras(
         interrupted = False
         try:
             if pacing == "lockstep":
-                late = _play_lockstep(cameras, recorders, nodes, bar, round_timeout)
+                late = _play_lockstep(cameras, recorders, nodes, bar, round_timeout, feeds)
             else:
-                _play_realtime(cameras, recorders, rate, bar, start)
+                _play_realtime(cameras, recorders, rate, bar, start, feeds)
         except KeyboardInterrupt:  # Ctrl-C: report what was sent so far, marked partial
             interrupted = True
         sent_at = time.monotonic()
@@ -444,6 +493,8 @@ def run_cameras(
                 statistics.append(stats)
                 block["accuracy"] = merge_statistics([stats])
                 block["notes"].append(accuracy_note(block))
+            if camera.name in scoring:
+                block.update(scoring[camera.name].blocks(recorder))
             blocks[camera.name] = {"topic": camera.bag.topic, **block}
     finally:
         batch = batch_report(recorders[cameras[0].name].extra) if recorders else None
@@ -453,6 +504,12 @@ def run_cameras(
         if writer is not None:
             writer.close()
     result = total_block(blocks, statistics)
+    parts = [b["depth3d_statistics"] for b in blocks.values() if b.get("depth3d_statistics")]
+    if parts:  # every camera's pairs in one evaluation, as replay-fleet merges drives
+        from .depth3d import merge
+        from .depth3d import summarise as summarise_3d
+
+        result["depth3d"] = summarise_3d(merge(parts))
     if result["accuracy"] is not None:
         result["notes"].append(accuracy_note(result))
     if not result["frames"]["processed"] and not interrupted:

@@ -71,11 +71,13 @@ SCORED_OUTPUTS = {
 }
 #: a bag's camera_info matches a frame whose stamp is this close (ns)
 CAMERA_INFO_TOLERANCE_NS = 1_000_000
-#: where a bag's 3-D inputs are sent beside the frames (the node is pointed at them); the node
-#: takes a depth image's camera_info beside it
-INPUT_DEPTH = "/compactinst_replay/depth/image_raw"
-INPUT_DEPTH_INFO = "/compactinst_replay/depth/camera_info"
-INPUT_CLOUD = "/compactinst_replay/points"
+#: where a bag's 3-D inputs are sent beside the frames (the node is pointed at them), under the
+#: player's root (a camera's own, of several); the node takes a depth image's camera_info
+#: beside it
+INPUT_ROOT = "/compactinst_replay"
+INPUT_DEPTH = "/depth/image_raw"
+INPUT_DEPTH_INFO = "/depth/camera_info"
+INPUT_CLOUD = "/points"
 TF_MESSAGE = "tf2_msgs/msg/TFMessage"
 DETECTION3D_ARRAY = "vision_msgs/msg/Detection3DArray"
 MARKER_ARRAY = "visualization_msgs/msg/MarkerArray"
@@ -94,9 +96,12 @@ class ThreeDInputs:
     notes: list[str] = field(default_factory=list)
 
 
-def three_d_inputs(bag: ImageBag) -> ThreeDInputs:
+def three_d_inputs(
+    bag: ImageBag, root: str = INPUT_ROOT, transforms: bool = True
+) -> ThreeDInputs:
     """The depth image beside the camera (and its camera_info), else the bag's LiDAR cloud, and
-    with either the bag's /tf and /tf_static: what the node needs for its 3-D outputs."""
+    with either the bag's /tf and /tf_static (``transforms``: one camera of several sends
+    them): what the node needs for its 3-D outputs, sent under ``root``."""
     from .bags import COMPRESSED, camera_info_for
     from .depth3d import depth_topic_for
 
@@ -106,22 +111,22 @@ def three_d_inputs(bag: ImageBag) -> ThreeDInputs:
     clouds = sorted(t for t, msgtype in types.items() if msgtype == POINTCLOUD2)
     if depth is not None:
         compressed = types[depth] == COMPRESSED  # image_transport's compressedDepth
-        sent_on = INPUT_DEPTH + ("/compressedDepth" if compressed else "")
+        sent_on = f"{root}{INPUT_DEPTH}" + ("/compressedDepth" if compressed else "")
         found.routes[depth] = (sent_on, types[depth])
         infos = sorted(t for t, msgtype in types.items() if msgtype == CAMERA_INFO)
         info = camera_info_for(depth, infos)
         if info is not None and info.rsplit("/", 1)[0] == depth.rsplit("/", 1)[0]:
-            found.routes[info] = (INPUT_DEPTH_INFO, CAMERA_INFO)
-        found.params["depth_topic"] = INPUT_DEPTH
+            found.routes[info] = (f"{root}{INPUT_DEPTH_INFO}", CAMERA_INFO)
+        found.params["depth_topic"] = f"{root}{INPUT_DEPTH}"
         found.params["depth_transport"] = "compressedDepth" if compressed else "raw"
         if clouds:
             found.notes.append(f"the cloud {clouds[0]} is not sent: the depth {depth} is")
     elif clouds:
-        found.routes[clouds[0]] = (INPUT_CLOUD, POINTCLOUD2)
-        found.params["cloud_topic"] = INPUT_CLOUD
+        found.routes[clouds[0]] = (f"{root}{INPUT_CLOUD}", POINTCLOUD2)
+        found.params["cloud_topic"] = f"{root}{INPUT_CLOUD}"
         if len(clouds) > 1:
             found.notes.append(f"{', '.join(clouds[1:])} not sent: one cloud per camera")
-    if found.routes:
+    if found.routes and transforms:
         for topic in ("/tf", "/tf_static"):
             if types.get(topic) == TF_MESSAGE:
                 found.routes[topic] = (topic, TF_MESSAGE)
@@ -185,6 +190,24 @@ def three_d_scoring(bag: ImageBag, gt_3d: Path) -> ThreeDScoring:
     if "odom" in frames:
         params["fixed_frame"] = "odom"
     return ThreeDScoring(Truth3D(gt_3d), camera_name(bag.topic), into_output, params)
+
+
+class ThreeDFeed:
+    """One camera's 3-D inputs in the order they go out, sent before the frames they belong
+    to (``send``), re-stamped by the offset its frame is sent with."""
+
+    def __init__(self, bag: ImageBag, three_d: ThreeDInputs) -> None:
+        self.pending = deque(sorted(
+            (header_stamp(raw, msgtype), three_d.routes[topic][0], msgtype, raw)
+            for topic, msgtype, _, raw in bag.messages_of(three_d.routes)
+        ))  # fmt: skip
+
+    def send(self, recorder: Recorder, frame: BagFrame, stamp_of: Any) -> None:
+        """Send the inputs that precede ``frame`` by at most COMPANION_LEAD_NS, each stamp
+        moved by ``stamp_of`` (recorded ns -> sent ns)."""
+        while self.pending and self.pending[0][0] <= frame.stamp_ns + COMPANION_LEAD_NS:
+            _, sent_on, msgtype, raw = self.pending.popleft()
+            recorder.publish_three_d(sent_on, restamped(raw, msgtype, stamp_of))
 
 
 def restamped(raw: bytes, msgtype: str, stamp_of: Any) -> bytes:
@@ -718,11 +741,7 @@ def run_realtime(
             "the bag's 3-D inputs are not sent: its frames have no distinct header stamps to "
             "pair them by"
         ])  # fmt: skip
-    # the 3-D inputs in the order they go out: by the recorded time they belong to
-    pending = deque(sorted(
-        (header_stamp(raw, msgtype), three_d.routes[topic][0], msgtype, raw)
-        for topic, msgtype, _, raw in bag.messages_of(three_d.routes)
-    ))  # fmt: skip
+    feed = ThreeDFeed(bag, three_d)
     scoring_3d = three_d_scoring(bag, gt_3d) if gt_3d is not None and three_d.routes else None
     if gt_3d is not None and scoring_3d is None:
         three_d.notes.append("--gt-3d: the bag has no 3-D input to send the node; not scored")
@@ -781,9 +800,7 @@ def run_realtime(
                 delay = target - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                while pending and pending[0][0] <= frame.stamp_ns + COMPANION_LEAD_NS:
-                    _, sent_on, msgtype, raw = pending.popleft()
-                    recorder.publish_three_d(sent_on, restamped(raw, msgtype, stamp_of))
+                feed.send(recorder, frame, stamp_of)
                 # with 3-D inputs the frames keep the recorded spacing of their stamps exactly,
                 # as the inputs they pair with; else each is stamped with its send time
                 recorder.publish(frame, stamp_of(frame.stamp_ns) if three_d.routes else None)

@@ -138,8 +138,6 @@ class ReplayOptions:
             notes.append("--match has no effect without --gt-instances or --gt-panoptic")
         if self.gt_panoptic is None and self.gt_panoptic_dir is not None:
             notes.append("--gt-panoptic-dir has no effect without --gt-panoptic")
-        if self.gt_3d is not None and self.cameras is not None:
-            notes.append("--gt-3d is evaluated for one camera only")
         return notes
 
     def load_ground_truth(self) -> GroundTruth | None:
@@ -616,6 +614,7 @@ def _replay_cameras(options: ReplayOptions, gt: GroundTruth | None) -> dict:
                 domain_id=options.domain_id,
                 node_params=node_parameters(options),
                 match=options.match,
+                gt_3d=options.gt_3d,
             )
             report.setdefault("model", facts)
             damage = [c.bag.damage for c in cameras if c.bag.damage]

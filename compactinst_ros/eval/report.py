@@ -298,4 +298,8 @@ def summary_text(report: dict) -> str:
             lines.append(batch_line(block["batch"]))
         for name, camera in block.get("cameras", {}).items():
             lines.append(f"camera {name} ({camera['topic']}): {camera_headline(camera)}")
+            if camera.get("depth3d"):
+                from .depth3d import summary_line
+
+                lines.append(f"camera {name} {summary_line(camera['depth3d'])}")
     return "\n".join(lines)
