@@ -463,6 +463,11 @@ class Recorder:
             recorded.update(SCORED_OUTPUTS)
         if keep_3d:
             recorded["instance_table"] = POINTCLOUD2
+        sends_3d = bool(three_d and three_d.routes)  # the node's 3-D outputs: bag or scoring
+        if sends_3d and (writer is not None or keep_3d):
+            recorded["detections_3d"] = DETECTION3D_ARRAY
+        if sends_3d and writer is not None:
+            recorded["markers_3d"] = MARKER_ARRAY
         for name, name_type in recorded.items():
             self.node.create_subscription(
                 _msg_class(name_type),
@@ -482,19 +487,6 @@ class Recorder:
             qos = latched if sent_on == "/tf_static" else reliable
             self.three_d_pubs[sent_on] = self.node.create_publisher(
                 _msg_class(msgtype), sent_on, qos
-            )
-        three_d_outputs = {}  # the node's 3-D outputs, for the output bag or the 3-D scoring
-        if three_d and three_d.routes and (writer is not None or keep_3d):
-            three_d_outputs["detections_3d"] = DETECTION3D_ARRAY
-        if three_d and three_d.routes and writer is not None:
-            three_d_outputs["markers_3d"] = MARKER_ARRAY
-        for name, name_type in three_d_outputs.items():
-            self.node.create_subscription(
-                _msg_class(name_type),
-                f"{node_name}/{name}",
-                self._output_cb(name, name_type),
-                deep,
-                raw=True,
             )
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
