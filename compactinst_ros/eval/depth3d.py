@@ -183,12 +183,16 @@ class CloudSource:
     """A bag's LiDAR, placed in the camera at each frame's stamp through the bag's /tf and
     /tf_static (the tf2-algorithm buffer, ``spatial.tf_buffer``), as the node places it with
     ``fixed_frame``: each point with the vehicle's pose at its own time (``compensate``), or,
-    to show what that is worth, the whole cloud with the transforms at its stamp alone."""
+    to show what that is worth, the whole cloud with the transforms at its stamp alone.
+
+    The clouds are read as the replay advances (its frames come in stamp order), holding only
+    those within the tolerance of the current frame, as ``DepthSource`` reads depth: a drive's
+    clouds do not fit in memory. The transforms of the whole drive are read at the start."""
 
     def __init__(
         self, colour: ImageBag, topic: str, fixed_frame: str, compensate: bool = True
     ) -> None:
-        from .bags import typestore
+        from .bags import ImageBag, typestore
 
         self.topic, self.fixed_frame, self.compensate = topic, fixed_frame, compensate
         self._colour_infos = dict(colour.camera_infos())
@@ -199,16 +203,24 @@ class CloudSource:
             )
         self._store = typestore()
         self.buffer = bag_transforms(colour)
-        self._clouds: dict[int, object] = {}
-        for _, msgtype, _, raw in colour.messages_of([topic]):
-            msg = self._store.deserialize_cdr(raw, msgtype)
-            self._clouds[msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec] = msg
+        self._bag = ImageBag(colour.path, colour.topic)  # a reader of its own for the clouds
+        self._reading = self._bag.messages_of([topic])
+        self._clouds: dict[int, object] = {}  # read, not older than the last frame's tolerance
         first_info = next(iter(self._colour_infos.values()))
         #: the camera's frame: its camera_info's frame_id, as the frames'
         self._camera_frame = self._store.deserialize_cdr(first_info, CAMERA_INFO).header.frame_id
 
     def _paired(self, stamp_ns: int) -> tuple[int | None, int | None]:
         """The stamps of the frame's cloud (within CLOUD_TOLERANCE_NS) and colour camera_info."""
+        while not self._clouds or max(self._clouds) <= stamp_ns + CLOUD_TOLERANCE_NS:
+            found = next(self._reading, None)
+            if found is None:
+                break
+            msg = self._store.deserialize_cdr(found[3], found[1])
+            self._clouds[msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec] = msg
+        old = [s for s in self._clouds if s < stamp_ns - CLOUD_TOLERANCE_NS]
+        for s in old:
+            del self._clouds[s]
         near = min(self._clouds, key=lambda s: abs(s - stamp_ns), default=None)
         if near is not None and abs(near - stamp_ns) > CLOUD_TOLERANCE_NS:
             near = None
@@ -256,7 +268,8 @@ class CloudSource:
         return lift_cloud(raster, ids, xyz, k, options)[0]
 
     def close(self) -> None:
-        """Nothing held open: the clouds and transforms were read at the start."""
+        """Stop reading the clouds."""
+        self._bag.close()
 
 
 class Truth3D:
@@ -363,6 +376,12 @@ class Depth3DEvaluator:
             true = np.asarray(objects[j]["centroid"], np.float64)
             self.errors_m.append(float(np.linalg.norm(lifted.centroid[i] - true)))
             self.distances_m.append(float(objects[j]["distance"]))
+
+    def close(self) -> None:
+        """Stop reading the bag (this evaluation's source and the baseline's)."""
+        self.source.close()
+        if self.baseline is not None:
+            self.baseline.close()
 
     def statistics(self) -> dict:
         """The sufficient statistics (exactly mergeable): per-pair errors, distances, counts."""

@@ -278,7 +278,7 @@ def run_lockstep(
         if writer is not None:
             writer.close()
         if depth3d is not None:
-            depth3d.source.close()
+            depth3d.close()
     wall = time.perf_counter() - start
     notes = [bag.damage] if bag.damage else []
     warm = warmup_left_out(warmup, processed, notes)
