@@ -189,6 +189,13 @@ class ModelBundle:
         """Stride of the decoder's mask logits relative to the model input (8, or 4 for M 1/4)."""
         return int(self.architecture["mask_stride"])
 
+    @property
+    def boundary_tensors(self) -> frozenset[str]:
+        """The tensors one stage hands the next (the encoder's features): FP16 at both ends of
+        the FP16 graphs (``variants.fp16_graph``'s ``half_io``)."""
+        produced = {t.name for s in self.stages for t in s.outputs}
+        return frozenset(produced & {t.name for s in self.stages for t in s.inputs})
+
     def stage(self, name: str) -> StageSpec:
         """The stage called ``name``; BundleError if absent."""
         for stage in self.stages:
@@ -438,7 +445,8 @@ def _derive(
 
     model = onnx.load(str(spec.path))
     if precision == "fp16":
-        return variants.serialize(variants.fp16_graph(model, entry.get("fp32_islands", ())))
+        islands = entry.get("fp32_islands", ())
+        return variants.serialize(variants.fp16_graph(model, islands, bundle.boundary_tensors))
     ranges = bundle.root / entry["ranges"]
     method = bundle.variants["int8"].get("calibration", {}).get("method", "minmax")
     exclude = entry.get("fp32_layers", ())

@@ -286,14 +286,69 @@ def parser_form(model_bytes: bytes) -> bytes:
     return serialize(decompose_layer_norms(model)[0])
 
 
-def fp16_graph(model: onnx.ModelProto, islands: Iterable[str] = ()) -> onnx.ModelProto:
-    """``model`` with FP16 tensors and weights, FP32 I/O, its layer and instance norms written
-    out (``decompose_layer_norms``, ``decompose_instance_norms``), every normalisation in FP32
+def fp16_graph(
+    model: onnx.ModelProto, islands: Iterable[str] = (), half_io: Iterable[str] = ()
+) -> onnx.ModelProto:
+    """``model`` with FP16 tensors and weights, FP32 I/O but for the inputs and outputs named in
+    ``half_io`` (the features one stage hands the next: FP16 at both ends, so no stage writes a
+    float copy for the other to cast back), its layer and instance norms written out
+    (``decompose_layer_norms``, ``decompose_instance_norms``), every normalisation in FP32
     (``NORM_OPS``), and the nodes named in ``islands`` (the range analysis' FP32 layers,
     ``precision.check_bundle``) kept in FP32."""
     model, layer_norms = decompose_layer_norms(model)
     model, instance_norms = decompose_instance_norms(model)
-    return _to_fp16(model, [*islands, *layer_norms, *instance_norms])
+    typed = _to_fp16(model, [*islands, *layer_norms, *instance_norms])
+    _half_io(typed, set(half_io))
+    return typed
+
+
+def _half_io(model: onnx.ModelProto, names: set[str]) -> None:
+    """Make the graph inputs and outputs in ``names`` FP16 in place, removing the Casts the FP16
+    conversion put at them: an input's Casts to FP16 (its consumers then read it directly; a
+    Cast to FP32 of an FP32 island stays, now from FP16), an output's Cast from FP16 (its
+    producer then writes the output; the graph's own FP32 readers of the output get a Cast of
+    their own)."""
+    graph = model.graph
+    for value in graph.input:
+        if value.name not in names:
+            continue
+        value.type.tensor_type.elem_type = TensorProto.FLOAT16
+        for node in [n for n in graph.node if n.op_type == "Cast" and value.name in n.input]:
+            to = next(a for a in node.attribute if a.name == "to")
+            if to.i == TensorProto.FLOAT16:
+                _rename(graph, node.output[0], value.name)
+                graph.node.remove(node)
+    for value in graph.output:
+        if value.name not in names:
+            continue
+        value.type.tensor_type.elem_type = TensorProto.FLOAT16
+        cast = next(n for n in graph.node if value.name in n.output)
+        if cast.op_type != "Cast":
+            continue
+        readers = [n for n in graph.node if value.name in n.input]  # FP32 readers (an island)
+        source = cast.input[0]
+        graph.node.remove(cast)
+        _rename(graph, source, value.name)
+        if readers:  # a float copy for them alone, right after the producer (topological order)
+            wide = f"{value.name}_float"
+            for node in readers:
+                node.input[:] = [wide if name == value.name else name for name in node.input]
+            at = next(i for i, n in enumerate(graph.node) if value.name in n.output)
+            widen = helper.make_node(
+                "Cast", [value.name], [wide], f"{wide}_cast", to=TensorProto.FLOAT
+            )
+            graph.node.insert(at + 1, widen)
+
+
+def _rename(graph: onnx.GraphProto, old: str, new: str) -> None:
+    """Every use and definition of tensor ``old`` in ``graph`` named ``new`` (its value_info
+    dropped: the graph's input or output describes it)."""
+    for node in graph.node:
+        node.input[:] = [new if name == old else name for name in node.input]
+        node.output[:] = [new if name == old else name for name in node.output]
+    kept = [v for v in graph.value_info if v.name != old]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
 
 
 def _to_fp16(model: onnx.ModelProto, keep_fp32: Iterable[str]) -> onnx.ModelProto:

@@ -262,7 +262,9 @@ def write_variants(
     for stage in bundle.stages:
         model = onnx.load(str(stage.path))
         if islands is not None:
-            typed = variants.serialize(variants.fp16_graph(model, islands[stage.name]))
+            typed = variants.serialize(
+                variants.fp16_graph(model, islands[stage.name], bundle.boundary_tensors)
+            )
             found.setdefault("fp16", {"derive": "fp16", "tools": tools, "stages": {}})
             found["fp16"]["stages"][stage.name] = {
                 "fp32_islands": islands[stage.name],

@@ -57,3 +57,43 @@ def test_a_changed_typed_file_is_refused(typed_copy: Path, tmp_path: Path) -> No
     stored.write_bytes(stored.read_bytes()[:-1] + b"\x00")
     with pytest.raises(BundleError, match="does not match"):
         bundle.stage_graph("decoder", "fp16")
+
+
+def test_fp16_stages_hand_their_features_on_in_half_with_the_same_numbers() -> None:
+    """The FP16 graphs keep the image and the decoder's outputs FP32 but hand the encoder's
+    features (e3, e4) on in FP16, with no Cast at either end: the encoder no longer writes a
+    float copy for the decoder to cast back. The casts were exact, so the outputs are the
+    same as the float-hand-off graphs', bit for bit."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from compactinst_ros import variants
+    from compactinst_ros.bundle import default_bundle_path
+
+    bundle = ModelBundle.load(default_bundle_path())
+    assert bundle.boundary_tensors == {"e3", "e4"}
+    half, wide = 10, 1  # TensorProto.FLOAT16, TensorProto.FLOAT
+    sessions = {}
+    for stage in bundle.stages:
+        graph = onnx.load_from_string(bundle.stage_graph(stage.name, "fp16").model_bytes)
+        values = [*graph.graph.input, *graph.graph.output]
+        io = {v.name: v.type.tensor_type.elem_type for v in values}
+        want = {"image": wide, "e3": half, "e4": half, "pred_logits": wide, "pred_masks": wide}
+        assert io == {k: v for k, v in want.items() if k in io}
+        producers = {o: n.op_type for n in graph.graph.node for o in n.output}
+        assert all(producers.get(n) != "Cast" for n in ("e3", "e4"))  # no float copy written
+        old = variants.fp16_graph(onnx.load(str(stage.path)))  # the float hand-off
+        sessions[stage.name] = [
+            ort.InferenceSession(g.SerializeToString(), providers=["CPUExecutionProvider"])
+            for g in (graph, old)
+        ]
+    image = bundle.golden_cases("fp16")[0].image
+    outputs = []
+    for new_or_old in range(2):
+        encoder, decoder = (sessions[s][new_or_old] for s in ("encoder", "decoder"))
+        e3, e4 = encoder.run(["e3", "e4"], {"image": image})
+        outputs.append(decoder.run(["pred_logits", "pred_masks"], {"e3": e3, "e4": e4}))
+        assert e3.dtype == (np.float16 if new_or_old == 0 else np.float32)
+    for new, old in zip(*outputs, strict=True):
+        np.testing.assert_array_equal(new, old)

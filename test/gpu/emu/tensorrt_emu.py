@@ -96,6 +96,7 @@ class DataType(enum.Enum):
     """The tensor types the bundles use."""
 
     FLOAT = np.float32
+    HALF = np.float16  # the features the FP16 stages hand on
     INT64 = np.int64
     BOOL = np.bool_
 
@@ -583,7 +584,11 @@ class Engine:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.profiles = profiles
-        types_ = {"tensor(float)": DataType.FLOAT, "tensor(int64)": DataType.INT64}
+        types_ = {
+            "tensor(float)": DataType.FLOAT,
+            "tensor(float16)": DataType.HALF,
+            "tensor(int64)": DataType.INT64,
+        }
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.symbols: dict[str, tuple[str | None, ...]] = {}
         self.dtypes: dict[str, DataType] = {}
