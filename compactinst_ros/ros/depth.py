@@ -413,6 +413,8 @@ class DepthInput:
                 "age_ms": age,
                 "last_problem": self.last_problem,
             }
+            if self.uses_transforms():  # whose buffer places it: tf2_ros's, or ours (pip)
+                values["transforms"] = self.tf_kind
         problems = [
             (DiagnosticStatus.WARN, f"{n} frame(s) without 3-D: {self.kind} {reason}")
             for reason, n in new.items()

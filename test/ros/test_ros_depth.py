@@ -12,6 +12,7 @@ from __future__ import annotations
 import array
 import contextlib
 import importlib
+import importlib.util
 import io
 import json
 import shutil
@@ -642,6 +643,9 @@ def test_a_cloud_in_a_frame_without_transform_is_named_once_and_counted(lidar_no
         lambda: int(client.latest_diagnostics().get("cloud_refused", "0")) >= 2, 10, "counted"
     )
     assert "'roof_lidar'" in client.latest_diagnostics()["cloud_last_problem"]
+    # the buffer that placed it: ours, where tf2_ros does not import (a pip install)
+    ours = importlib.util.find_spec("tf2_ros") is None
+    assert client.latest_diagnostics()["cloud_transforms"] == ("compactinst" if ours else "tf2_ros")
     log = node.log()
     assert log.count("cannot place the cloud's frame 'roof_lidar' in the camera's") == 1
     assert '"roof_lidar" passed to lookupTransform argument source_frame does not exist' in log
