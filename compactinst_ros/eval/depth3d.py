@@ -157,10 +157,17 @@ CLOUD_TOLERANCE_NS = 50_000_000
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 
 
-def _transform(msg: object) -> Transform:
-    """The Transform of a geometry_msgs/Transform (rosbags dataclass)."""
-    t, q = msg.translation, msg.rotation
-    return Transform(np.array([t.x, t.y, t.z]), np.array([q.x, q.y, q.z, q.w]))
+def camera_frame_of(bag: ImageBag) -> str:
+    """The camera's frame: its camera_info's frame_id, as its frames' (DataError without one)."""
+    from .bags import typestore
+
+    infos = bag.camera_infos()
+    if not infos:
+        raise DataError(
+            f"bag '{bag.path}' has no camera_info for {bag.topic}; record the camera's "
+            "camera_info (its K places the masks in 3-D)"
+        )
+    return typestore().deserialize_cdr(infos[0][1], CAMERA_INFO).header.frame_id
 
 
 def bag_transforms(bag: ImageBag) -> BufferCore:
@@ -174,7 +181,7 @@ def bag_transforms(bag: ImageBag) -> BufferCore:
         for t in store.deserialize_cdr(raw, msgtype).transforms:
             stamp = t.header.stamp.sec * 1_000_000_000 + t.header.stamp.nanosec
             buffer.set_transform(
-                t.header.frame_id, t.child_frame_id, stamp, _transform(t.transform),
+                t.header.frame_id, t.child_frame_id, stamp, Transform.of_msg(t),
                 is_static=topic == "/tf_static",
             )  # fmt: skip
     return buffer
@@ -206,9 +213,7 @@ class CloudSource:
         self._bag = ImageBag(colour.path, colour.topic)  # a reader of its own for the clouds
         self._reading = self._bag.messages_of([topic])
         self._clouds: dict[int, object] = {}  # read, not older than the last frame's tolerance
-        first_info = next(iter(self._colour_infos.values()))
-        #: the camera's frame: its camera_info's frame_id, as the frames'
-        self._camera_frame = self._store.deserialize_cdr(first_info, CAMERA_INFO).header.frame_id
+        self._camera_frame = camera_frame_of(colour)
 
     def _paired(self, stamp_ns: int) -> tuple[int | None, int | None]:
         """The stamps of the frame's cloud (within CLOUD_TOLERANCE_NS) and colour camera_info."""
@@ -236,7 +241,7 @@ class CloudSource:
         """The frame's instances lifted with the nearest cloud (None: none within tolerance);
         InputError where the transforms cannot place it."""
         from ..spatial import lift_cloud
-        from ..spatial.cloud import cloud_times, cloud_xyz, to_one_instant, transform_points
+        from ..spatial.cloud import placed_points
         from ..spatial.tf_buffer import TransformException
 
         near, colour = self._paired(stamp_ns)
@@ -244,24 +249,16 @@ class CloudSource:
             return None
         cloud = self._clouds[near]
         camera = self._camera_frame
-        layout = (cloud.data, cloud.width, cloud.height, cloud.point_step, cloud.row_step)
-        fields = [(f.name, int(f.offset), int(f.datatype)) for f in cloud.fields]
-        xyz = cloud_xyz(*layout, fields, bool(cloud.is_bigendian))
+        frame = cloud.header.frame_id
+
+        def placement(taken: int) -> np.ndarray:
+            if self.compensate:  # through the fixed frame, to the frame's stamp
+                full = self.buffer.lookup_transform_full
+                return full(camera, stamp_ns, frame, taken, self.fixed_frame)[0].matrix()
+            return self.buffer.lookup_transform(camera, frame, taken)[0].matrix()
+
         try:
-            if self.compensate:
-                times = cloud_times(*layout, fields, near, bool(cloud.is_bigendian))
-                if times is None:
-                    times = np.full(len(xyz), near, np.int64)
-
-                def placement(t: int) -> np.ndarray:
-                    return self.buffer.lookup_transform_full(
-                        camera, stamp_ns, cloud.header.frame_id, t, self.fixed_frame
-                    )[0].matrix()
-
-                xyz = to_one_instant(xyz, times, placement)
-            else:
-                placed, _ = self.buffer.lookup_transform(camera, cloud.header.frame_id, near)
-                xyz = transform_points(xyz, placed.matrix())
+            xyz = placed_points(cloud, near, placement, self.compensate)
         except TransformException as exc:
             raise InputError(f"the cloud cannot be placed in the camera: {exc}") from None
         k = intrinsics_of(self._colour_infos[colour])

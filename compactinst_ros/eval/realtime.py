@@ -175,13 +175,12 @@ def three_d_scoring(bag: ImageBag, gt_3d: Path) -> ThreeDScoring:
     """The scoring of ``bag``'s realtime replay against ``gt_3d``: in base_link where the bag's
     transforms name it (and through odom where they name that), else in the camera's frame."""
     from ..spatial.tf_buffer import Transform
-    from .bags import camera_name, typestore
-    from .depth3d import Truth3D, bag_transforms
+    from .bags import camera_name
+    from .depth3d import Truth3D, bag_transforms, camera_frame_of
 
     buffer = bag_transforms(bag)
     frames = set(buffer.all_frames())
-    first_info = bag.camera_infos()[0][1]
-    camera_frame = typestore().deserialize_cdr(first_info, CAMERA_INFO).header.frame_id
+    camera_frame = camera_frame_of(bag)
     params: dict[str, str] = {}
     into_output = Transform()
     if "base_link" in frames and camera_frame in frames:

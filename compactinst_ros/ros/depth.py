@@ -36,13 +36,13 @@ from ..labels import LabelSet
 from ..palette import palette_colours
 from ..spatial import Instances3D, Intrinsics, prepare_lifting
 from ..spatial.boxes import BODY_UP, OPTICAL_UP, oriented_boxes
-from ..spatial.cloud import cloud_times, cloud_xyz, to_one_instant, transform_points
+from ..spatial.cloud import placed_points
 from ..spatial.tf_buffer import Transform, quat_from_matrix, quat_matrix
 from ..structures import FrameResult
 from . import convert
 from .camera_info import StampMatcher, stamp_ns
 from .qos import frame_qos
-from .tf import TRANSFORM_ERRORS, matrix_of, transform_of, transform_tree
+from .tf import TRANSFORM_ERRORS, matrix_of, transform_tree
 
 if TYPE_CHECKING:
     from ..pipeline import Pipeline
@@ -395,7 +395,7 @@ class DepthInput:
                 f"'{self.output_frame}': {exc}; publish the transforms on /tf or /tf_static",
             )
             return None
-        return transform_of(placed)
+        return Transform.of_msg(placed)
 
     def check(self) -> tuple[list[tuple[bytes, str]], dict[str, object]]:
         """/diagnostics problems (WARN for frames without 3-D since the last check), the pairing
@@ -493,14 +493,12 @@ class CloudInput(DepthInput):
         """Always: the transforms place the cloud in the camera."""
         return True
 
-    def _placement_at(self, header: Any, cloud: PointCloud2, taken_ns: int | None) -> np.ndarray:
-        """The 4x4 matrix taking points of the cloud's frame captured at ``taken_ns`` (None:
-        the cloud's stamp) into the camera's optical frame (class doc); tf2's error where the
-        transforms cannot place them."""
+    def _placement_at(self, header: Any, cloud: PointCloud2, taken_ns: int) -> np.ndarray:
+        """The 4x4 matrix taking points of the cloud's frame captured at ``taken_ns`` into the
+        camera's optical frame (class doc); tf2's error where the transforms cannot place
+        them."""
         camera, frame = header.frame_id, cloud.header.frame_id
-        taken = Time.from_msg(cloud.header.stamp)
-        if taken_ns is not None:
-            taken = Time(nanoseconds=taken_ns)
+        taken = Time(nanoseconds=taken_ns)
         if self.fixed_frame:
             at_frame = Time.from_msg(header.stamp)
             placed = self.tf_buffer.lookup_transform_full(
@@ -529,16 +527,10 @@ class CloudInput(DepthInput):
         capture time where the cloud has per-point times and ``fixed_frame`` is set (a sweep on
         a moving vehicle), else all with the pose at the cloud's stamp. InputError for a cloud
         that cannot be read; tf2's error for one that cannot be placed."""
-        layout = (cloud.data, cloud.width, cloud.height, cloud.point_step, cloud.row_step)
-        fields = [(f.name, int(f.offset), int(f.datatype)) for f in cloud.fields]
-        xyz = cloud_xyz(*layout, fields, bool(cloud.is_bigendian))
-        times = None
-        if self.fixed_frame:
-            stamp = stamp_ns(cloud.header.stamp)
-            times = cloud_times(*layout, fields, stamp, bool(cloud.is_bigendian))
-        if times is not None:
-            return to_one_instant(xyz, times, lambda t: self._placement_at(header, cloud, t))
-        return transform_points(xyz, self._placement_at(header, cloud, None))
+        return placed_points(
+            cloud, stamp_ns(cloud.header.stamp),
+            lambda taken: self._placement_at(header, cloud, taken), bool(self.fixed_frame),
+        )  # fmt: skip
 
     def _lift(self, header: Any, result: FrameResult, pipeline: Pipeline) -> Instances3D | None:
         """The cloud lifted through ``Pipeline.lift_cloud``: on the GPU with TensorRT, else on

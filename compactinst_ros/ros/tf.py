@@ -34,19 +34,10 @@ TRANSFORM_ERRORS: tuple[type[Exception], ...] = (TransformException,) + (
 TF_DEPTH = 100
 
 
-def transform_of(msg: Any) -> Transform:
-    """The Transform of a geometry_msgs/TransformStamped (or Transform)."""
-    t = getattr(msg, "transform", msg)
-    return Transform(
-        np.array([t.translation.x, t.translation.y, t.translation.z]),
-        np.array([t.rotation.x, t.rotation.y, t.rotation.z, t.rotation.w]),
-    )
-
-
 def matrix_of(msg: Any) -> np.ndarray:
     """The 4x4 matrix of a geometry_msgs/TransformStamped: points of its child frame into its
     header's frame."""
-    return transform_of(msg).matrix()
+    return Transform.of_msg(msg).matrix()
 
 
 def _stamped(transform: Transform, target: str, source: str, stamp_ns: int) -> TransformStamped:
@@ -89,7 +80,7 @@ class TransformBuffer:
 
     def _set(self, msg: TransformStamped, authority: str, is_static: bool) -> bool:
         why = self.core.set_transform(
-            msg.header.frame_id, msg.child_frame_id, _ns(msg.header.stamp), transform_of(msg),
+            msg.header.frame_id, msg.child_frame_id, _ns(msg.header.stamp), Transform.of_msg(msg),
             is_static,
         )  # fmt: skip
         if why is not None:

@@ -153,6 +153,25 @@ def cloud_xyz(
     return xyz
 
 
+def placed_points(
+    cloud: object,
+    stamp_ns: int,
+    placement_at: Callable[[int], np.ndarray],
+    per_point: bool,
+) -> np.ndarray:
+    """(P, 3) float32 points of a PointCloud2 ``cloud`` (an rclpy message or a bag's
+    deserialised one) placed by the 4x4 ``placement_at(capture ns)``: with ``per_point`` and a
+    time field (``cloud_times``) each point at its own time (``to_one_instant``), else all at
+    the cloud's ``stamp_ns``. The node and the replay's 3-D scoring place clouds this one way."""
+    layout = (cloud.data, cloud.width, cloud.height, cloud.point_step, cloud.row_step)
+    fields = [(f.name, int(f.offset), int(f.datatype)) for f in cloud.fields]
+    xyz = cloud_xyz(*layout, fields, bool(cloud.is_bigendian))
+    times = cloud_times(*layout, fields, stamp_ns, bool(cloud.is_bigendian)) if per_point else None
+    if times is not None:
+        return to_one_instant(xyz, times, placement_at)
+    return transform_points(xyz, placement_at(stamp_ns))
+
+
 def rigid_transform(translation: Sequence[float], rotation_xyzw: Sequence[float]) -> np.ndarray:
     """4x4 matrix of tf's transform (translation, unit quaternion x, y, z, w): it maps points
     of the child frame into the parent frame."""

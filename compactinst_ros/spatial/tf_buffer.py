@@ -132,6 +132,17 @@ class Transform:
     translation: np.ndarray = field(default_factory=lambda: np.zeros(3))
     rotation: np.ndarray = field(default_factory=lambda: np.array([0.0, 0.0, 0.0, 1.0]))
 
+    @classmethod
+    def of_msg(cls, msg: object) -> Transform:
+        """The transform of a geometry_msgs/Transform or TransformStamped (an rclpy message
+        or a bag's deserialised one: the same fields)."""
+        t = getattr(msg, "transform", msg)
+        r = t.rotation
+        return cls(
+            np.array([t.translation.x, t.translation.y, t.translation.z]),
+            np.array([r.x, r.y, r.z, r.w]),
+        )
+
     def __mul__(self, other: Transform) -> Transform:
         """``self`` after ``other``: parent <- self.child = other.parent <- other.child."""
         moved = quat_matrix(self.rotation) @ other.translation + self.translation
