@@ -102,6 +102,21 @@ def test_letterbox_places_image_top_left_with_mean_padding() -> None:
     np.testing.assert_allclose(tensor[0, :, 40, 5], PAD, rtol=1e-6)
 
 
+@pytest.mark.parametrize("encoding", ["bgr8", "rgba8", "bgra8", "mono8"])
+@pytest.mark.parametrize("size", [(1080, 1920), (257, 388), (37, 42), (64, 128)])
+def test_letterbox_picks_channels_after_resizing_with_the_same_bytes(encoding, size) -> None:
+    """Resizing first and picking the RGB channels while writing (no full-size conversion)
+    gives exactly the tensor of converting to rgb8 first, at every scale (up, down, none)."""
+    channels = {"bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}[encoding]
+    image = np.random.default_rng(7).integers(0, 256, (*size, channels), dtype=np.uint8)
+    meta = FrameMeta.letterbox(*size, 64, 128)
+    expected = letterbox(to_rgb(image, encoding), "rgb8", meta, PAD)
+    np.testing.assert_array_equal(letterbox(image, encoding, meta, PAD), expected)
+    into = np.full((3, 64, 128), np.nan, np.float32)  # a batch slot: every value is written
+    assert letterbox(image, encoding, meta, PAD, out=into).base is into
+    np.testing.assert_array_equal(into, expected[0])
+
+
 def _encoded(ext: str, image: np.ndarray, *params: int) -> bytes:
     ok, data = cv2.imencode(ext, image, list(params))
     assert ok, ext

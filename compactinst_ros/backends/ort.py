@@ -190,7 +190,7 @@ class OrtBackend:
         h, w = self.bundle.input_h, self.bundle.input_w
         tensor = np.empty((slots, 3, h, w), np.float32)
         for i, item in enumerate(items):
-            tensor[i] = letterbox(item.image, item.encoding, item.meta, self.bundle.pad_value)[0]
+            letterbox(item.image, item.encoding, item.meta, self.bundle.pad_value, out=tensor[i])
         tensor[len(items) :] = tensor[0]  # padding: a real frame, so no slot sees odd values
         t1 = time.perf_counter()
         features = self.run_encoder(tensor)
