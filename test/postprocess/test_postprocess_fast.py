@@ -11,7 +11,9 @@ may change a result. Also the per-tile bounds on their own: no sample may leave 
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from pathlib import Path
 
 import cv2
@@ -155,6 +157,33 @@ def test_single_outputs(outputs: OutputSet) -> None:
     check(raw, meta, SYNTHETIC_LABELS, outputs=outputs)
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a host with two CPUs")
+@pytest.mark.parametrize("cpus", [1, 2])
+def test_helper_thread_only_with_two_cpus_and_the_same_result(
+    demo_outputs: dict, cpus: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two CPUs the semantic and instance rasters are made on the helper thread; with
+    one (this thread's affinity narrowed), here; the result is the reference's either way."""
+    ran_on: list[str] = []
+    for name in ("fast_semantic", "fast_instances"):
+        original = getattr(fast, name)
+
+        def spy(*args, _original=original):
+            ran_on.append(threading.current_thread().name)
+            return _original(*args)
+
+        monkeypatch.setattr(fast, name, spy)
+    raw, meta, labels = demo_outputs[720, 1280]
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(affinity)[:cpus])
+    try:
+        check(raw, meta, labels, PostprocessOptions())
+    finally:
+        os.sched_setaffinity(0, affinity)
+    here = threading.current_thread().name
+    assert len(ran_on) == 2 and all((name == here) == (cpus == 1) for name in ran_on), ran_on
+
+
 @pytest.mark.parametrize("src", [(64, 128), (100, 190), (333, 700)])
 def test_saturated_logits(src: tuple) -> None:
     # +-1000 logits: the rounding margin must scale with the magnitude for culling to be exact.
@@ -246,4 +275,3 @@ def test_sampled_pairs_are_the_reference_samples(src: tuple) -> None:
     np.testing.assert_array_equal(values[real], expected[pair[real], index[real]])
     per_pixel = np.bincount(index[real], minlength=tiles.raster_size)
     assert (per_pixel == len(grids)).all()  # every pixel once per map
-
