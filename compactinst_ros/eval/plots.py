@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 
 #: stages drawn in the breakdown; the spans that contain them are drawn in the CDF
-BREAKDOWN = ("queue", "decode", "preprocess", "encoder", "decoder", "postprocess", "publish")
+BREAKDOWN = (
+    "queue", "decode", "preprocess", "encoder", "decoder", "postprocess", "messages", "publish"
+)
 #: spans drawn in the CDF: the Pipeline call, camera-to-output, and the player's round trip
 CDF_SPANS = ("inference", "pipeline", "end_to_end")
 

@@ -58,22 +58,35 @@ def ros_script_env() -> dict[str, str]:
     return ros_env(next_domain())
 
 
-def test_bench_cpu_checks_every_frame_and_prints_both_tables(tmp_path: Path) -> None:
+def test_bench_cpu_prints_every_path_the_ratio_and_the_targets(tmp_path: Path) -> None:
     plot = tmp_path / "stages.png"
+    paths = ("onnxruntime:fp32", "openvino:int8")
     out = run_script(
-        "bench_cpu.py", "--sizes", "96x64", "--frames", "1", "--scenes", "1", "--plot", str(plot)
-    )
-    equal = "all frames: new post-processing bit-identical to the reference, decoder within 1e-4"
-    assert equal in out, out
-    header = next(line for line in out.splitlines() if line.startswith("| camera | instances"))
-    assert "| inference |" in header
-    stages = table_rows(out, "96x64")
-    assert [row[2] for row in stages[:2]] == ["old", "new"], out
-    for row in stages[:2]:
-        assert all(re.fullmatch(rf"{NUMBER} \({NUMBER}-{NUMBER}\)", c) for c in row[3:8]), row
-    assert re.fullmatch(rf"{NUMBER}x", stages[1][8]), stages[1]
-    (alone,) = stages[2:]  # the post-processing-alone table: 4 spreads and a speed-up
-    assert len(alone) == 6 and re.fullmatch(rf"{NUMBER}x", alone[5]), alone
+        "bench_cpu.py", "--sizes", "96x64", "1920x1080", "--frames", "2", "--scenes", "1",
+        "--paths", *paths, "--plot", str(plot), "--report-only",
+    )  # fmt: skip
+    assert "all frames: post-processing bit-identical to the reference on every path" in out
+    header = next(line for line in out.splitlines() if line.startswith("| camera | path"))
+    assert "| messages | around | model | frame | around / model | FPS |" in header, header
+    for size in ("96x64", "1920x1080"):
+        rows = table_rows(out, size)
+        assert [row[1] for row in rows] == list(paths), out
+        for row in rows:
+            spreads = [re.fullmatch(rf"({NUMBER}) \({NUMBER}-{NUMBER}\)", c) for c in row[2:10]]
+            assert all(spreads), row
+            stage = dict(zip(("preprocess", "encoder", "decoder", "postprocess", "messages"),
+                             (float(m.group(1)) for m in spreads), strict=False))  # fmt: skip
+            assert stage["messages"] > 0 and stage["postprocess"] > 0, row
+            assert float(row[10]) > 0 and float(row[11]) > 0, row  # the ratio and FPS
+    # 1080p rasters: uint16 instance, int32 panoptic and uint8 semantic ids, 7 bytes a pixel
+    megabytes = re.search(r"1920x1080: \d+ instances a frame \(median\), ([\d.]+) MB", out)
+    assert megabytes and float(megabytes.group(1)) >= round(1920 * 1080 * 7 / 1e6, 1), out
+    ratio_row = table_rows(out, "1920x1080")[0]
+    targets = out.split("targets at 1920x1080", 1)[1]
+    assert re.search(
+        rf"onnxruntime:fp32 around / model {ratio_row[10]} <= 0.35: (met|not met)", targets
+    ), targets
+    assert re.search(rf"openvino:int8 {NUMBER} FPS >= 20: (met|not met)", targets), targets
     assert f"plot: {plot}" in out and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
