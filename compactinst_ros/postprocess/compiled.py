@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import jit
 from .resample import sigmoid
-from .tiles import AxisTiles, TileBounds, TileGrid
+from .tiles import AxisTiles, TileBounds, TileGrid, cull_margin
 
 #: True where numba is installed and the compiled loops run (tests turn them off here).
 AVAILABLE = jit.AVAILABLE
@@ -158,6 +158,39 @@ def _paint_instances(
                         box[k, 3] = max(box[k, 3], y)
 
 
+def _tile_bounds(grids, r0, r1, wy, c0, c1, wx, margin, lower, upper):
+    """``tiles.TileBounds.of`` as one pass per map and tile row: the same float32 operations in
+    the same order (corner blends, their spread times each end weight, min/max, the margin).
+    ``wy``/``wx``: (R, 2)/(C, 2) end weights; fills ``lower`` and ``upper`` (N, R, C).
+
+    A NaN texel makes its map's margin NaN (``cull_margin``), so all its bounds are NaN here as
+    in numpy, whichever way min and max treat NaN; the margin also erases the sign of a zero.
+    """
+    width = grids.shape[2]
+    first = np.empty(width, np.float32)  # the tile row's first camera row, sampled at texels
+    last = np.empty(width, np.float32)
+    for k in range(grids.shape[0]):
+        grid, pad = grids[k], margin[k]
+        for r in range(r0.shape[0]):
+            i0, i1, w_first, w_last = r0[r], r1[r], wy[r, 0], wy[r, 1]
+            for j in range(width):
+                top = grid[i0, j]
+                step = grid[i1, j] - top
+                first[j] = step * w_first + top
+                last[j] = step * w_last + top
+            for c in range(c0.shape[0]):
+                j0, j1, x_first, x_last = c0[c], c1[c], wx[c, 0], wx[c, 1]
+                left = first[j0]
+                spread = first[j1] - left
+                a, b = spread * x_first, spread * x_last
+                low, high = min(a, b) + left, max(a, b) + left
+                left = last[j0]
+                spread = last[j1] - left
+                a, b = spread * x_first, spread * x_last
+                lower[k, r, c] = min(low, min(a, b) + left) - pad
+                upper[k, r, c] = max(high, max(a, b) + left) + pad
+
+
 def _sample_needed(grids, needed, samples, rs, rn, r0, r1, rw, cs, cn, c0, c1, cw):
     """Samples of the ``needed`` ((N, R, C) bool) maps at every pixel of their tiles, in tile
     order, then rows, columns, and ascending maps at a pixel."""
@@ -255,6 +288,7 @@ def _semantic_pixels(maps, needed, floor, tile_code, pixel_code, rs, rn, r0, r1,
 
 
 _compose_jit = jit.njit_cached(_compose)
+_tile_bounds_jit = jit.njit_cached(_tile_bounds)
 _paint_instances_jit = jit.njit_cached(_paint_instances)
 _sample_needed_jit = jit.njit_cached(_sample_needed)
 _panoptic_pixels_jit = jit.njit_cached(_panoptic_pixels)
@@ -278,6 +312,20 @@ class CompiledRaster:
             self.tile_code, self.pixel_code, lut, out, rows.start, rows.size, cols.start, cols.size
         )
         return out
+
+
+def tile_bounds_compiled(grids: np.ndarray, tiles: TileGrid) -> TileBounds:
+    """``TileBounds.of(grids, tiles)`` compiled: the same bounds, bit for bit, without numpy's
+    (N, R, 2, w) and (N, R, 2, C) temporaries."""
+    grids = np.ascontiguousarray(grids, np.float32)
+    rows, cols = tiles.rows, tiles.cols
+    shape = (len(grids), len(rows), len(cols))
+    lower, upper = np.empty(shape, np.float32), np.empty(shape, np.float32)
+    _tile_bounds_jit(
+        grids, rows.texel0, rows.texel1, rows.end_weights, cols.texel0, cols.texel1,
+        cols.end_weights, 2 * cull_margin(grids), lower, upper,
+    )  # fmt: skip
+    return TileBounds(lower, upper)
 
 
 def paint_instances_compiled(

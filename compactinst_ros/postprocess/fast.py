@@ -192,6 +192,13 @@ def sample_needed(grids: np.ndarray, tiles: TileGrid, needed: np.ndarray) -> Ite
         first = stop
 
 
+def tile_bounds(grids: np.ndarray, tiles: TileGrid) -> TileBounds:
+    """``TileBounds.of``, by the compiled loop where numba is installed (the same bounds)."""
+    if compiled.AVAILABLE:
+        return compiled.tile_bounds_compiled(grids, tiles)
+    return TileBounds.of(grids, tiles)
+
+
 def tile_sums(codes: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
     """(n,) int64 pixels per code 1..n over decided tiles (code 0 is dropped)."""
     return np.bincount(codes.ravel(), counts.ravel(), minlength=n + 1)[1:].astype(np.int64)
@@ -310,7 +317,7 @@ def semantic_codes_tiled(
 
     A tile is decided when one class can win it and clears the floor everywhere or nowhere.
     """
-    bounds = TileBounds.of(maps, tiles)
+    bounds = tile_bounds(maps, tiles)
     candidate = semantic_candidates(bounds)
     best = candidate.argmax(axis=0)
     one = candidate.sum(axis=0) == 1
@@ -394,7 +401,7 @@ def fast_postprocess(
         no_queries if instance is None else instance.query,
         no_queries if panoptic is None else panoptic.query,
     )
-    bounds = TileBounds.of(frame.mask_logits[queries], tiles)  # once for the queries of both rules
+    bounds = tile_bounds(frame.mask_logits[queries], tiles)  # once for both rules' queries
     painted = None
     if instance is not None:
         instance_bounds = bounds.take(np.searchsorted(queries, instance.query))

@@ -242,7 +242,7 @@ def test_tile_bounds_contain_every_sample(src: tuple) -> None:
     meta = FrameMeta.letterbox(*src, 256, 384)
     resampler = Resampler(meta, 8, 32, 48)
     tiles = TileGrid.of(resampler)
-    bounds = TileBounds.of(grids, tiles)
+    bounds = fast.tile_bounds(grids, tiles)  # compiled or numpy, as the loops fixture says
     samples = resampler.sample(grids, slice(0, meta.src_h))
     tile_of_y = np.repeat(np.arange(len(tiles.rows)), tiles.rows.size)
     tile_of_x = np.repeat(np.arange(len(tiles.cols)), tiles.cols.size)
@@ -253,6 +253,26 @@ def test_tile_bounds_contain_every_sample(src: tuple) -> None:
     idx0, rows = resampler.rows_taps[0], tiles.rows
     for start, size, texel in zip(rows.start, rows.size, rows.texel0, strict=True):
         assert 1 <= size <= fast.TILE and (idx0[start : start + size] == texel).all()
+
+
+@pytest.mark.parametrize("src", [(256, 384), (333, 517), (1080, 1920), (50, 70)])
+@pytest.mark.parametrize("scale", [1.0, 30.0, 1000.0])
+def test_compiled_tile_bounds_are_numpys_bit_for_bit(src: tuple, scale: float) -> None:
+    if not jit.AVAILABLE:
+        pytest.skip("numba is not installed (pip install '.[fast]')")
+    rng = np.random.default_rng(2)
+    grids = (rng.normal(0, scale, (9, 32, 48))).astype(np.float32)
+    grids[3, 5, 7] = np.nan  # a broken map: all its bounds NaN, in both
+    grids[4, :, :6] = 0.0  # flat runs: zero spreads, signed zeros
+    tiles = TileGrid.of(Resampler(FrameMeta.letterbox(*src, 256, 384), 8, 32, 48))
+    expected, got = TileBounds.of(grids, tiles), compiled.tile_bounds_compiled(grids, tiles)
+    for name in ("lower", "upper"):
+        want, have = getattr(expected, name), getattr(got, name)
+        assert have.dtype == np.float32 and np.isnan(want[3]).all()
+        # NaN payloads are the CPU's business; every other value must match to the bit
+        assert np.array_equal(np.isnan(have), np.isnan(want)), name
+        number = ~np.isnan(want)
+        assert np.array_equal(have[number].view(np.uint32), want[number].view(np.uint32)), name
 
 
 @pytest.mark.parametrize("src", [(256, 384), (333, 517), (50, 70)])
