@@ -32,7 +32,7 @@ import cv2
 import numpy as np
 
 from .errors import ConfigError, InputError
-from .structures import Instances
+from .structures import Instances, message_raster
 
 #: Largest track id (ids are uint16 raster values; 0 is background).
 MAX_TRACK_ID = 65535
@@ -336,11 +336,12 @@ def remap_ids(raster: np.ndarray, ids: np.ndarray, new_ids: np.ndarray) -> np.nd
     most 255 (the max check is a fraction of the lookup), else ``np.take``; equal results.
     """
     ids = np.asarray(ids, np.intp)
+    out = message_raster(raster.shape, np.uint16)  # the node publishes it: no copy then
     if raster.size and int(raster.max()) <= 255:
         small = ids <= 255  # an id above the raster's maximum is not in it
         lut = np.zeros(256, np.uint16)
         lut[ids[small]] = new_ids[small]
-        return cv2.LUT(raster.astype(np.uint8), lut)
+        return cv2.LUT(raster.astype(np.uint8), lut, dst=out)
     lut = np.zeros(MAX_TRACK_ID + 1, np.uint16)
     lut[ids] = new_ids
-    return np.take(lut, raster)
+    return np.take(lut, raster, out=out)

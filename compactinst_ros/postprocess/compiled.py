@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import jit
+from ..structures import message_raster
 from .resample import sigmoid
 from .tiles import AxisTiles, TileBounds, TileGrid, cull_margin
 
@@ -305,8 +306,8 @@ class CompiledRaster:
     pixel_code: np.ndarray  # (H * W,) codes, the first of them written
 
     def compose(self, lut: np.ndarray) -> np.ndarray:
-        """(H, W) raster of ``lut[code]``."""
-        out = np.empty((self.tiles.rows.length, self.tiles.cols.length), lut.dtype)
+        """(H, W) raster of ``lut[code]``, in memory a ROS message takes without a copy."""
+        out = message_raster((self.tiles.rows.length, self.tiles.cols.length), lut.dtype)
         rows, cols = self.tiles.rows, self.tiles.cols
         _compose_jit(
             self.tile_code, self.pixel_code, lut, out, rows.start, rows.size, cols.start, cols.size

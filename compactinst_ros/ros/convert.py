@@ -2,15 +2,15 @@
 
 Incoming Image data becomes a zero-copy view (``image_from_buffer``; one conversion for the
 encodings the pipeline does not take itself); depth messages become float32 metres
-(``depth_from_msg``); outgoing rasters are
-copied once into an ``array.array('B')``, the fast path of the generated message setters on
-every distro (a numpy array, and ``bytes`` where setters check fields as Humble's do, is checked
-element by element: about 400 ms for 2 MB instead of 0.2 ms).
+(``depth_from_msg``); outgoing rasters go out as an ``array.array('B')``, the fast path of the
+generated message setters on every distro (a numpy array, and ``bytes`` where setters check
+fields as Humble's do, is checked element by element: about 400 ms for 2 MB instead of 0.2 ms):
+with no copy where post-processing made the raster in one (``structures.message_raster``), else
+copied once.
 """
 
 from __future__ import annotations
 
-import array
 import json
 import sys
 from collections.abc import Sequence
@@ -29,9 +29,13 @@ from ..image_formats import (
     image_from_buffer,
 )
 from ..labels import LabelSet
-from ..structures import RASTER_ENCODINGS, FrameResult, Instances, Segments
+from ..structures import RASTER_ENCODINGS, FrameResult, Instances, Segments, message_bytes
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
+#: Jazzy's and later generated setters keep an array.array as it is only in a message that checks
+#: its fields (else ``array.array('B', value)``, a copy; ROS_PYTHON_CHECK_FIELDS sets the
+#: default); Humble's always check and keep it, and have no such switch.
+_KEEPS_ARRAY = {"check_fields": True} if "_check_fields" in Image.__slots__ else {}
 
 
 def image_from_msg(msg: Image) -> tuple[np.ndarray, str]:
@@ -61,25 +65,20 @@ def image_from_compressed(msg: CompressedImage) -> tuple[np.ndarray, str]:
     return decode_compressed(msg.data, msg.format), "bgr8"
 
 
-def _payload(values: np.ndarray) -> array.array:
-    out = array.array("B")
-    out.frombytes(np.ascontiguousarray(values).reshape(-1).view(np.uint8))
-    return out
-
-
 def image_msg(raster: np.ndarray, header: Header, encoding: str | None = None) -> Image:
-    """sensor_msgs/Image of an HxW raster or HxWx3 bgr8 image with ``header`` (one copy).
+    """sensor_msgs/Image of an HxW raster or HxWx3 bgr8 image with ``header``: its memory as it
+    is where it is a ``message_raster``, else one copy.
 
     ``encoding`` defaults to the raster's (``RASTER_ENCODINGS``), bgr8 for three channels.
     """
     encoding = encoding or ("bgr8" if raster.ndim == 3 else RASTER_ENCODINGS[raster.dtype])
-    msg = Image()
+    msg = Image(**_KEEPS_ARRAY)
     msg.header = header
     msg.height, msg.width = int(raster.shape[0]), int(raster.shape[1])
     msg.encoding = encoding
     msg.is_bigendian = 0 if _LITTLE_ENDIAN or raster.itemsize == 1 else 1
     msg.step = int(raster.shape[1] * raster.itemsize * (raster.shape[2] if raster.ndim == 3 else 1))
-    msg.data = _payload(raster)
+    msg.data = message_bytes(raster)
     return msg
 
 
@@ -103,7 +102,7 @@ def jpeg_msg(bgr: np.ndarray, header: Header, quality: int) -> CompressedImage:
     msg = CompressedImage()
     msg.header = header
     msg.format = "bgr8; jpeg compressed bgr8"
-    msg.data = _payload(data)
+    msg.data = message_bytes(data)
     return msg
 
 
@@ -149,7 +148,7 @@ def _table_msg(header: Header, table: np.dtype, columns: dict[str, np.ndarray]) 
     msg.point_step = table.itemsize
     msg.row_step = table.itemsize * msg.width
     msg.is_dense = True
-    msg.data = _payload(rows.view(np.uint8))
+    msg.data = message_bytes(rows.view(np.uint8))
     return msg
 
 

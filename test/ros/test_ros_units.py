@@ -222,6 +222,43 @@ def test_raster_round_trip(dtype):
     np.testing.assert_array_equal(raster_from_image(msg), raster)
 
 
+def test_made_rasters_go_into_messages_without_a_copy_and_others_are_copied():
+    """Post-processing's compiled rasters and the tracker's remapped one become Image data as
+    they are; a numpy raster or a part of a message raster is copied; the bytes agree always."""
+    from compactinst_ros.labels import SYNTHETIC_LABELS
+    from compactinst_ros.postprocess import compiled
+    from compactinst_ros.postprocess.fast import fast_postprocess
+    from compactinst_ros.structures import FrameMeta, RawOutputs, message_raster
+    from compactinst_ros.tracking import remap_ids
+
+    rng = np.random.default_rng(3)
+    meta = FrameMeta.letterbox(90, 170, 64, 128)
+    raw = RawOutputs(
+        rng.normal(0, 3, (12, 9)).astype(np.float32),
+        rng.normal(0, 4, (12, 8, 16)).astype(np.float32),
+        8,
+    )
+    result = fast_postprocess(raw, meta, SYNTHETIC_LABELS, PostprocessOptions(), OutputSet())
+    ids = result.instances.ids
+    made = {
+        "semantic": result.semantic_raster,
+        "remapped": remap_ids(result.instance_raster, ids, (ids + 40).astype(np.uint16)),
+        "zeros": message_raster((5, 7), np.int32),
+    }
+    if compiled.AVAILABLE:  # numpy's fallback composes by np.repeat: copied at publishing
+        made |= {"instance": result.instance_raster, "panoptic": result.panoptic_raster}
+    for name, raster in made.items():
+        msg = convert.image_msg(raster, Header())
+        data = np.frombuffer(msg.data, raster.dtype).reshape(raster.shape)
+        assert np.shares_memory(data, raster), name
+        np.testing.assert_array_equal(raster_from_image(msg), raster, err_msg=name)
+    whole = made["remapped"]
+    for name, raster in {"numpy": whole.copy(), "rows": whole[2:], "columns": whole[:, 1:]}.items():
+        msg = convert.image_msg(raster, Header())
+        assert not np.shares_memory(np.frombuffer(msg.data, np.uint8), raster), name
+        np.testing.assert_array_equal(raster_from_image(msg), raster, err_msg=name)
+
+
 def test_tables_round_trip():
     inst = Instances(
         ids=np.array([1, 2], np.uint16),
