@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING
 import cv2
 import numpy as np
 
+from ..backends import GPU_BACKENDS
 from ..bundle import PRECISIONS, ModelBundle, model_caveat
 from ..errors import ConfigError, InputError, InterruptedJobError
 from ..image_formats import mono_note
+from ..jit import cpu_loops
 from ..progress import Progress
 from ..resources import default_model
 from ..ros.camera_info import StampMatcher
@@ -36,6 +38,7 @@ from .report import (
     PARTIAL_NOTE,
     host_info,
     latency_stats,
+    model_text,
     now_iso,
     summary_text,
     warmup_left_out,
@@ -492,6 +495,14 @@ def lockstep_pipeline(options: ReplayOptions, **backend_overrides: object) -> Pi
     )
 
 
+def starting_text(model: dict) -> str:
+    """The line a lockstep replay prints as it starts: which model, backend and precision run,
+    and what runs the CPU's per-pixel loops (numba, or the numpy fallback and how to leave it:
+    said once, as the node says it)."""
+    loops = "on the GPU" if model.get("backend") in GPU_BACKENDS else cpu_loops()
+    return f"replay: {model_text(model)}; per-pixel loops: {loops}"
+
+
 def replay(options: ReplayOptions) -> dict:
     """Run one replay; returns the report (also written under ``options.out``)."""
     gt = options.load_ground_truth()
@@ -544,6 +555,7 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
         if options.mode in ("lockstep", "both"):
             with lockstep_pipeline(options) as pipeline:
                 report["model"] = pipeline.describe()
+                print(starting_text(report["model"]), file=sys.stderr, flush=True)
                 modes["lockstep"] = run_lockstep(
                     bag,
                     pipeline,

@@ -260,13 +260,21 @@ def precision_text(model: dict) -> str:
     return f"{model.get('precision', 'unknown')}{graph}"
 
 
+def model_text(model: dict) -> str:
+    """Which model ran where, from a Pipeline's describe(): model, fingerprint, backend, device
+    and precision (printed when a replay starts and in its summary)."""
+    return (
+        f"model {model.get('model')} [{model.get('model_fingerprint')}] on "
+        f"{model.get('backend')} ({model.get('device', 'cpu')}, {precision_text(model)})"
+    )
+
+
 def summary_text(report: dict) -> str:
     """Short plain-text summary printed at the end of a replay."""
     bag, model = report["bag"], report["model"]
     lines = [
         f"bag {bag['path']} [{bag['hash']}] topic {bag['topic']}: {bag['frames']} frames",
-        f"model {model.get('model')} [{model.get('model_fingerprint')}] on "
-        f"{model.get('backend')} ({model.get('device', 'cpu')}, {precision_text(model)})",
+        model_text(model),
         *([f"note: {model['caveat']}"] if model.get("caveat") else []),
         *([f"PARTIAL: {PARTIAL_NOTE}"] if report.get("partial") else []),
     ]

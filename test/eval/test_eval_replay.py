@@ -26,8 +26,12 @@ def test_lockstep_replay_writes_report(
         bag, random_bundle, gt_files, out, "--output-bag", "--warmup", "1", "--overlays", "2"
     )
     assert main(args) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     report = json.loads((out / "report.json").read_text())
+    # which backend and precision run, and what runs the per-pixel loops, said as it starts
+    started = f"model {report['model']['model']} [{report['model']['model_fingerprint']}] on "
+    assert f"replay: {started}onnxruntime (cpu, fp32); per-pixel loops: " in captured.err
     assert report["output_bag"] == str(out / "output_bag")  # under --out, not next to the bag
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bag", "gt", "out"]
     written = [out / "report.md", out / "report.json", out / "output_bag"]
