@@ -50,17 +50,19 @@ BLOCK_SAMPLES = 1 << 18
 
 _helper_lock = threading.Lock()
 _helper: ThreadPoolExecutor | None = None
+_helper_pid = 0
 
 
 def _beside(function: Callable[..., Any], *args: Any) -> Future:
     """``function(*args)`` on the post-processing helper thread; on a host with one CPU, run
     here and now. One helper per process, made on first use: the frames of every Pipeline share
     it, in the order they hand it work."""
-    global _helper
+    global _helper, _helper_pid
     if len(os.sched_getaffinity(0)) > 1:
         with _helper_lock:
-            if _helper is None:
+            if _helper is None or _helper_pid != os.getpid():  # a forked child has no thread
                 _helper = ThreadPoolExecutor(1, thread_name_prefix="postprocess")
+                _helper_pid = os.getpid()
         return _helper.submit(function, *args)
     done: Future = Future()
     done.set_result(function(*args))

@@ -11,6 +11,7 @@ may change a result. Also the per-tile bounds on their own: no sample may leave 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 import threading
@@ -182,6 +183,29 @@ def test_helper_thread_only_with_two_cpus_and_the_same_result(
         os.sched_setaffinity(0, affinity)
     here = threading.current_thread().name
     assert len(ran_on) == 2 and all((name == here) == (cpus == 1) for name in ran_on), ran_on
+
+
+def _forked_semantic(raw, meta, labels, queue) -> None:
+    """A forked child's semantic raster (the helper thread of its parent is not in it)."""
+    result = fast_postprocess(raw, meta, labels, PostprocessOptions(), OutputSet())
+    queue.put(result.semantic_raster)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a host with two CPUs")
+def test_a_forked_child_makes_its_own_helper_thread(demo_outputs: dict) -> None:
+    raw, meta, labels = demo_outputs[256, 384]
+    expected = check(raw, meta, labels, PostprocessOptions())  # the parent's helper runs
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_forked_semantic, args=(raw, meta, labels, queue))
+    child.start()
+    try:
+        got = queue.get(timeout=60)  # a child waiting on its parent's thread never answers
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+    np.testing.assert_array_equal(got, expected.semantic_raster)
 
 
 @pytest.mark.parametrize("src", [(64, 128), (100, 190), (333, 700)])
