@@ -20,6 +20,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,10 +36,13 @@ SOURCES = Path(__file__).resolve().parent / "interface_sources"
 CMAKE_PROJECT = SOURCES / "CMakeLists.txt"
 #: folders of interface definitions a package may have
 INTERFACE_DIRS = ("msg", "srv", "action")
-#: CMake packages (share/<name>/cmake) every build needs from the ROS wheels
-CMAKE_PACKAGES = (
+#: CMake packages (share/<name>/cmake) every build needs from the ROS wheels; where a tuple
+#: names several, any one of them will do
+CMAKE_PACKAGES: tuple[str | tuple[str, ...], ...] = (
     "ament_cmake",
-    "ament_cmake_ros_core",
+    # rosidl_typesupport_fastrtps_c finds ament_cmake_ros_core from Kilted on (split out of
+    # ament_cmake_ros then) and ament_cmake_ros on Jazzy and Humble, whose wheels have no _core
+    ("ament_cmake_ros_core", "ament_cmake_ros"),
     "rosidl_default_generators",
     "rosidl_generator_py",
     "rosidl_typesupport_fastrtps_c",
@@ -54,12 +58,19 @@ KEY_DISTRIBUTIONS = (
     "ros-std-msgs",
     "ros-geometry-msgs",
     "ros-rcl-interfaces",
+    # the type support libraries link Fast CDR (Jazzy's 2.2, Kilted's 2.3)
+    "ros-fastcdr",
 )
+#: the wheels that name a distribution (``ros-<distro>-rclpy``): a build's key names the
+#: distribution its rosidl came from, so that a Jazzy and a Kilted environment never share one
+#: even where the versions above happened to agree
+DISTRO_WHEEL = re.compile(r"ros-([a-z]+)-rclpy")
 #: what to install when the toolchain is incomplete
 INSTALL_HINT = (
     "pip install 'compactinst_ros[ros-build]' (the rosidl generators and ament_cmake from PyPI: "
-    "ros-kilted-rosidl-default-generators, ros-kilted-ament-cmake, ...) and install cmake, make "
-    "and a C/C++ compiler (apt install cmake build-essential)"
+    "ros-kilted-rosidl-default-generators, ros-kilted-ament-cmake, ...; on Jazzy's wheels "
+    "'compactinst_ros[ros-build-jazzy]') and install cmake, make and a C/C++ compiler "
+    "(apt install cmake build-essential)"
 )
 
 
@@ -172,13 +183,23 @@ def missing_toolchain(package: InterfacePackage) -> str | None:
     if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
         return f"no C++ compiler (c++/g++/clang++) on PATH; {INSTALL_HINT}"
     share = Path(sys.prefix) / "share"
-    for pkg in (*CMAKE_PACKAGES, *package.dependencies):
-        if not (share / pkg / "cmake").is_dir():
-            return f"CMake package '{pkg}' is not installed in {sys.prefix}; {INSTALL_HINT}"
+    for needed in (*CMAKE_PACKAGES, *package.dependencies):
+        choices = (needed,) if isinstance(needed, str) else needed
+        if not any((share / pkg / "cmake").is_dir() for pkg in choices):
+            name = " or ".join(f"'{pkg}'" for pkg in choices)
+            return f"CMake package {name} is not installed in {sys.prefix}; {INSTALL_HINT}"
     for module in PYTHON_MODULES:
         if importlib.util.find_spec(module) is None:
             return f"Python module '{module}' is not importable; {INSTALL_HINT}"
     return None
+
+
+def needs_introspection_c() -> bool:
+    """Whether this environment's Fast DDS is 2.x (Humble's 2.6, Jazzy's 2.14: its CMake package
+    is ``fastrtps``, which 3.x renamed ``fastdds``). Its rmw_fastrtps registers every type's XTypes
+    type object from the C introspection type support, found through the C type support's
+    dispatch, so a package built for it needs both (interface_sources/CMakeLists.txt)."""
+    return (Path(sys.prefix) / "share" / "fastrtps" / "cmake").is_dir()
 
 
 def cache_key(package: InterfacePackage) -> str:
@@ -191,7 +212,23 @@ def cache_key(package: InterfacePackage) -> str:
     for dist in KEY_DISTRIBUTIONS:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             digest.update(f"{dist}={importlib.metadata.version(dist)}".encode())
+    digest.update(f"distributions={','.join(ros_distributions())}".encode())
+    digest.update(f"introspection_c={needs_introspection_c()}".encode())
     return digest.hexdigest()[:16]
+
+
+def ros_distributions() -> list[str]:
+    """The ROS distributions whose rclpy wheel this environment holds (``ros-<distro>-rclpy``),
+    sorted; empty on a ROS installed with apt, whose setup script sets ``ROS_DISTRO``, so that
+    is taken there."""
+    names = {
+        match.group(1)
+        for dist in importlib.metadata.distributions()
+        if (match := DISTRO_WHEEL.fullmatch((dist.metadata["Name"] or "").lower()))
+    }
+    if not names and os.environ.get("ROS_DISTRO"):
+        names.add(os.environ["ROS_DISTRO"].strip().lower())
+    return sorted(names)
 
 
 def default_cache_root() -> Path:
@@ -266,6 +303,7 @@ def build_interface(
                 f"-DCMAKE_INSTALL_PREFIX={prefix.root}",
                 f"-DCMAKE_INSTALL_RPATH={prefix.lib}",
                 "-DBUILD_TESTING=OFF",
+                f"-DINTERFACE_INTROSPECTION_C={'ON' if needs_introspection_c() else 'OFF'}",
             ],
             env,
             log,
