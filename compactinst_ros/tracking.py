@@ -32,7 +32,8 @@ import cv2
 import numpy as np
 
 from .errors import ConfigError, InputError
-from .structures import Instances, message_raster
+from .raster_memory import message_raster
+from .structures import Instances
 
 #: Largest track id (ids are uint16 raster values; 0 is background).
 MAX_TRACK_ID = 65535

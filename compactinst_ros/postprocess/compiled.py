@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import jit
-from ..structures import message_raster
+from ..raster_memory import message_raster
 from .resample import sigmoid
 from .tiles import AxisTiles, TileBounds, TileGrid, cull_margin
 

@@ -5,8 +5,7 @@ encodings the pipeline does not take itself); depth messages become float32 metr
 (``depth_from_msg``); outgoing rasters go out as an ``array.array('B')``, the fast path of the
 generated message setters on every distro (a numpy array, and ``bytes`` where setters check
 fields as Humble's do, is checked element by element: about 400 ms for 2 MB instead of 0.2 ms):
-with no copy where post-processing made the raster in one (``structures.message_raster``), else
-copied once.
+with no copy where post-processing made the raster in one (``raster_memory``), else copied once.
 """
 
 from __future__ import annotations
@@ -29,7 +28,8 @@ from ..image_formats import (
     image_from_buffer,
 )
 from ..labels import LabelSet
-from ..structures import RASTER_ENCODINGS, FrameResult, Instances, Segments, message_bytes
+from ..raster_memory import message_bytes
+from ..structures import RASTER_ENCODINGS, FrameResult, Instances, Segments
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
 #: Jazzy's and later generated setters keep an array.array as it is only in a message that checks

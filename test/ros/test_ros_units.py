@@ -228,7 +228,8 @@ def test_made_rasters_go_into_messages_without_a_copy_and_others_are_copied():
     from compactinst_ros.labels import SYNTHETIC_LABELS
     from compactinst_ros.postprocess import compiled
     from compactinst_ros.postprocess.fast import fast_postprocess
-    from compactinst_ros.structures import FrameMeta, RawOutputs, message_raster
+    from compactinst_ros.raster_memory import message_raster
+    from compactinst_ros.structures import FrameMeta, RawOutputs
     from compactinst_ros.tracking import remap_ids
 
     rng = np.random.default_rng(3)
