@@ -227,3 +227,31 @@ def test_synthetic_sequence_no_id_switches(seed):
     assert counts.misses == 0 and counts.false_positives == 0
     # switches only where an object is hidden longer than max_missed or reappears as a sliver
     assert counts.id_switches <= 0.05 * counts.gt_objects
+
+
+@pytest.mark.parametrize("size", [(1080, 1920), (37, 53), (5, 3), (0, 4)])
+@pytest.mark.parametrize("stride", [1, 3, 4])
+@pytest.mark.parametrize("rows", [0, 1, 7, 40])
+def test_compiled_row_sampling_is_numpys(size, stride, rows, monkeypatch) -> None:
+    """The tracker's strided samples and per-row pixel lists: the compiled pass and counting
+    sort give numpy's gather and stable sort, values, order and types."""
+    import compactinst_ros.tracking as tracking
+
+    if tracking._sample_rows_jit is None:
+        pytest.skip("numba is not installed (pip install '.[fast]')")
+    rng = np.random.default_rng(sum(size) * 100 + stride * 10 + rows)
+    ids = rng.choice(np.arange(1, 65535), rows, replace=False).astype(np.intp)
+    raster = np.zeros(size, np.uint16)
+    if rows and raster.size:
+        raster[:] = np.where(rng.random(size) < 0.6, ids[rng.integers(0, rows, size)], 0)
+        raster[0, 0] = 65535  # a value no row names: background
+    row_of = np.zeros(65536, np.intp)
+    row_of[ids] = np.arange(1, rows + 1)
+    compiled = tracking.sample_rows(raster, row_of, stride, rows)
+    monkeypatch.setattr(tracking, "_sample_rows_jit", None)
+    expected = tracking.sample_rows(raster, row_of, stride, rows)
+    np.testing.assert_array_equal(compiled[0], expected[0])
+    assert len(compiled[1]) == len(expected[1]) == rows
+    for got, want in zip(compiled[1], expected[1], strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
