@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""The fast CPU post-processing with numpy loops vs compiled (numba) loops, side by side.
+"""The fast CPU post-processing: numpy vs compiled (numba) loops, one thread vs two.
 
-Both run ``fast_postprocess`` on the same decoder outputs (the default model on the demo's
-held-out scenes, resized to each camera size), alternating call by call; every frame is first
-checked bit for bit against the reference with both. Prints per camera size the median and
-p10-p90 of each, and their ratio.
+All run ``fast_postprocess`` on the same decoder outputs (the default model on the demo's
+held-out scenes, resized to each camera size), in turn call by call; every frame is first
+checked bit for bit against the reference with each. Prints per camera size the median and
+p10-p90 of each, and the ratios: compiled against numpy loops (both on two threads where the
+host has two CPUs), and two threads (the semantic and instance rasters on the helper thread)
+against one.
 
     .venv/bin/python scripts/bench_postprocess_loops.py [--sizes 384x256 1280x720 1920x1080] \
         [--scenes 3] [--rounds 20]
@@ -22,9 +24,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from compactinst_ros import jit
 from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.pipeline import Pipeline
-from compactinst_ros.postprocess import compiled
+from compactinst_ros.postprocess import compiled, fast
 from compactinst_ros.postprocess.fast import fast_postprocess
 from compactinst_ros.postprocess.reference import postprocess
 from compactinst_ros.preprocess import letterbox
@@ -53,7 +56,7 @@ def spread(values: list[float]) -> str:
 
 
 def main() -> int:
-    """Time both loop implementations per camera size and print the Markdown table."""
+    """Time the three variants per camera size and print the Markdown table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=None, help="bundle (default: models/default)")
     parser.add_argument(
@@ -62,7 +65,7 @@ def main() -> int:
     parser.add_argument("--scenes", type=int, default=3, help="demo scenes to cycle through")
     parser.add_argument("--rounds", type=int, default=20, help="timed calls per size and loops")
     args = parser.parse_args()
-    if compiled.numba is None:
+    if jit.numba is None:
         sys.exit("numba is not installed: pip install '.[fast]'")
 
     bundle = ModelBundle.load(args.model or default_bundle_path())
@@ -72,11 +75,16 @@ def main() -> int:
         render_scene(DEMO_SEED, i, bundle.input_h, bundle.input_w).image for i in range(args.scenes)
     ]
     print(
-        f"{bundle.name}, numba {compiled.numba.__version__}, numpy {np.__version__}, "
+        f"{bundle.name}, numba {jit.numba.__version__}, numpy {np.__version__}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.rounds} calls per "
         "size and loops, alternating; ms median (p10-p90)\n"
     )
-    print("| camera | numpy loops | compiled loops | speed-up |\n|---|---:|---:|---:|")
+    print(
+        "| camera | numpy loops | compiled, one thread | compiled, two threads | compiled / numpy "
+        "| two threads / one |\n|---|---:|---:|---:|---:|---:|"
+    )
+    #: (compiled loops, helper thread) of each column
+    variants = {"numpy": (False, True), "one": (True, False), "two": (True, True)}
     for size in args.sizes:
         width, height = (int(v) for v in size.split("x"))
         meta = FrameMeta.letterbox(height, width, bundle.input_h, bundle.input_w)
@@ -86,23 +94,27 @@ def main() -> int:
             tensor = letterbox(image, "rgb8", meta, bundle.pad_value)
             raw = backend.run_decoder(backend.run_encoder(tensor))[0]
             reference = postprocess(raw, meta, bundle.labels, options, outputs)
-            for loops in (False, True):
-                compiled.AVAILABLE = loops
+            for name, (compiled.AVAILABLE, fast.HELPER_THREAD) in variants.items():
                 result = fast_postprocess(raw, meta, bundle.labels, options, outputs)
                 if not same(result, reference):
-                    sys.exit(f"{size}: {'compiled' if loops else 'numpy'} loops differ")
+                    sys.exit(f"{size}: {name} differs from the reference")
             frames.append(raw)
-        times: dict[bool, list[float]] = {False: [], True: []}
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        names = list(variants)
         for i in range(args.rounds):
-            for loops in (False, True) if i % 2 else (True, False):
-                compiled.AVAILABLE = loops
+            shift = i % len(names)
+            for name in names[shift:] + names[:shift]:
+                compiled.AVAILABLE, fast.HELPER_THREAD = variants[name]
                 start = time.perf_counter()
                 fast_postprocess(frames[i % len(frames)], meta, bundle.labels, options, outputs)
-                times[loops].append((time.perf_counter() - start) * 1e3)
-        ratio = statistics.median(times[False]) / statistics.median(times[True])
-        cells = f"{spread(times[False])} | {spread(times[True])}"
-        print(f"| {width}x{height} | {cells} | {ratio:.2f}x |")
-    print("\nevery frame: both loops bit-identical to the reference")
+                times[name].append((time.perf_counter() - start) * 1e3)
+        median = {name: statistics.median(values) for name, values in times.items()}
+        cells = " | ".join(spread(times[name]) for name in names)
+        print(
+            f"| {width}x{height} | {cells} | {median['numpy'] / median['two']:.2f}x "
+            f"| {median['one'] / median['two']:.2f}x |"
+        )
+    print("\nevery frame: every variant bit-identical to the reference")
     pipe.close()
     return 0
 

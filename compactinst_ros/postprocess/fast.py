@@ -48,6 +48,9 @@ from .tiles import TILE, TileBounds, TileGrid, panoptic_candidates, semantic_can
 #: and keeps a block's temporaries in cache; results do not depend on it.
 BLOCK_SAMPLES = 1 << 18
 
+#: whether a host with more than one CPU makes two of the outputs on the helper thread (a
+#: benchmark turns it off to compare)
+HELPER_THREAD = True
 _helper_lock = threading.Lock()
 _helper: ThreadPoolExecutor | None = None
 _helper_pid = 0
@@ -58,7 +61,7 @@ def _beside(function: Callable[..., Any], *args: Any) -> Future:
     here and now. One helper per process, made on first use: the frames of every Pipeline share
     it, in the order they hand it work."""
     global _helper, _helper_pid
-    if len(os.sched_getaffinity(0)) > 1:
+    if HELPER_THREAD and len(os.sched_getaffinity(0)) > 1:
         with _helper_lock:
             if _helper is None or _helper_pid != os.getpid():  # a forked child has no thread
                 _helper = ThreadPoolExecutor(1, thread_name_prefix="postprocess")

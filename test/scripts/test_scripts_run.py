@@ -90,6 +90,17 @@ def test_bench_cpu_prints_every_path_the_ratio_and_the_targets(tmp_path: Path) -
     assert f"plot: {plot}" in out and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_postprocess_loops_prints_every_variant_and_both_ratios() -> None:
+    pytest.importorskip("numba")
+    out = run_script(
+        "bench_postprocess_loops.py", "--sizes", "96x64", "--rounds", "3", "--scenes", "1"
+    )
+    assert "every frame: every variant bit-identical to the reference" in out, out
+    (row,) = table_rows(out, "96x64")
+    assert all(re.fullmatch(rf"{NUMBER} \({NUMBER}-{NUMBER}\)", cell) for cell in row[1:4]), row
+    assert all(re.fullmatch(rf"{NUMBER}x", cell) for cell in row[4:6]), row
+
+
 def test_bench_postprocess_cpu_prints_every_output_per_size() -> None:
     out = run_script("bench_postprocess_cpu.py", "--sizes", "64x128", "96x160", "--repeats", "1")
     assert out.startswith("numpy ") and "median of 1 runs" in out.splitlines()[0]
@@ -216,8 +227,12 @@ def test_bench_multicamera_arguments_memory_and_table() -> None:
         "sent": 60,
         "rss_mb": 700.0,
         "stages_p50": {stage: 50.0 for stage in bench.STAGES} | {"queue": 4.0},
-        "batch": {"frames_per_round_mean": 2.5, "window_wait_mean_ms": 3.0,
-                  "window_wait_max_ms": 9.0, "padded_slots": 0},
+        "batch": {
+            "frames_per_round_mean": 2.5,
+            "window_wait_mean_ms": 3.0,
+            "window_wait_max_ms": 9.0,
+            "padded_slots": 0,
+        },
     }
     results = {
         ("64x96", "batched"): [
@@ -234,6 +249,8 @@ def test_bench_multicamera_arguments_memory_and_table() -> None:
     results[("64x96", "per-camera")] = [{**run, "batch": None}]
     *_, batched, alone = bench.batch_costs(results)
     stages = " | ".join(["4.0 (4.0-4.0)", *["50.0 (50.0-50.0)"] * (len(bench.STAGES) - 1)])
-    assert batched == f"| 64x96 | batched | {stages} | 2.50 (2.50-2.50) " \
+    assert (
+        batched == f"| 64x96 | batched | {stages} | 2.50 (2.50-2.50) "
         "| 3.00 (3.00-3.00) / 9.0 (9.0-9.0) | 0 (0-0) |"
+    )
     assert alone == "| 64x96 | per-camera | 4.0 | " + "50.0 | " * 6 + "– | – / – | – |"
