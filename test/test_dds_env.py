@@ -206,6 +206,32 @@ def test_tests_that_need_the_package_index_run_outside_the_private_network() -> 
     assert needs_index and needs_index == marked == set(listed.group(1).split())
 
 
+def makefile_list(name: str) -> list[str]:
+    """The words of a ``NAME := ...`` list of the Makefile (continued lines joined)."""
+    text = (REPO / "Makefile").read_text().replace("\\\n", " ")
+    found = re.search(rf"^{name} := (.*)$", text, re.M)
+    assert found, f"Makefile has no {name}"
+    return found.group(1).split()
+
+
+def test_tests_that_use_rclpy_run_on_the_jazzy_lane_too() -> None:
+    """`make test` runs JAZZY_TESTS again on Jazzy's wheels: all of test/ros and every other
+    test file that names rclpy or the ROS harness. (Files that start ROS only through the
+    replay's node or the CLI were found by running the suite with a hook that noted each test
+    whose processes loaded rclpy, and are listed by name.)"""
+    listed = makefile_list("JAZZY_TESTS")
+    assert "test/ros" in listed
+    for name in listed:
+        assert (REPO / name).exists(), f"JAZZY_TESTS names {name}, which is not there"
+    words = ("rclpy", "ros_harness", "ros_script_env", "NodeProcess")
+    using = {
+        str(path.relative_to(REPO))
+        for path in (REPO / "test").rglob("test_*.py")
+        if path.parent.name != "ros" and any(w in path.read_text() for w in words)
+    }
+    assert using and using <= set(listed), f"not on the Jazzy lane: {sorted(using - set(listed))}"
+
+
 def test_private_net_sh_leaves_only_loopback_or_says_why_not() -> None:
     run = subprocess.run(
         [str(REPO / "scripts" / "private_net.sh"), "cat", "/proc/net/dev"],
@@ -223,7 +249,8 @@ def test_private_net_sh_leaves_only_loopback_or_says_why_not() -> None:
 def test_our_environment_starts_this_machines_ros_without_a_deprecation_warning(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Here (Kilted wheels) a set FASTRTPS_DEFAULT_PROFILES_FILE draws rmw_fastrtps's warning."""
+    """With Kilted's wheels a set FASTRTPS_DEFAULT_PROFILES_FILE draws rmw_fastrtps's warning;
+    with Jazzy's (ROS_DISTRO=jazzy, the Jazzy lane) a set ROS_LOCALHOST_ONLY draws rcl's."""
     pytest.importorskip("rclpy")
     from compactinst_ros.eval.realtime import ros_environment
 

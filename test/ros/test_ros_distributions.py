@@ -1,7 +1,7 @@
 """Every rclpy, launch, launch_ros and vision_msgs name the package uses exists on each ROS
 distribution it claims, or is guarded there; package.xml lists every ROS package the code uses.
 
-CI runs the Kilted wheels, the vehicle Humble, Jazzy or Lyrical. The fixtures in
+CI runs the Kilted and the Jazzy wheels, the vehicle Humble, Jazzy or Lyrical. The fixtures in
 test/fixtures/ros_api were written by scripts/ros_api_names.py from the upstream git sources
 named on their first line. A use is found in the AST of compactinst_ros/, launch/ and scripts/
 (test/ runs only on CI):
