@@ -40,7 +40,7 @@ from . import compiled
 from .frame import RuleInputs
 from .instance import InstanceSelection, drop_small, instances_table, select_instances
 from .panoptic import PanopticSelection, finalize_panoptic, panoptic_selection
-from .resample import sigmoid
+from .resample import sigmoid, softmax
 from .semantic import SEMANTIC_VOID_FLOOR, semantic_dtype, semantic_lowres
 from .tiles import TILE, TileBounds, TileGrid, panoptic_candidates, semantic_candidates
 
@@ -375,7 +375,10 @@ def fast_panoptic(
 
 def fast_semantic(frame: RuleInputs, tiles: TileGrid) -> np.ndarray:
     """Rule 5 (``semantic_inference``) with tiled argmax."""
-    maps = semantic_lowres(frame)
+    if compiled.AVAILABLE:
+        maps = compiled.class_maps_compiled(softmax(frame.class_logits)[:, :-1], frame.mask_probs)
+    else:
+        maps = semantic_lowres(frame)
     lut = np.append(0, frame.labels.id_array).astype(semantic_dtype(frame.labels))
     return semantic_codes_tiled(maps, tiles).compose(lut)
 

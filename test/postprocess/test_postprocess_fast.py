@@ -299,6 +299,24 @@ def test_compiled_tile_bounds_are_numpys_bit_for_bit(src: tuple, scale: float) -
         assert np.array_equal(have[number].view(np.uint32), want[number].view(np.uint32)), name
 
 
+@pytest.mark.parametrize(
+    ("queries", "classes", "grid"),
+    [(100, 8, (32, 48)), (50, 80, (24, 40)), (1, 1, (1, 1)), (0, 3, (4, 5))],
+)
+def test_compiled_class_maps_are_the_specs_bit_for_bit(queries, classes, grid) -> None:
+    if not jit.AVAILABLE:
+        pytest.skip("numba is not installed (pip install '.[fast]')")
+    from compactinst_ros.postprocess.resample import sigmoid, softmax
+    from compactinst_ros.postprocess.semantic import class_maps
+
+    rng = np.random.default_rng(queries + classes)
+    probs = softmax(rng.normal(0, 3, (queries, classes + 1)).astype(np.float32))[:, :-1]
+    masks = sigmoid(rng.normal(0, 5, (queries, *grid)).astype(np.float32))
+    expected, got = class_maps(probs, masks), compiled.class_maps_compiled(probs, masks)
+    assert got.dtype == np.float32 and got.shape == expected.shape == (classes, *grid)
+    assert np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+
 @pytest.mark.parametrize("src", [(256, 384), (333, 517), (50, 70)])
 def test_sampled_pairs_are_the_reference_samples(src: tuple) -> None:
     # Every (map, tile) pair: its padded block holds the reference's samples bit for bit at the
