@@ -27,7 +27,7 @@ import numpy as np
 from compactinst_ros import jit
 from compactinst_ros.bundle import ModelBundle, default_bundle_path
 from compactinst_ros.pipeline import Pipeline
-from compactinst_ros.postprocess import compiled, fast
+from compactinst_ros.postprocess import compiled, helper
 from compactinst_ros.postprocess.fast import fast_postprocess
 from compactinst_ros.postprocess.reference import postprocess
 from compactinst_ros.preprocess import letterbox
@@ -94,7 +94,7 @@ def main() -> int:
             tensor = letterbox(image, "rgb8", meta, bundle.pad_value)
             raw = backend.run_decoder(backend.run_encoder(tensor))[0]
             reference = postprocess(raw, meta, bundle.labels, options, outputs)
-            for name, (compiled.AVAILABLE, fast.HELPER_THREAD) in variants.items():
+            for name, (compiled.AVAILABLE, helper.HELPER_THREAD) in variants.items():
                 result = fast_postprocess(raw, meta, bundle.labels, options, outputs)
                 if not same(result, reference):
                     sys.exit(f"{size}: {name} differs from the reference")
@@ -104,7 +104,7 @@ def main() -> int:
         for i in range(args.rounds):
             shift = i % len(names)
             for name in names[shift:] + names[:shift]:
-                compiled.AVAILABLE, fast.HELPER_THREAD = variants[name]
+                compiled.AVAILABLE, helper.HELPER_THREAD = variants[name]
                 start = time.perf_counter()
                 fast_postprocess(frames[i % len(frames)], meta, bundle.labels, options, outputs)
                 times[name].append((time.perf_counter() - start) * 1e3)

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import jit
 from ..raster_memory import message_raster
+from .helper import Pieces, shared
 from .resample import sigmoid
 from .tiles import AxisTiles, TileBounds, TileGrid, cull_margin
 
@@ -28,6 +29,10 @@ AVAILABLE = jit.AVAILABLE
 
 #: Tile code of a tile whose pixels carry their own codes (in the pixel-code buffer).
 PER_PIXEL = -1
+#: Tile rows per piece of the panoptic per-pixel work (68 tile rows at 1080p: 9 pieces), small
+#: enough that the two threads finish close together, large enough that a piece's Python costs
+#: (~40 us) stay small beside its loops.
+PIECE_ROWS = 8
 
 
 def _axis(axis: AxisTiles) -> tuple[np.ndarray, ...]:
@@ -204,13 +209,13 @@ def _class_maps(weights, probs, maps):
                 target[i] = target[i] + w * source[i]
 
 
-def _sample_needed(grids, needed, samples, rs, rn, r0, r1, rw, cs, cn, c0, c1, cw):
-    """Samples of the ``needed`` ((N, R, C) bool) maps at every pixel of their tiles, in tile
-    order, then rows, columns, and ascending maps at a pixel."""
+def _sample_needed(grids, needed, samples, first, stop, rs, rn, r0, r1, rw, cs, cn, c0, c1, cw):
+    """Samples of the ``needed`` ((N, R, C) bool) maps at every pixel of their tiles in tile rows
+    ``first`` to ``stop``, in tile order, then rows, columns, and ascending maps at a pixel."""
     n = grids.shape[0]
     maps = np.empty(n, np.intp)
     pos = 0
-    for r in range(needed.shape[1]):
+    for r in range(first, stop):
         i0, i1 = r0[r], r1[r]
         for c in range(needed.shape[2]):
             m = _needed_maps_jit(needed, r, c, maps)
@@ -229,16 +234,16 @@ def _sample_needed(grids, needed, samples, rs, rn, r0, r1, rw, cs, cn, c0, c1, c
 
 def _panoptic_pixels(
     needed, candidate, straddle, samples, probs, weights, threshold, tile_code, pixel_code,
-    wins, orig, seg, rn, cn,
+    out, wins, orig, seg, first, stop, rn, cn,
 ):  # fmt: skip
-    """Rule 4 at the pixels of the tiles that need it, from ``_sample_needed``'s samples and
-    their sigmoids: the winner ``argmax score * sigmoid`` among the candidates (first on ties),
-    its slot where its own logit > T, and the per-query counts of those pixels."""
+    """Rule 4 at the pixels of the tiles that need it in tile rows ``first`` to ``stop``, from
+    ``_sample_needed``'s samples of those rows and their sigmoids: the winner ``argmax score *
+    sigmoid`` among the candidates (first on ties), its slot where its own logit > T (into
+    ``pixel_code`` from ``out``), and the per-query counts of those pixels."""
     n = needed.shape[0]
     maps = np.empty(n, np.intp)
     pos = 0
-    out = 0
-    for r in range(needed.shape[1]):
+    for r in range(first, stop):
         for c in range(needed.shape[2]):
             m = _needed_maps_jit(needed, r, c, maps)
             if m == 0:
@@ -394,24 +399,38 @@ def panoptic_pixels_compiled(
     counts: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> CompiledRaster:
     """Rule 4 at the pixels of the ``needed`` tiles: marks them PER_PIXEL in ``tile_code`` (the
-    decided tiles' codes) and adds their pixels to ``counts`` (wins, orig, seg)."""
-    samples = np.empty(int((needed.sum(axis=0) * tiles.pixel_counts).sum()), np.float32)
-    _sample_needed_jit(grids, needed, samples, *_geometry(tiles))
+    decided tiles' codes) and adds their pixels to ``counts`` (wins, orig, seg).
+
+    The work goes in pieces of PIECE_ROWS tile rows, which this thread and the helper take in
+    turn (``helper.shared``). Where a piece's samples and pixel codes go follows from the tiles
+    before it, not from who takes it, and the counts are sums: the result is the same either way.
+    """
+    maps_per_tile = needed.sum(axis=0)
+    samples_per_row = (maps_per_tile * tiles.pixel_counts).sum(axis=1)
+    pixels_per_row = ((maps_per_tile > 0) * tiles.pixel_counts).sum(axis=1)
+    first_pixel = np.concatenate([[0], np.cumsum(pixels_per_row)])
     pixel_code = np.empty(tiles.raster_size, np.min_scalar_type(len(grids) + 1))
-    _panoptic_pixels_jit(
-        needed,
-        candidate,
-        straddle,
-        samples,
-        sigmoid(samples),
-        scores.astype(np.float32),
-        threshold,
-        tile_code,
-        pixel_code,
-        *counts,
-        tiles.rows.size,
-        tiles.cols.size,
-    )
+    weights = scores.astype(np.float32)
+    rows = len(tiles.rows)
+    pieces = Pieces((r, min(r + PIECE_ROWS, rows)) for r in range(0, rows, PIECE_ROWS))
+
+    def work() -> tuple[np.ndarray, ...]:
+        """Take pieces until none is left; this thread's (wins, orig, seg)."""
+        mine = tuple(np.zeros_like(c) for c in counts)
+        while (piece := pieces.take()) is not None:
+            first, stop = piece
+            samples = np.empty(int(samples_per_row[first:stop].sum()), np.float32)
+            _sample_needed_jit(grids, needed, samples, first, stop, *_geometry(tiles))
+            _panoptic_pixels_jit(
+                needed, candidate, straddle, samples, sigmoid(samples), weights, threshold,
+                tile_code, pixel_code, first_pixel[first], *mine, first, stop, tiles.rows.size,
+                tiles.cols.size,
+            )  # fmt: skip
+        return mine
+
+    for part in shared(work):
+        for total, added in zip(counts, part or (), strict=False):
+            total += added
     return CompiledRaster(tiles, tile_code, pixel_code)
 
 

@@ -8,21 +8,15 @@ each (map, tile) pair once (``TileSamples``). The per-pixel arithmetic is the re
 (``Resampler.sample``, ``sigmoid``), so the rasters and tables are bit-identical to
 ``reference.postprocess``, which stays the specification and the test oracle.
 
-The three outputs need nothing of each other once the tile bounds are known, so on a host with
-more than one CPU the semantic and instance rasters are made on a helper thread while this one
-makes the panoptic raster (the longest): the compiled loops and numpy's large-array passes run
-without the GIL, so a 1080p frame's post-processing takes about the longer of the two halves
-instead of their sum. The results do not depend on it.
+On a host with more than one CPU the semantic and instance rasters are made on the helper
+thread (``helper.py``) while this one makes the panoptic raster, whose per-pixel work the two
+threads then share by tile rows; the results do not depend on it.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -38,6 +32,7 @@ from ..structures import (
 )
 from . import compiled
 from .frame import RuleInputs
+from .helper import beside
 from .instance import InstanceSelection, drop_small, instances_table, select_instances
 from .panoptic import PanopticSelection, finalize_panoptic, panoptic_selection
 from .resample import sigmoid, softmax
@@ -47,30 +42,6 @@ from .tiles import TILE, TileBounds, TileGrid, panoptic_candidates, semantic_can
 #: Most float32 samples in one block of sampled tiles (1 MiB): bounds memory at any camera size
 #: and keeps a block's temporaries in cache; results do not depend on it.
 BLOCK_SAMPLES = 1 << 18
-
-#: whether a host with more than one CPU makes two of the outputs on the helper thread (a
-#: benchmark turns it off to compare)
-HELPER_THREAD = True
-_helper_lock = threading.Lock()
-_helper: ThreadPoolExecutor | None = None
-_helper_pid = 0
-
-
-def _beside(function: Callable[..., Any], *args: Any) -> Future:
-    """``function(*args)`` on the post-processing helper thread; on a host with one CPU, run
-    here and now. One helper per process, made on first use: the frames of every Pipeline share
-    it, in the order they hand it work."""
-    global _helper, _helper_pid
-    if HELPER_THREAD and len(os.sched_getaffinity(0)) > 1:
-        with _helper_lock:
-            if _helper is None or _helper_pid != os.getpid():  # a forked child has no thread
-                _helper = ThreadPoolExecutor(1, thread_name_prefix="postprocess")
-                _helper_pid = os.getpid()
-        return _helper.submit(function, *args)
-    done: Future = Future()
-    done.set_result(function(*args))
-    return done
-
 
 @dataclass
 class TiledRaster:
@@ -401,7 +372,7 @@ def fast_postprocess(
     semantic = None
     if outputs.semantic:
         frame.mask_probs  # noqa: B018 (computed here once, not raced for by both threads)
-        semantic = _beside(fast_semantic, frame, tiles)
+        semantic = beside(fast_semantic, frame, tiles)
     instance = select_instances(frame) if outputs.instance else None
     panoptic = panoptic_selection(frame) if outputs.panoptic else None
     no_queries = np.zeros(0, np.int64)
@@ -413,7 +384,7 @@ def fast_postprocess(
     painted = None
     if instance is not None:
         instance_bounds = bounds.take(np.searchsorted(queries, instance.query))
-        painted = _beside(fast_instances, frame, instance, tiles, instance_bounds)
+        painted = beside(fast_instances, frame, instance, tiles, instance_bounds)
     result = FrameResult(meta=meta)
     if panoptic is not None:
         result.segments, result.panoptic_raster = fast_panoptic(

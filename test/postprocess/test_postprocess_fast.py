@@ -185,6 +185,17 @@ def test_helper_thread_only_with_two_cpus_and_the_same_result(
     assert len(ran_on) == 2 and all((name == here) == (cpus == 1) for name in ran_on), ran_on
 
 
+@pytest.mark.parametrize("rows", [1, 3, 8, 1000])
+def test_panoptic_pieces_of_any_size_give_the_same_result(
+    demo_outputs: dict, rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However the panoptic per-pixel work is cut, and whichever thread takes a piece, the
+    raster and the segment table are the reference's."""
+    monkeypatch.setattr(compiled, "PIECE_ROWS", rows)
+    raw, meta, labels = demo_outputs[1080, 1920]
+    check(raw, meta, labels, PostprocessOptions())
+
+
 def _forked_semantic(raw, meta, labels, queue) -> None:
     """A forked child's semantic raster (the helper thread of its parent is not in it)."""
     result = fast_postprocess(raw, meta, labels, PostprocessOptions(), OutputSet())
