@@ -12,10 +12,12 @@ One place for three facts (test/fixtures/dds/distributions.json records them fro
   Kilted's ignores. So ``ROS_LOCALHOST_ONLY`` is set only where ``ROS_DISTRO`` is ``humble``.
 * A private ROS domain is one whose RTPS port block no local socket uses.
 
-An unset ``ROS_DISTRO`` counts as a distribution after Jazzy (PyPI wheels set none: the
-Jazzy lane of ``make test`` sets ``ROS_DISTRO=jazzy`` for Jazzy's wheels itself). Lyrical
-reads what Kilted reads (Fast DDS 3.6, rcl without ``ROS_LOCALHOST_ONLY``, an rmw_fastrtps that
-warns about the 2.x profile name).
+PyPI's ROS wheels set no ``ROS_DISTRO``; where it is unset, the distribution is the one whose
+rclpy wheel this Python holds (``ros-<distro>-rclpy``), so Jazzy's wheels from PyPI get the
+profile variable Fast DDS 2.14 reads (without it, best-effort frames over 0.5 MB are lost, see
+docs/ros.md). With neither, a distribution after Jazzy is assumed. Lyrical reads what Kilted
+reads (Fast DDS 3.6, rcl without ``ROS_LOCALHOST_ONLY``, an rmw_fastrtps that warns about the
+2.x profile name).
 
 Standard library only and runnable as a script (scripts/ros_env.sh evaluates its output), so
 that launch files, shell scripts and tests use it before anything imports rclpy.
@@ -23,6 +25,8 @@ that launch files, shell scripts and tests use it before anything imports rclpy.
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import os
 import shlex
 import sys
@@ -35,6 +39,8 @@ DISCOVERY_RANGE = "ROS_AUTOMATIC_DISCOVERY_RANGE"
 LOCALHOST_ONLY = "ROS_LOCALHOST_ONLY"
 #: distributions that ship Fast DDS 2.x: they read only PROFILE_VARIABLES[1]
 FASTDDS_2_DISTROS = ("humble", "jazzy")
+#: distributions with rclpy wheels on PyPI (``ros-<distro>-rclpy``), newest first
+PYPI_DISTROS = ("lyrical", "kilted", "jazzy", "humble")
 #: distributions whose rcl has no ROS_AUTOMATIC_DISCOVERY_RANGE, only ROS_LOCALHOST_ONLY
 LOCALHOST_ONLY_DISTROS = ("humble",)
 #: RTPS well-known ports (spec 9.6.1.1, Fast DDS defaults): domain d owns [PB + DG*d, +DG)
@@ -44,8 +50,23 @@ MAX_PORTABLE_DOMAIN = 101
 
 
 def distro(env: Mapping[str, str]) -> str:
-    """The distribution ``ROS_DISTRO`` names, lower case ("" where unset)."""
-    return env.get("ROS_DISTRO", "").strip().lower()
+    """The distribution ``ROS_DISTRO`` names, lower case; where it is unset, the one whose PyPI
+    rclpy wheel this Python holds (``installed_distro``), "" where neither says."""
+    return env.get("ROS_DISTRO", "").strip().lower() or installed_distro()
+
+
+@functools.cache
+def installed_distro() -> str:
+    """The distribution of the ``ros-<distro>-rclpy`` wheel this Python has installed (the
+    newest where several are), "" where none is (a ROS from apt: its setup script sets
+    ``ROS_DISTRO``)."""
+    for name in PYPI_DISTROS:
+        try:
+            importlib.metadata.version(f"ros-{name}-rclpy")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return name
+    return ""
 
 
 def profile_variables(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -61,6 +61,23 @@ def test_every_distribution_reads_our_profile_and_discovers_on_loopback_only(dis
         assert "/site.xml" not in dds_env.loopback_environment(site, "/p/loopback.xml").values()
 
 
+def test_an_unset_ros_distro_is_the_distribution_of_the_installed_rclpy_wheel() -> None:
+    """PyPI's wheels set no ROS_DISTRO: the environment then follows the rclpy wheel this
+    Python holds, so Jazzy's Fast DDS 2.14 gets the profile name it reads (on the Jazzy lane of
+    make test) and Kilted's only its own (on the Kilted lane)."""
+    import importlib.metadata
+
+    names = {(d.metadata["Name"] or "").lower() for d in importlib.metadata.distributions()}
+    wheels = [d for d in dds_env.PYPI_DISTROS if f"ros-{d}-rclpy" in names]
+    if not wheels:
+        pytest.skip("no ros-<distro>-rclpy wheel in this Python (a ROS from apt sets ROS_DISTRO)")
+    assert dds_env.distro({}) == wheels[0] == dds_env.installed_distro()
+    assert dds_env.distro({"ROS_DISTRO": "Humble "}) == "humble"  # a set ROS_DISTRO wins
+    check_distribution(
+        wheels[0], dds_env.loopback_environment({}, "/p/loopback.xml"), "/p/loopback.xml"
+    )
+
+
 @pytest.mark.parametrize("distro", sorted(DISTRIBUTIONS))
 def test_ros_env_sh_sets_what_each_distribution_reads(distro: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ROS_", "FAST"))}
