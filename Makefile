@@ -63,7 +63,8 @@ STAMP312 := $(VENV312)/.installed
 PY312_TESTS := test/test_image_formats.py test/test_depth_formats.py test/test_overlay.py \
 	test/test_bundle.py test/test_dds_env.py test/test_sizes.py test/test_infer.py \
 	test/postprocess/test_postprocess_geometry.py test/postprocess/test_postprocess_instance.py \
-	test/postprocess/test_postprocess_semantic.py test/postprocess/test_postprocess_panoptic.py
+	test/postprocess/test_postprocess_semantic.py test/postprocess/test_postprocess_panoptic.py \
+	test/test_raster_memory.py
 
 $(STAMP312): setup.py $(STAMP)
 	test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
