@@ -29,7 +29,7 @@ def cpu_loops() -> str:
         return "numba"
     return (
         "numpy: numba is not installed, so the CPU post-processing and 3-D lifting run their "
-        f"numpy loops (1.6x slower post-processing at 1080p, same results); {FAST_INSTALL}"
+        f"numpy loops (1.75x slower post-processing at 1080p, same results); {FAST_INSTALL}"
     )
 
 
