@@ -475,6 +475,19 @@ def plot(stats: Mapping, path: Path) -> Path | None:
 FIXED_FRAME = "odom"
 
 
+def uncompensated_evaluator(bag: ImageBag, gt_3d: str | Path) -> Depth3DEvaluator | None:
+    """The evaluator that places ``bag``'s LiDAR clouds at their stamps alone (no motion
+    compensation), the figure a drive's compensated 3-D is reported beside; None where the
+    camera has a depth image beside it or the bag has no cloud."""
+    from .bags import POINTCLOUD2, camera_name
+
+    clouds = sorted(t for t, msgtype in bag.topic_types.items() if msgtype == POINTCLOUD2)
+    if depth_topic_for(bag.topic, bag.image_topics) is not None or not clouds:
+        return None
+    source = CloudSource(bag, clouds[0], FIXED_FRAME, False)
+    return Depth3DEvaluator(Truth3D(gt_3d), source, camera_name(bag.topic))
+
+
 def open_evaluator(bag: ImageBag, gt_3d: str | Path) -> Depth3DEvaluator:
     """The evaluator of a replay of ``bag``'s camera against the 3-D truth ``gt_3d``, the
     truth's frames of this camera: with the depth topic beside the camera's, else with the
@@ -482,14 +495,13 @@ def open_evaluator(bag: ImageBag, gt_3d: str | Path) -> Depth3DEvaluator:
     FIXED_FRAME, beside a ``baseline`` that places each cloud at its stamp alone."""
     from .bags import POINTCLOUD2, camera_name
 
-    truth = Truth3D(gt_3d)
     camera = camera_name(bag.topic)
-    clouds = sorted(t for t, msgtype in bag.topic_types.items() if msgtype == POINTCLOUD2)
-    if depth_topic_for(bag.topic, bag.image_topics) is not None or not clouds:
-        return Depth3DEvaluator(truth, DepthSource(bag.path, bag), camera)
-    baseline = Depth3DEvaluator(truth, CloudSource(bag, clouds[0], FIXED_FRAME, False), camera)
-    compensated = CloudSource(bag, clouds[0], FIXED_FRAME)
-    return Depth3DEvaluator(truth, compensated, camera, baseline=baseline)
+    baseline = uncompensated_evaluator(bag, gt_3d)
+    if baseline is None:
+        return Depth3DEvaluator(Truth3D(gt_3d), DepthSource(bag.path, bag), camera)
+    cloud = sorted(t for t, msgtype in bag.topic_types.items() if msgtype == POINTCLOUD2)[0]
+    compensated = CloudSource(bag, cloud, FIXED_FRAME)
+    return Depth3DEvaluator(baseline.truth, compensated, camera, baseline=baseline)
 
 
 def score_published(

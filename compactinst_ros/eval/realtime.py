@@ -133,6 +133,22 @@ def three_d_inputs(
     return found
 
 
+def check_3d_messages(bag: ImageBag, output_bag: Path | None, gt_3d: Path | None) -> None:
+    """Raise ``ConfigError`` (naming the fix) when a message package that a realtime replay of
+    ``bag`` would send or record is not installed: checked before any work, so a replay in
+    ``both`` modes does not fail only after its lockstep pass."""
+    routes = three_d_inputs(bag).routes if bag.camera_infos() else {}
+    if not routes:
+        return
+    needed = {msgtype for _, msgtype in routes.values()}
+    if output_bag is not None or gt_3d is not None:
+        needed.add(DETECTION3D_ARRAY)
+    if output_bag is not None:
+        needed.add(MARKER_ARRAY)
+    for msgtype in sorted(needed):
+        _msg_class(msgtype)
+
+
 @dataclass
 class ThreeDScoring:
     """How a realtime replay scores the node's 3-D detections against objects3d.json: the
@@ -142,6 +158,9 @@ class ThreeDScoring:
     camera: str | None
     into_output: Any  # Transform
     params: dict[str, str]
+    #: a LiDAR drive's clouds placed at their stamps alone (depth3d.Depth3DEvaluator), scoring
+    #: the node's published masks beside its own compensated 3-D; None for a depth camera
+    baseline: Any = None
 
     def blocks(self, recorder: Recorder) -> dict:
         """``depth3d`` figures and ``depth3d_statistics`` of the detections the node published
@@ -159,6 +178,8 @@ class ThreeDScoring:
                 outputs = kept[stamp]
                 if not {"instance_table", "detections_3d"} <= set(outputs):
                     continue
+                if self.baseline is not None and "instance_mask" in outputs:
+                    self.baseline.add(recorded[stamp], masks_result(outputs))
                 detections = store.deserialize_cdr(outputs["detections_3d"], DETECTION3D_ARRAY)
                 centroids = {
                     int(d.id): np.array([p.x, p.y, p.z])
@@ -168,7 +189,13 @@ class ThreeDScoring:
                 yield recorded[stamp], recorded_instances(outputs["instance_table"]), centroids
 
         stats = score_published(self.truth, self.camera, published(), self.into_output)
-        return {"depth3d": summarise(stats), "depth3d_statistics": stats}
+        out = {"depth3d": summarise(stats), "depth3d_statistics": stats}
+        if self.baseline is not None:
+            baseline = self.baseline.statistics()
+            self.baseline.close()
+            out["depth3d_uncompensated"] = summarise(baseline)
+            out["depth3d_uncompensated_statistics"] = baseline
+        return out
 
 
 def three_d_scoring(bag: ImageBag, gt_3d: Path) -> ThreeDScoring:
@@ -176,9 +203,10 @@ def three_d_scoring(bag: ImageBag, gt_3d: Path) -> ThreeDScoring:
     transforms name it (and through odom where they name that), else in the camera's frame."""
     from ..spatial.tf_buffer import Transform
     from .bags import camera_name
-    from .depth3d import Truth3D, bag_transforms, camera_frame_of
+    from .depth3d import Truth3D, bag_transforms, camera_frame_of, uncompensated_evaluator
 
     buffer = bag_transforms(bag)
+    baseline = uncompensated_evaluator(bag, gt_3d)
     frames = set(buffer.all_frames())
     camera_frame = camera_frame_of(bag)
     params: dict[str, str] = {}
@@ -188,7 +216,7 @@ def three_d_scoring(bag: ImageBag, gt_3d: Path) -> ThreeDScoring:
         into_output = buffer.lookup_transform("base_link", camera_frame, 0)[0]
     if "odom" in frames:
         params["fixed_frame"] = "odom"
-    return ThreeDScoring(Truth3D(gt_3d), camera_name(bag.topic), into_output, params)
+    return ThreeDScoring(Truth3D(gt_3d), camera_name(bag.topic), into_output, params, baseline)
 
 
 class ThreeDFeed:
@@ -398,6 +426,7 @@ class Recorder:
         bag_topics: tuple[str, str | None] | None = None,
         three_d: ThreeDInputs | None = None,
         keep_3d: bool = False,
+        keep_3d_masks: bool = False,
     ) -> None:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
@@ -444,6 +473,8 @@ class Recorder:
         self.kept_names = set(SCORED_OUTPUTS) if keep else set()
         if keep_3d:
             self.kept_names |= {"instance_table", "detections_3d"}
+        if keep_3d_masks:
+            self.kept_names.add("instance_mask")
         self.status_name = status_name(node_name)
         self.extra_status = extra_status
         self.extra: list[dict[str, str]] = []
@@ -462,6 +493,8 @@ class Recorder:
             recorded.update(SCORED_OUTPUTS)
         if keep_3d:
             recorded["instance_table"] = POINTCLOUD2
+        if keep_3d_masks:
+            recorded["instance_mask"] = IMAGE
         sends_3d = bool(three_d and three_d.routes)  # the node's 3-D outputs: bag or scoring
         if sends_3d and (writer is not None or keep_3d):
             recorded["detections_3d"] = DETECTION3D_ARRAY
@@ -631,6 +664,22 @@ def recorded_result(outputs: dict[str, bytes]) -> FrameResult:
     )
 
 
+def masks_result(outputs: dict[str, bytes]) -> FrameResult:
+    """The instances and instance mask the node published for one frame (what a 3-D lift
+    reads), from its serialised ``~/instance_table`` and ``~/instance_mask``."""
+    from rclpy.serialization import deserialize_message
+
+    from ..ros.convert import raster_from_msg
+
+    raster = raster_from_msg(deserialize_message(outputs["instance_mask"], _msg_class(IMAGE)))
+    height, width = raster.shape
+    return FrameResult(
+        meta=FrameMeta.letterbox(height, width, height, width),
+        instances=recorded_instances(outputs["instance_table"]),
+        instance_raster=raster,
+    )
+
+
 def recorded_instances(raw: bytes) -> Instances:
     """The Instances of the node's serialised ``~/instance_table``."""
     from rclpy.serialization import deserialize_message
@@ -667,11 +716,23 @@ def scored_statistics(
 
 
 def _msg_class(msgtype: str) -> type:
-    """The rclpy message class of a rosbags type name such as ``sensor_msgs/msg/Image``."""
+    """The rclpy message class of a rosbags type name such as ``sensor_msgs/msg/Image``.
+
+    A ROS installed from pip has no vision_msgs or tf2_msgs (no wheel exists), which a replay
+    with 3-D inputs needs: that is a set-up the replay cannot work in, named with its fix."""
     import importlib
 
     package, _, name = msgtype.split("/")
-    return getattr(importlib.import_module(f"{package}.msg"), name)
+    try:
+        module = importlib.import_module(f"{package}.msg")
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"this replay sends or records {msgtype}, but {package} is not installed for this "
+            f"Python ({exc}); install ros-<distro>-{package.replace('_', '-')} (apt), or, where "
+            "ROS came from pip (no wheel exists), build it with 'compactinst ros "
+            "build-interfaces'"
+        ) from None
+    return getattr(module, name)
 
 
 def _wait(predicate: Any, timeout: float, node: NodeProcess | None, what: str) -> None:
@@ -770,6 +831,7 @@ def run_realtime(
             bag_topics=(bag.topic, bag.camera_info_topic),
             three_d=three_d,
             keep_3d=scoring_3d is not None,
+            keep_3d_masks=scoring_3d is not None and scoring_3d.baseline is not None,
         )
         _wait(recorder.node_ready, ready_timeout, node, "the node to load the model and subscribe")
         time.sleep(0.5)  # let the node see our output subscriptions too

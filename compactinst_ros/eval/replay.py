@@ -33,7 +33,7 @@ from . import bags
 from .bags import BagFrame, BagWriter, ImageBag, bag_hash, open_output_bag
 from .cameras import PACINGS, attach_ground_truth, cameras_bag_block, open_cameras, run_cameras
 from .groundtruth import MATCH_MODES, GroundTruth
-from .realtime import CAMERA_INFO_TOLERANCE_NS, run_realtime
+from .realtime import CAMERA_INFO_TOLERANCE_NS, check_3d_messages, run_realtime
 from .report import (
     PARTIAL_NOTE,
     host_info,
@@ -552,6 +552,8 @@ def _replay_camera(options: ReplayOptions, gt: GroundTruth | None) -> dict:
             "command": options.command_line,
             "bag": bag_block(bag, options.bag),
         }
+        if options.mode in ("realtime", "both"):
+            check_3d_messages(bag, options.output_bag, options.gt_3d)
         if options.mode in ("lockstep", "both"):
             with lockstep_pipeline(options) as pipeline:
                 report["model"] = pipeline.describe()

@@ -10,7 +10,7 @@ from eval_helpers import make_scenes, oracle_result, scene_bag
 from ros_domains import next_domain
 
 from compactinst_ros import dds_env
-from compactinst_ros.errors import BackendError
+from compactinst_ros.errors import BackendError, ConfigError
 from compactinst_ros.eval import realtime
 from compactinst_ros.eval.bags import IMAGE, OUTPUT_NS, ImageBag
 from compactinst_ros.eval.realtime import recorded_result, run_realtime
@@ -70,6 +70,16 @@ def test_realtime_node_that_cannot_start_is_a_clear_error(tmp_path):
             ready_timeout=60,
         )
     assert "bundle.json is missing" in str(err.value)
+
+
+def test_a_message_package_missing_for_the_3d_inputs_names_the_command_that_builds_it() -> None:
+    # a pip install of ROS has no vision_msgs or tf2_msgs; a realtime replay of a LiDAR drive
+    # with --gt-3d ended in a ModuleNotFoundError traceback
+    with pytest.raises(ConfigError) as err:
+        realtime._msg_class("compactinst_absent_msgs/msg/Detection3DArray")
+    assert "compactinst ros build-interfaces" in str(err.value)
+    assert "compactinst_absent_msgs/msg/Detection3DArray" in str(err.value)
+    assert realtime._msg_class("sensor_msgs/msg/Image").__name__ == "Image"
 
 
 def test_recorder_keeps_only_the_diagnostics_of_the_node_it_replays_to():
