@@ -159,9 +159,9 @@ def decompose_layer_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
     """``model`` with every LayerNormalization written out as ReduceMean, Sub, Pow, ReduceMean,
     Add, Sqrt, Div, Mul, Add (same output name), and the names of the nodes that replaced them.
 
-    Why: onnx-tensorrt's LayerNormalization importer (10.1-GA) calls setComputePrecision, which
-    a strongly typed network rejects; whether TensorRT 10.3's parser guards that call is not in
-    any source we can read. The written-out form imports on every parser, and TensorRT's builder
+    Why: the LayerNormalization importer of the parser TensorRT 10.3 pins (onnx-tensorrt
+    62bdde2a) calls setComputePrecision unguarded, which a strongly typed network rejects (the
+    guard came in 10.6). The written-out form imports on every parser, and TensorRT's builder
     fuses it back into one normalisation layer. Opset 17 graphs (``axes`` attributes)."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph

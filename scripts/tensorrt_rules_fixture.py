@@ -9,7 +9,8 @@ test/fixtures/tensorrt_rules/<version>.json. Each records, from
   the input types IDequantizeLayer takes and the output types IQuantizeLayer makes, and whether
   INormalizationLayer::setComputePrecision exists and what a strongly typed network does with it;
 * the onnx-tensorrt parser (github.com/onnx/onnx-tensorrt) that branch pins as its
-  ``parsers/onnx`` submodule, else the newest parser branch the clone has (the file says which):
+  ``parsers/onnx`` submodule, else the one the newest earlier release branch pins that the
+  clone holds (the file says which, and marks what it carries over as assumed):
   per operator the types of ``docs/operators.md``'s support matrix, the types
   ``QuantDequantLinearHelper`` accepts, and whether the LayerNormalization importer calls
   setComputePrecision and whether a ``stronglyTyped`` test guards that call;
@@ -37,8 +38,10 @@ VERSIONS = {
     "10.16": ("JetPack 7.2 (Orin)", "release/10.16", False),
     "11": ("x86 pip wheels (11.x)", "release/11.1", True),
 }
-#: onnx-tensorrt branches to fall back on, newest first, when the pinned commit is not cloned
-PARSER_FALLBACK = ("10.1-GA", "10.0-GA", "main")
+#: a type name as the support matrix writes one (FP32, INT8, BOOL)
+TYPE_NAME = re.compile(r"[A-Z][A-Z0-9]*")
+#: TensorRT's release branches, whose ``parsers/onnx`` pins are the fallbacks
+RELEASE_BRANCH = re.compile(r"release/(\d+(?:\.\d+)*)")
 #: NvInfer.h type names -> ONNX type names as the support matrix writes them
 TRT_TYPES = {"FLOAT": "FP32", "HALF": "FP16", "BF16": "BF16", "INT8": "INT8", "FP8": "FP8",
              "INT4": "INT4", "FP4": "FP4", "INT32": "INT32", "INT64": "INT64", "BOOL": "BOOL",
@@ -101,11 +104,15 @@ def parser_rules(importers: str, matrix: str) -> dict:
     for line in matrix.splitlines():
         row = MATRIX_ROW.match(line)
         if row and row.group(1) != "Operator":
-            types = [t.strip() for t in row.group(3).split(",") if t.strip()]
+            # type names only: a row may hold a sentence there instead ("Not supported. ...")
+            types = [t.strip() for t in row.group(3).split(",") if TYPE_NAME.fullmatch(t.strip())]
             ops[row.group(1)] = {"supported": row.group(2) == "Y", "types": types,
                                  "restrictions": row.group(4).strip()}  # fmt: skip
     helper = importers[importers.index("QuantDequantLinearHelper(") :]
+    # up to 10.3 an assertion on the chosen type; from 10.4 the zero point's type is tested
+    # (other types become INT8 with a warning)
     allowed = re.search(r"ASSERT_NODE\(\s*\(chosenDataType == ([^;]*?)\),", helper, re.S)
+    allowed = allowed or re.search(r"if \((zeroPointDataType == [^)]*)\)\s*\{", helper)
     layer_norm = importer(importers, "LayerNormalization")
     call = layer_norm.find("setComputePrecision")
     return {
@@ -116,17 +123,37 @@ def parser_rules(importers: str, matrix: str) -> dict:
     }
 
 
+def pinned_parser(trt: Path, branch: str) -> str:
+    """The onnx-tensorrt commit TensorRT's ``branch`` pins as its ``parsers/onnx``."""
+    return git(trt, "ls-tree", branch, "parsers/onnx").split()[2]
+
+
+def readable_parser(trt: Path, parser: Path, branch: str) -> tuple[str, str]:
+    """(release branch, parser commit): ``branch``'s own pinned parser where the clone holds
+    it, else the pin of the newest earlier release branch that it holds (the onnx-tensorrt
+    clone may trail TensorRT's releases)."""
+    own = RELEASE_BRANCH.fullmatch(branch)
+    limit = tuple(int(p) for p in own.group(1).split(".")) if own else (10**6,)
+    releases = []
+    for ref in git(trt, "for-each-ref", "--format=%(refname:short)", "refs/heads").split():
+        found = RELEASE_BRANCH.fullmatch(ref)
+        key = tuple(int(p) for p in found.group(1).split(".")) if found else None
+        if key is not None and key <= limit:
+            releases.append((key, ref))
+    for _, ref in sorted(releases, reverse=True):
+        commit = pinned_parser(trt, ref)
+        if has_commit(parser, commit):
+            return ref, commit
+    raise SystemExit(f"{parser} holds no parser that {branch} or an earlier release pins")
+
+
 def fixture(version: str, trt: Path, parser: Path) -> dict:
     """The rules of one claimed version, with their sources."""
     platform, branch, strongly_typed_only = VERSIONS[version]
     trt_commit = git(trt, "rev-parse", branch).strip()
-    pinned = git(trt, "ls-tree", branch, "parsers/onnx").split()[2]
-    exact = has_commit(parser, pinned)
-    parser_ref = pinned if exact else next(
-        b for b in PARSER_FALLBACK if subprocess.run(
-            ["git", "-C", str(parser), "rev-parse", "--verify", "-q", b], capture_output=True
-        ).returncode == 0
-    )  # fmt: skip
+    pinned = pinned_parser(trt, branch)
+    read_branch, parser_ref = readable_parser(trt, parser, branch)
+    exact = parser_ref == pinned
     header = header_rules(git(trt, "show", f"{branch}:include/NvInfer.h"))
     parsed = parser_rules(
         git(parser, "show", f"{parser_ref}:onnxOpImporters.cpp"),
@@ -146,13 +173,14 @@ def fixture(version: str, trt: Path, parser: Path) -> dict:
             "why": "NvInfer.h has no INormalizationLayer::setComputePrecision to call",
         }
     else:
+        guarded = parsed["layer_norm_call_guarded"]
         layer_norm = {
-            "calls": True,
-            "guarded_by_strongly_typed": False,
+            "calls": parsed["layer_norm_sets_compute_precision"],
+            "guarded_by_strongly_typed": guarded,
             "assumed": True,
-            "why": f"the parser {branch} pins ({pinned[:12]}) is not readable; {parser_ref} "
-            f"calls it {'guarded' if parsed['layer_norm_call_guarded'] else 'unguarded'}: "
-            "assume an unguarded call, which a strongly typed network rejects",
+            "why": f"the parser {branch} pins ({pinned[:12]}) is not readable; the one "
+            f"{read_branch} pins ({parser_ref[:12]}) calls it "
+            f"{'guarded by a strongly typed test' if guarded else 'unguarded'}: assumed unchanged",
         }
     return {
         "version": version,
@@ -168,9 +196,9 @@ def fixture(version: str, trt: Path, parser: Path) -> dict:
             "parser": {
                 "repo": "onnx/onnx-tensorrt",
                 "pinned_commit": pinned,
-                "read": parser_ref,
+                "read": f"the pin of {read_branch}",
                 "exact": exact,
-                "read_commit": git(parser, "rev-parse", parser_ref).strip(),
+                "read_commit": parser_ref,
                 "files": ["onnxOpImporters.cpp", "docs/operators.md"],
             },
         },

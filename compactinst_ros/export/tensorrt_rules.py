@@ -2,10 +2,11 @@
 
 TensorRT runs only on the vehicle, so a graph that the parser of JetPack 6.1/6.2's TensorRT 10.3
 rejects would otherwise surface there, at the first engine build. Sources: onnx-tensorrt
-``docs/operators.md`` and ``onnxOpImporters.cpp`` of the 10.1-GA branch (the newest 10.x edition
-we could read; its opset range 9 to 20 and per-operator restrictions), which TensorRT 10.x
-changed from the 8.5 edition: TopK's K may be a tensor (below 3840), Conv weights and
-InstanceNormalization's scale and bias may be tensors, while the ``axes`` of Pad and of every
+``docs/operators.md`` and ``onnxOpImporters.cpp`` as TensorRT 10.3 pins them (commit 62bdde2a of
+release/10.3's ``parsers/onnx``: its opset range 9 to 20 and per-operator restrictions), which
+TensorRT 10.x changed from the 8.5 edition: TopK's K may be a tensor (below 3840), Conv weights
+and InstanceNormalization's scale and bias may be tensors, Slice's ``axes`` may be computed
+(10.1 still asserted known values; 10.3 dropped that), while the ``axes`` of Pad and of every
 Reduce operator must be initializers, Resize gained attribute rules (aspect ratio policy
 ``stretch``, no antialiasing, ``axes`` an iota when ``scales`` is a tensor), LayerNormalization
 may only have its output ``Y``, pooling has no dilations, GridSample's input must be 4D,
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 OPSET_RANGE = (9, 20)
 
-#: Operators the parser imports ("Y" in the 10.1-GA support matrix).
+#: Operators the parser imports ("Y" in 10.3's support matrix).
 SUPPORTED_OPS = frozenset({
     "Abs", "Acos", "Acosh", "Add", "And", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan",
     "Atanh", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Ceil", "Celu", "Clip",
@@ -60,7 +61,6 @@ REDUCE_OPS = (
 
 #: Inputs that must be known at build time (an initializer or a Constant node's output).
 CONSTANT_INPUTS = {
-    "Slice": {3: "axes"},
     "Squeeze": {1: "axes"},
     "Unsqueeze": {1: "axes"},
     "CumSum": {1: "axis"},

@@ -26,11 +26,13 @@ C = 32  # channels: enough for INT8 kernels
 #: mutations the stand-in refuses and NVIDIA's parser (TensorRT for RTX) builds, and why
 STAND_IN_ONLY = {
     "uint8_activations": "numerics: the parser only warns and reads UINT8 as INT8, off by 128 "
-    "(onnx-tensorrt onnxOpImporters.cpp 10.1-GA, QuantDequantLinearHelper: 'TensorRT will use "
+    "(onnx-tensorrt onnxOpImporters.cpp as 10.3 pins it, QuantDequantLinearHelper: 'TensorRT "
+    "doesn't support QuantizeLinear/DequantizeLinear with UINT8 zero_point. TensorRT will use "
     "INT8 instead')",
     "grid_sample_5d": "TensorRT 10.x takes a 4D GridSample input only (onnx-tensorrt "
-    "docs/operators.md 10.1-GA: 'Input must be 4D input'); TensorRT for RTX takes 5D",
-    "opset_21": "TensorRT 10.x parses opsets 9 to 20 (onnx-tensorrt docs/operators.md 10.1-GA: "
+    "docs/operators.md as 10.3 pins it: 'Input must be 4D input'); TensorRT for RTX takes 5D",
+    "opset_21": "TensorRT 10.x parses opsets 9 to 20 (onnx-tensorrt docs/operators.md as 10.3 "
+    "pins it: "
     "'TensorRT 10.0 supports operators in the inclusive range of opset 9 to opset 20')",
 }
 
@@ -175,6 +177,18 @@ def maxpool_dilations(model: onnx.ModelProto) -> None:
     ], [_const("s4", [1, C, 8, 8], np.int64)])(model)  # fmt: skip
 
 
+def slice_axes_computed(model: onnx.ModelProto) -> None:
+    """Slice's axes computed in the graph (from the input's rank), not an initializer."""
+    _after([
+        helper.make_node("Shape", ["y"], ["shape_y"], name="shape"),
+        helper.make_node("Size", ["shape_y"], ["rank"], name="rank"),
+        helper.make_node("Sub", ["rank", "one"], ["last"], name="last_axis"),
+        helper.make_node("Unsqueeze", ["last", "zero"], ["axes"], name="axes"),
+        helper.make_node("Slice", ["y", "st", "en", "axes"], ["o"], name="slice"),
+    ], [_const("one", 1, np.int64), _const("zero", [0], np.int64), _const("st", [0], np.int64),
+        _const("en", [4], np.int64)])(model)  # fmt: skip
+
+
 def scales_not_one_per_channel(model: onnx.ModelProto) -> None:
     _set(model, "ws", np.full(C - 1, 0.01))
     _set(model, "wz", np.zeros(C - 1), np.int8)
@@ -211,6 +225,7 @@ MUTATIONS: dict[str, tuple[Callable[[onnx.ModelProto], None], bool]] = {
     "topk_unsorted": (_op("TopK", ["y", "k"], ["o", "i"], consts={"k": [4]}, sorted=0), True),
     "topk_k_4000": (topk_k_4000, False),
     "pad_wrap": (_op("Pad", ["y", "p"], consts={"p": [0, 0, 1, 0, 0, 1]}, mode="wrap"), True),
+    "slice_axes_computed": (slice_axes_computed, True),
     "maxpool_dilations": (maxpool_dilations, False),
     "maxpool_1d": (_op("MaxPool", ["y"], kernel_shape=[2]), True),
     "grid_sample_5d": (grid_sample_5d, True),

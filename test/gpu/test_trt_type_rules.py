@@ -65,7 +65,8 @@ def test_stand_in_parser_refuses_the_old_int8_decoder(monkeypatch, old_int8_deco
     short = version.rsplit(".", 1)[0] if not version.startswith("11") else "11"
     int32 = [e for e in errors if "dequantizes INT32" in e]
     assert len(int32) == 3 and all(e.startswith(f"TensorRT {short}: ") for e in int32), errors
-    assert len(errors) == 3 + (0 if short == "11" else 13), errors
+    # the layer norms too where the importer's setComputePrecision call is unguarded (10.3)
+    assert len(errors) == 3 + (13 if short == "10.3" else 0), errors
 
 
 def test_gpu_check_builds_typed_engines_and_prints_the_parser_log(
