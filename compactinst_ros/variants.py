@@ -236,12 +236,7 @@ def decompose_instance_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, l
     if not any(n.op_type == "InstanceNormalization" for n in graph.node):
         return model, []
     shapes = _shapes(model)
-    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    for node in graph.node:
-        if node.op_type == "Constant":
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            if value is not None:
-                constants[node.output[0]] = numpy_helper.to_array(value)
+    constants = _constant_values(model)
     nodes, added, inits = [], [], []
     for node in graph.node:
         x = node.input[0] if node.input else ""
@@ -274,6 +269,114 @@ def decompose_instance_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, l
     return model, added
 
 
+#: the largest group (values per group norm group) for which NVIDIA's builder (TensorRT for RTX
+#: 1.7, SM86) ran the written-out two-pass norm as one kernel reading the half input once:
+#: 8 x 32 x 48 = 12288 values did, 8 x 40 x 48 = 15360 split into two kernels and 16384 into five
+#: with float copies (test_tensorrt_types.py pins both sides)
+GROUP_SUMS_MIN_VALUES = 12288
+
+
+def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Initializers and Constant nodes' values, by tensor name."""
+    constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None:
+                constants[node.output[0]] = numpy_helper.to_array(value)
+    return constants
+
+
+def decompose_group_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """``model`` with every group norm of PyTorch's export (Reshape to (N, G, -1), then an
+    InstanceNormalization with constant scale and bias) written out from one pass of per-channel
+    sums: each channel's mean and mean square over its spatial axes, their means per group, the
+    variance as mean square minus squared mean, then (x - mean) / sqrt(variance + epsilon) on
+    the reshaped tensor (same output name). Returns it and the names of the added nodes.
+
+    Why: an FP16 graph's written-out two-pass norm (``decompose_instance_norms``) makes
+    TensorRT's builder keep a float copy of the input and of its deviations (each reduction over
+    a group's hundreds of thousands of values is split across blocks): 168 MB for CompactInst's
+    refinement norm at the paper's 1024x2048 (256 x 128 x 256 values). Per-channel sums of the
+    half input fuse into one reading kernel and the normalisation reads the half input again:
+    50 MB, the floor of two reads and one write. The statistics stay float; the one-pass
+    variance loses digits only where a channel's mean is thousands of its deviations. Groups of
+    at most GROUP_SUMS_MIN_VALUES values keep the two-pass form, which the builder runs as one
+    kernel there."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    made_by = {o: n for n in graph.node for o in n.output}
+    constants = _constant_values(model)
+    shapes = _shapes(model)
+    nodes, added, inits = [], [], []
+    for node in graph.node:
+        grouped = made_by.get(node.input[0]) if node.input else None
+        x = grouped.input[0] if grouped is not None and grouped.op_type == "Reshape" else ""
+        target = constants.get(grouped.input[1]) if x else None
+        x_shape = shapes.get(x, ())
+        if (node.op_type != "InstanceNormalization" or target is None or len(target) != 3
+                or len(x_shape) < 3 or not x_shape[1] or not target[1]
+                or x_shape[1] % int(target[1]) or list(target[::2]) not in ([0, -1], [1, -1])
+                or any(i not in constants for i in node.input[1:3])):  # fmt: skip
+            nodes.append(node)
+            continue
+        groups, channels = int(target[1]), int(x_shape[1])
+        if all(x_shape[2:]) and channels // groups * int(np.prod(x_shape[2:])) <= (
+            GROUP_SUMS_MIN_VALUES
+        ):
+            nodes.append(node)  # small groups: the two-pass form runs as one kernel
+            continue
+        epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+        prefix = f"{node.name or 'node_of_' + node.output[0]}/group_sums"
+        spatial = list(range(2, len(x_shape)))
+        names = ("ChannelMean", "Square", "ChannelMeanSquare", "ChannelMeans", "GroupMean",
+                 "ChannelMeanSquares", "GroupMeanSquare", "SquaredMean", "Variance", "NonNegative",
+                 "AddEps", "Sqrt", "Sub", "Div", "Mul", "Add")  # fmt: skip
+        out = {step: f"{prefix}/{step}_output_0" for step in names}
+        by_group, eps = f"{prefix}/by_group", f"{prefix}/epsilon"
+        scale = constants[node.input[1]].astype(np.float32).reshape(groups, 1)
+        bias = constants[node.input[2]].astype(np.float32).reshape(groups, 1)
+        steps = [
+            ("ChannelMean", "ReduceMean", [x], {"axes": spatial, "keepdims": 1}),
+            ("Square", "Mul", [x, x], {}),
+            ("ChannelMeanSquare", "ReduceMean", [out["Square"]], {"axes": spatial, "keepdims": 1}),
+            ("ChannelMeans", "Reshape", [out["ChannelMean"], by_group], {}),
+            ("GroupMean", "ReduceMean", [out["ChannelMeans"]], {"axes": [2], "keepdims": 1}),
+            ("ChannelMeanSquares", "Reshape", [out["ChannelMeanSquare"], by_group], {}),
+            ("GroupMeanSquare", "ReduceMean", [out["ChannelMeanSquares"]],
+             {"axes": [2], "keepdims": 1}),
+            ("SquaredMean", "Mul", [out["GroupMean"], out["GroupMean"]], {}),
+            ("Variance", "Sub", [out["GroupMeanSquare"], out["SquaredMean"]], {}),
+            ("NonNegative", "Relu", [out["Variance"]], {}),  # rounding may leave it below zero
+            ("AddEps", "Add", [out["NonNegative"], eps], {}),
+            ("Sqrt", "Sqrt", [out["AddEps"]], {}),
+            ("Sub", "Sub", [node.input[0], out["GroupMean"]], {}),
+            ("Div", "Div", [out["Sub"], out["Sqrt"]], {}),
+        ]
+        last = "Div"
+        if not np.all(scale == 1):
+            steps.append(("Mul", "Mul", [out[last], f"{prefix}/scale"], {}))
+            inits.append(numpy_helper.from_array(scale, f"{prefix}/scale"))
+            last = "Mul"
+        if np.any(bias != 0):
+            steps.append(("Add", "Add", [out[last], f"{prefix}/bias"], {}))
+            inits.append(numpy_helper.from_array(bias, f"{prefix}/bias"))
+            last = "Add"
+        out[last] = node.output[0]
+        for step, op, inputs, attrs in steps:
+            name = f"{prefix}/{step}"
+            nodes.append(helper.make_node(op, inputs, [out[step]], name=name, **attrs))
+            added.append(f"{prefix}/{step}")
+        inits += [
+            numpy_helper.from_array(np.array([0, groups, channels // groups], np.int64), by_group),
+            numpy_helper.from_array(np.array(epsilon, np.float32), eps),
+        ]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(inits)
+    return model, added
+
+
 def parser_form(model_bytes: bytes) -> bytes:
     """``model_bytes`` with its layer norms written out (``decompose_layer_norms``), the same
     bytes where it has none or is no ONNX model (the parser then says what is wrong)."""
@@ -296,8 +399,9 @@ def fp16_graph(
     (``NORM_OPS``), and the nodes named in ``islands`` (the range analysis' FP32 layers,
     ``precision.check_bundle``) kept in FP32."""
     model, layer_norms = decompose_layer_norms(model)
+    model, group_norms = decompose_group_norms(model)
     model, instance_norms = decompose_instance_norms(model)
-    typed = _to_fp16(model, [*islands, *layer_norms, *instance_norms])
+    typed = _to_fp16(model, [*islands, *layer_norms, *group_norms, *instance_norms])
     _half_io(typed, set(half_io))
     return typed
 

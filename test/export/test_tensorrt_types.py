@@ -180,39 +180,101 @@ def test_layer_norm_written_out_computes_the_same_and_imports(rules) -> None:
         assert type_issues(decomposed, rule) == []
 
 
-def test_group_norm_written_out_computes_the_same() -> None:
-    """PyTorch's GroupNorm export (Reshape, InstanceNormalization with constant scale and bias,
-    Reshape, Mul, Add) written out by ``decompose_instance_norms``: the same values in FP32 and
-    no InstanceNormalization left."""
+def _group_norm_graph(
+    channels: int = 32, height: int = 64, width: int = 64, groups: int = 4,
+    scale: np.ndarray | None = None, bias: np.ndarray | None = None,
+) -> onnx.ModelProto:
+    """PyTorch's GroupNorm export: Reshape, InstanceNormalization with constant scale and bias
+    (ones and zeros unless given), Reshape, Mul, Add."""
     rng = np.random.default_rng(4)
+    scale = np.ones(groups, np.float32) if scale is None else scale
+    bias = np.zeros(groups, np.float32) if bias is None else bias
     node = helper.make_node
     nodes = [
         node("Reshape", ["x", "groups"], ["g"], name="/gn/Reshape"),
-        node("Constant", [], ["ones"], name="/gn/ones",
-             value=numpy_helper.from_array(np.ones(4, np.float32))),
-        node("Constant", [], ["zeros"], name="/gn/zeros",
-             value=numpy_helper.from_array(np.zeros(4, np.float32))),
+        node("Constant", [], ["ones"], name="/gn/ones", value=numpy_helper.from_array(scale)),
+        node("Constant", [], ["zeros"], name="/gn/zeros", value=numpy_helper.from_array(bias)),
         node("InstanceNormalization", ["g", "ones", "zeros"], ["n"], name="/gn/IN", epsilon=1e-5),
         node("Reshape", ["n", "shape"], ["r"], name="/gn/Reshape_1"),
         node("Mul", ["r", "gamma"], ["m"], name="/gn/Mul"),
         node("Add", ["m", "beta"], ["y"], name="/gn/Add"),
     ]  # fmt: skip
+    shape = [1, channels, height, width]
     inits = [
-        numpy_helper.from_array(np.array([1, 4, -1], np.int64), "groups"),
-        numpy_helper.from_array(np.array([1, 32, 64, 64], np.int64), "shape"),
-        numpy_helper.from_array((1 + rng.random((32, 1, 1))).astype(np.float32), "gamma"),
-        numpy_helper.from_array(rng.standard_normal((32, 1, 1)).astype(np.float32), "beta"),
+        numpy_helper.from_array(np.array([0, groups, -1], np.int64), "groups"),
+        numpy_helper.from_array(np.array(shape, np.int64), "shape"),
+        numpy_helper.from_array((1 + rng.random((channels, 1, 1))).astype(np.float32), "gamma"),
+        numpy_helper.from_array(rng.standard_normal((channels, 1, 1)).astype(np.float32), "beta"),
     ]
     graph = helper.make_graph(
-        nodes, "gn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 64, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 64, 64])], inits,
+        nodes, "gn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits,
     )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_group_norm_written_out_computes_the_same() -> None:
+    """PyTorch's GroupNorm export written out by ``decompose_instance_norms``: the same values
+    in FP32 and no InstanceNormalization left."""
+    rng = np.random.default_rng(4)
+    model = _group_norm_graph()
     written, added = variants.decompose_instance_norms(model)
     assert len(added) == 9
     assert "InstanceNormalization" not in {n.op_type for n in written.graph.node}
     x = (3 + 2 * rng.standard_normal((1, 32, 64, 64))).astype(np.float32)
     assert np.abs(_run(written, x) - _run(model, x)).max() < 1e-4
+
+
+@pytest.mark.parametrize("affine", [False, True])
+def test_group_sums_compute_the_group_norm(affine: bool) -> None:
+    """``decompose_group_norms`` (per-channel sums, one-pass variance): the same values as the
+    InstanceNormalization in FP32, with the norm's own scale and bias where they are not ones
+    and zeros; groups of at most GROUP_SUMS_MIN_VALUES values are left to the two-pass form."""
+    rng = np.random.default_rng(5)
+    scale = (0.5 + rng.random(4)).astype(np.float32) if affine else None
+    bias = rng.standard_normal(4).astype(np.float32) if affine else None
+    model = _group_norm_graph(scale=scale, bias=bias)  # 8 channels x 64 x 64 per group
+    written, added = variants.decompose_group_norms(model)
+    assert len(added) == 14 + 2 * affine
+    assert "InstanceNormalization" not in {n.op_type for n in written.graph.node}
+    # a channel's mean several times its spread: what a one-pass variance is sensitive to
+    x = (3 + 2 * rng.standard_normal((1, 32, 64, 64))).astype(np.float32)
+    assert np.abs(_run(written, x) - _run(model, x)).max() < 1e-4
+    small = _group_norm_graph(height=32, width=48, channels=32, groups=4)  # 8 x 32 x 48 values
+    assert variants.decompose_group_norms(small)[1] == []
+
+
+def _norm_engine(model: onnx.ModelProto) -> tuple[int, float]:
+    """(engine layers, MB per frame) of ``model`` as an FP16 graph with half input and output
+    (as a stage's own tensors) built by NVIDIA's builder (SM86)."""
+    from compactinst_ros.backends.engine_layers import summarize
+    from compactinst_ros.backends.rtx_build import aot_build
+
+    typed = variants.fp16_graph(model, half_io=("x", "y"))
+    graph = StageGraph("norm", "fp16", variants.serialize(typed), "")
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    spec = StageSpec("norm", Path("norm.onnx"), "", (TensorSpec("x", shape, "float32"),),
+                     (TensorSpec("y", shape, "float32"),))  # fmt: skip
+    summary = summarize(aot_build(graph, spec).layers)
+    return summary.layers, summary.bytes_per_frame / 1e6
+
+
+def test_group_sums_move_a_third_of_the_bytes_where_the_builder_splits_the_norm(
+    monkeypatch,
+) -> None:
+    """NVIDIA's builder runs a written-out group norm over 8 x 64 x 64 values per group in five
+    kernels with float copies of the input and its deviations; from group sums, in three that
+    read the half input twice. At 8 x 32 x 48 values (GROUP_SUMS_MIN_VALUES) the two-pass form
+    is one kernel: that is where the rule stops (a builder that changes this fails here)."""
+    large = _group_norm_graph(channels=256, height=64, width=64, groups=32)
+    small = _group_norm_graph(channels=256, height=32, width=48, groups=32)
+    group_sums = _norm_engine(large)
+    monkeypatch.setattr(variants, "decompose_group_norms", lambda model: (model, []))
+    two_pass = _norm_engine(large)
+    assert group_sums[0] <= two_pass[0], (two_pass, group_sums)
+    assert group_sums[1] < 0.4 * two_pass[1], (two_pass, group_sums)
+    assert variants.GROUP_SUMS_MIN_VALUES == 8 * 32 * 48
+    assert _norm_engine(small)[0] == 1
 
 
 def test_written_out_group_norms_cut_the_fp16_encoders_float_bytes() -> None:
