@@ -247,7 +247,9 @@ def test_a_stalled_camera_does_not_slow_the_others(ros):
     batch = statuses(client, since)[batch_status_name(MULTI)]
     batch = [s for s in batch if float(s["rounds_per_s"]) > 0]
     waits = [float(s["window_wait_max_ms"]) for s in batch]
-    assert waits and max(waits) <= WINDOW_MS + 25.0, waits
+    # a round that waited on c would wait up to the next frame, 500 ms; a loaded host's timer
+    # wakes late by tens of ms (55.2 ms once beside other test processes)
+    assert waits and max(waits) <= WINDOW_MS + 100.0, waits
     assert any(float(s["window_wait_mean_ms"]) >= WINDOW_MS * 0.8 for s in batch), batch
     stalled = statuses(client, since)[status_name(MULTI, "c")][-1]
     assert "input silent" in stalled["_message"], stalled
