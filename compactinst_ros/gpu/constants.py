@@ -14,8 +14,12 @@ MAX_QUERIES = 256
 MAX_CLASSES = 256
 #: ``ci::kTile``: camera pixels per tile side (a post-processing block is TILE x TILE threads).
 TILE = 16
-#: ``kSemChunk`` in postprocess.cu: classes per ``pp_semantic_low`` block row.
+#: ``kSemChunk`` in postprocess.cu: classes per semantic block of ``pp_stats``.
 SEM_CHUNK = 32
+#: ``kBlock`` in postprocess.cu: threads of a ``pp_stats`` and a ``pp_remap`` block.
+PP_BLOCK = 256
+#: ``kRemapPixels`` in postprocess.cu: camera pixels per ``pp_remap`` thread.
+REMAP_PIXELS = 8
 #: ``ci::kBoundEps``: margin (in logits) added to footprint bounds so float rounding of bilinear
 #: weights can never push an interpolated value outside [min, max] of its texels.
 BOUND_EPS = np.float32(1e-4)
@@ -33,13 +37,13 @@ ENCODING_CODES: dict[str, int] = {
     "yuyv": 6,
 }
 
-#: ``Want`` flags of ``pp_fused``: which rasters a frame asks for.
+#: ``Want`` flags of ``pp_tiles`` and ``pp_remap``: which rasters a frame asks for.
 WANT_INSTANCE, WANT_PANOPTIC, WANT_SEMANTIC = 1, 2, 4
 
 #: ``PPTables`` in postprocess.cu, field by field in declaration order as ``name:type:count``
 #: (count ``1`` a scalar, ``Q`` one per query slot, ``Q+1`` and ``Qx4`` as declared).
 _PP_TABLES = """
-    n_inst:i4:1 n_pan:i4:1 n_inst_out:i4:1 n_seg:i4:1
+    n_inst:i4:1 n_pan:i4:1 n_inst_out:i4:1 n_seg:i4:1 stats_done:u4:1 tiles_done:u4:1
     mask_score:f4:Q inst_query:i4:Q inst_class:i4:Q inst_score:f4:Q
     pan_query:i4:Q pan_class:i4:Q pan_score:f4:Q
     inst_area:u4:Q inst_box:i4:Qx4 wins:u4:Q orig:u4:Q seg:u4:Q
@@ -90,11 +94,9 @@ LIFT_TABLES_DTYPE = np.dtype(
 
 #: pycuda ``prepare`` argument types of every kernel (P pointer, i int, f float, d double).
 SIGNATURES: dict[str, str] = {
-    "pp_query_stats": "PiiiifP",
-    "pp_select": "PiiPffiPP",
-    "pp_semantic_low": "PPiiiP",
-    "pp_fused": "iiPPiiiiiPPPPPPfPPPPPi",
-    "pp_finalize": "PPidiP",
+    "pp_stats": "PPiiiiiifPffiiPPP",
+    "pp_tiles": "iPPiiiiiPPPPPPfPPdiPPPPi",
+    "pp_remap": "iiPPP",
     "pre_letterbox": "PiiiiiifffffiiP",
     "ov_instance": "PiiiiPiPffP",
     "ov_panoptic": "PiiiiPPiPffP",

@@ -41,6 +41,8 @@ _EM_CUDA = 190
 _OSABI_SM_SHIFT = {0x33: 0, 0x41: 8}
 #: ``.nv.info.<kernel>`` attribute that describes one kernel parameter (EIATTR_KPARAM_INFO).
 _KPARAM_INFO = 0x17
+#: ``.nv.info`` attribute holding a kernel's registers per thread (EIATTR_REGCOUNT)
+_REGCOUNT = 0x2F
 _PTX_PARAM_CHAR = {".u64": "P", ".b64": "P", ".u32": "i", ".s32": "i", ".f32": "f", ".f64": "d"}
 
 
@@ -140,6 +142,32 @@ def _read_cubin(data: bytes) -> ImageInfo:
     return ImageInfo("cubin", arch, f"ELF ABI {abi_version}", params, {})
 
 
+def kernel_registers(data: bytes) -> dict[str, int]:
+    """Registers per thread of every kernel of a cubin, from the EIATTR_REGCOUNT records of its
+    ``.nv.info`` section (symbol index, count: what cuobjdump's resource usage prints as REG).
+    ImageError for bytes that are not a cubin."""
+    if read_image(data).kind != "cubin":
+        raise ImageError("register counts are in cubins only, not in PTX")
+    headers = _sections(data)
+    symbols: list[str] = []
+    for _, sh_type, offset, size, link, entsize in headers:
+        if sh_type == 2:  # SHT_SYMTAB
+            names_at = headers[link][2]
+            symbols = [
+                _c_string(data, names_at + struct.unpack_from("<I", data, offset + k * entsize)[0])
+                for k in range(size // entsize)
+            ]
+    registers = {}
+    for name, _, offset, size, _, _ in headers:
+        if name != ".nv.info":
+            continue
+        for attribute, value in _info_records(data, offset, size):
+            if attribute == _REGCOUNT:
+                symbol, count = struct.unpack_from("<II", value)
+                registers[symbols[symbol]] = count
+    return registers
+
+
 def _sections(data: bytes) -> list[tuple[str, int, int, int, int, int]]:
     """Section headers in index order: (name, type, file offset, size, link, entry size)."""
     shoff = struct.unpack_from("<Q", data, 0x28)[0]
@@ -157,13 +185,12 @@ def _c_string(data: bytes, at: int) -> str:
     return data[at : data.index(b"\0", at)].decode()
 
 
-def _kernel_params(data: bytes, offset: int, size: int) -> tuple[tuple[int, int], ...]:
-    """(offset, size) per parameter from EIATTR_KPARAM_INFO records, in parameter order.
+def _info_records(data: bytes, offset: int, size: int) -> list[tuple[int, bytes]]:
+    """(attribute, value) of the EIFMT_SVAL records of an ``.nv.info`` section.
 
     Records are (format, attribute, value): formats 1-3 take 4 bytes in all, format 4 (EIFMT_SVAL)
-    a 16-bit length and that many bytes. A KPARAM_INFO value is index u32, ordinal u16, offset
-    u16, then a u32 whose bits 18-31 hold the size."""
-    params = {}
+    a 16-bit length and that many bytes."""
+    records = []
     at, end = offset, offset + size
     while at < end:
         fmt, attribute = data[at], data[at + 1]
@@ -171,10 +198,20 @@ def _kernel_params(data: bytes, offset: int, size: int) -> tuple[tuple[int, int]
             at += 4
             continue
         length = struct.unpack_from("<H", data, at + 2)[0]
-        if attribute == _KPARAM_INFO:
-            _, ordinal, param_offset, word = struct.unpack_from("<IHHI", data, at + 4)
-            params[ordinal] = (param_offset, word >> 18)
+        records.append((attribute, data[at + 4 : at + 4 + length]))
         at += 4 + length
+    return records
+
+
+def _kernel_params(data: bytes, offset: int, size: int) -> tuple[tuple[int, int], ...]:
+    """(offset, size) per parameter from EIATTR_KPARAM_INFO records, in parameter order. A
+    KPARAM_INFO value is index u32, ordinal u16, offset u16, then a u32 whose bits 18-31 hold
+    the size."""
+    params = {}
+    for attribute, value in _info_records(data, offset, size):
+        if attribute == _KPARAM_INFO:
+            _, ordinal, param_offset, word = struct.unpack_from("<IHHI", value)
+            params[ordinal] = (param_offset, word >> 18)
     return tuple(params[i] for i in sorted(params))
 
 

@@ -1,4 +1,6 @@
-"""Post-processing launcher: the fused kernels (kernels/postprocess.cu) for one model.
+"""Post-processing launcher: the fused kernels (kernels/postprocess.cu) for one model, three
+launches a frame (``pp_stats``, ``pp_tiles``, ``pp_remap``; two when only the semantic raster is
+asked for).
 
 Everything is enqueued on the caller's stream; nothing here synchronises. Buffers are allocated
 once per frame geometry and batch slot: each slot of a batch has its own output arena (read back
@@ -30,6 +32,8 @@ from ..structures import (
 from .constants import (
     MAX_CLASSES,
     MAX_QUERIES,
+    PP_BLOCK,
+    REMAP_PIXELS,
     SEM_CHUNK,
     TABLES_DTYPE,
     TILE,
@@ -115,12 +119,9 @@ class GpuPostprocessor:
         self.labels = labels
         self.q, self.k = num_queries, labels.num_classes
         self.h, self.w, self.stride = mask_h, mask_w, stride
-        self.k_stats, self.k_select, self.k_semantic, self.k_fused, self.k_finalize = (
-            load_kernels(
-                "postprocess",
-                "pp_query_stats", "pp_select", "pp_semantic_low", "pp_fused", "pp_finalize",
-            )
-        )  # fmt: skip
+        self.k_stats, self.k_tiles, self.k_remap = load_kernels(
+            "postprocess", "pp_stats", "pp_tiles", "pp_remap"
+        )
         self.label_ids = cuda.to_device(labels.id_array.astype(np.int32))
         self.isthing = cuda.to_device(labels.thing_mask.astype(np.uint8))
         self.prob = cuda.mem_alloc(4 * self.q * (self.k + 1))
@@ -159,6 +160,8 @@ class GpuPostprocessor:
             pos += p.nbytes
         _, size = self.layout(meta, OutputSet())
         arena = cuda.mem_alloc(size)
+        # the tables' block counters start at 0; the kernels leave them at 0 after every frame
+        cuda.memcpy_htod(arena, np.zeros(TABLES_DTYPE.itemsize, np.uint8))
         host = cuda.pagelocked_empty(size, np.uint8)
         self._geometry[slot] = _Geometry(meta, taps, tuple(ptrs), arena, host)
         return self._geometry[slot]
@@ -199,35 +202,30 @@ class GpuPostprocessor:
         threshold = np.float32(logit_threshold(options.mask_threshold))
         vh, vw = valid_region(meta, self.stride, self.h, self.w)
         hw = self.h * self.w
+        sem_cols = -(-hw // PP_BLOCK)
+        sem_blocks = sem_cols * -(-self.k // SEM_CHUNK) if outputs.semantic else 0
         self.k_stats.prepared_async_call(
-            (self.q, 1), (256, 1, 1), stream,
-            mask_logits_ptr, self.h, self.w, vh, vw, threshold, tables,
+            (self.q + sem_blocks, 1), (PP_BLOCK, 1, 1), stream,
+            mask_logits_ptr, class_logits_ptr, self.q, self.k + 1, self.h, self.w, vh, vw,
+            threshold, int(self.isthing), np.float32(options.score_threshold),
+            np.float32(options.object_mask_threshold), options.max_instances, sem_cols,
+            int(self.prob), int(self.sem), tables,
         )  # fmt: skip
-        self.k_select.prepared_async_call(
-            (1, 1), (256, 1, 1), stream,
-            class_logits_ptr, self.q, self.k + 1, int(self.isthing),
-            np.float32(options.score_threshold), np.float32(options.object_mask_threshold),
-            options.max_instances, int(self.prob), tables,
-        )  # fmt: skip
-        if outputs.semantic:
-            self.k_semantic.prepared_async_call(
-                (-(-hw // 256), -(-self.k // SEM_CHUNK)), (256, 1, 1), stream,
-                mask_logits_ptr, int(self.prob), self.q, self.k + 1, hw, int(self.sem),
-            )  # fmt: skip
-        grid = (-(-meta.src_w // TILE), -(-meta.src_h // TILE))
-        fused_args = (
+        inst = base + offsets.get("instance", 0)
+        pan = base + offsets.get("panoptic", 0)
+        self.k_tiles.prepared_async_call(
+            (-(-meta.src_w // TILE), -(-meta.src_h // TILE)), (TILE, TILE, 1), stream,
             want, mask_logits_ptr, int(self.sem), self.h, self.w, self.k, meta.src_h, meta.src_w,
-            *g.taps_ptr, threshold, int(self.label_ids), tables,
-            base + offsets.get("instance", 0), base + offsets.get("panoptic", 0),
+            *g.taps_ptr, threshold, int(self.label_ids), int(self.isthing),
+            float(options.overlap_threshold), max(1, options.min_area), tables, inst, pan,
             base + offsets.get("semantic", 0), int(self.sem_dtype == np.uint16),
         )  # fmt: skip
-        self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 0, *fused_args)
-        self.k_finalize.prepared_async_call(
-            (1, 1), (256, 1, 1), stream,
-            int(self.label_ids), int(self.isthing), self.k,
-            float(options.overlap_threshold), max(1, options.min_area), tables,
-        )  # fmt: skip
-        self.k_fused.prepared_async_call(grid, (TILE, TILE, 1), stream, 1, *fused_args)
+        if outputs.instance or outputs.panoptic:
+            n = meta.src_h * meta.src_w
+            self.k_remap.prepared_async_call(
+                (-(-n // (REMAP_PIXELS * PP_BLOCK)), 1), (PP_BLOCK, 1, 1), stream,
+                want, n, tables, inst, pan,
+            )  # fmt: skip
         if copy:
             self.enqueue_copy(stream, meta, outputs, slot)
 

@@ -6,14 +6,20 @@ with the same float32 arithmetic, in the same stage order, so that CI can check 
 numpy reference (postprocess/reference.py) and prove the per-tile culling exact. Post-processing
 (``TwinFrame``), one frame:
 
-1. ``query_stats``: per-query mask score over the valid low-res region (one block per query).
-2. ``select_queries``: instance / panoptic / semantic tables from the class logits (one block).
-3. ``class_maps``: ``S[c] = sum_q p[q, c] * sigmoid(m_q)`` at low resolution.
-4. ``tile_candidates``: per 16x16 camera tile, the queries/classes that can matter there.
-5. pass A (count): per pixel winners, per-slot areas, boxes, panoptic overlap counts (atomics).
+1. ``query_stats``: per-query mask score over the valid low-res region (``pp_stats``' query
+   blocks).
+2. ``select_queries``: instance / panoptic / semantic tables from the class logits (the last
+   query block).
+3. ``class_maps``: ``S[c] = sum_q p[q, c] * sigmoid(m_q)`` at low resolution (``pp_stats``'
+   semantic blocks).
+4. ``tile_candidates``: per 16x16 camera tile, the queries/classes that can matter there
+   (``pp_tiles``).
+5. count: per pixel winners, per-slot areas, boxes, panoptic overlap counts (atomics).
 6. ``finalize``: the reference's instance renumbering and table (``postprocess.instance``) and
-   its panoptic overlap test, stuff merging and segment ids (``finalize_panoptic``) on the counts.
-7. pass B (write): recompute the winners and write the final rasters once through the LUTs.
+   its panoptic overlap test, stuff merging and segment ids (``finalize_panoptic``) on the counts
+   (the last tile block).
+7. write: the final rasters from the winners through the LUTs (the kernels write the winners in
+   ``pp_tiles`` and map them in ``pp_remap``; the twin recomputes them, the same values).
 
 Everything per pixel is vectorised over one tile row of camera pixels (the kernel's blockIdx.y);
 chunks may be processed in any order (``chunk_order``), which models the atomics. The

@@ -21,6 +21,7 @@ import pycuda_emu  # noqa: E402
 import tensorrt_emu  # noqa: E402
 
 from compactinst_ros.bundle import default_bundle_path  # noqa: E402
+from compactinst_ros.gpu.constants import SIGNATURES, TABLES_DTYPE  # noqa: E402
 from compactinst_ros.gpu.frames import OPTIONS, blob_frame  # noqa: E402
 from compactinst_ros.gpu.twin import TwinFrame  # noqa: E402
 from compactinst_ros.labels import SYNTHETIC_LABELS  # noqa: E402
@@ -28,7 +29,7 @@ from compactinst_ros.structures import FrameMeta, OutputSet  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 KERNELS = {
-    "pp_query_stats", "pp_select", "pp_semantic_low", "pp_fused", "pp_finalize",
+    "pp_stats", "pp_tiles", "pp_remap",
     "pre_letterbox", "ov_instance", "ov_panoptic", "lift_clear", "lift_bounds", "lift_plan",
     "lift_classify", "lift_select", "lift_histogram", "lift_accumulate", "lift_cloud_classify",
     "lift_cloud_accumulate", "lift_cloud_labels",
@@ -53,15 +54,18 @@ def test_stand_in_fails_loudly_on_overflow_and_bad_packing(emu_lib, monkeypatch)
     pre.kernel.arg_format = pre.kernel.arg_format[:-1]
     with pytest.raises(struct.error):
         pre.enqueue(stream, image, "rgb8", meta, int(driver.mem_alloc(4 * 3 * 32 * 64)))
-    # the runner's own checks, below the image's: pp_finalize takes a double, not a float
+    # the runner's own checks, below the image's: pp_tiles takes a double, not a float
+    wrong = SIGNATURES["pp_tiles"].replace("d", "f")
     with pytest.raises(RuntimeError, match="status 2"):
-        driver.launch("pp_finalize", (1, 1), (256, 1, 1), struct.pack("PPifP", 0, 0, 3, 0.5, 0))
+        driver.launch("pp_tiles", (1, 1), (16, 16, 1), struct.pack(wrong, *[0] * len(wrong)))
     with pytest.raises(RuntimeError, match="status 1"):
         driver.launch("pp_missing", (1,), (1, 1, 1), struct.pack("i", 1))
 
 
 def test_postprocessor_host_code_equals_twin_with_output_subsets(emu_lib, monkeypatch) -> None:
-    """GpuPostprocessor.enqueue/collect for each output subset, reusing one geometry's arena."""
+    """GpuPostprocessor.enqueue/collect for each output subset, reusing one geometry's arena:
+    three launches a frame (two when only the semantic raster is asked for), and the block
+    counters the last blocks use are back at 0 for the next frame."""
     from compactinst_ros.gpu.postprocess import GpuPostprocessor
 
     driver = pycuda_emu.install(monkeypatch, emu_lib)
@@ -76,8 +80,13 @@ def test_postprocessor_host_code_equals_twin_with_output_subsets(emu_lib, monkey
         OutputSet(panoptic=False, semantic=False),
         OutputSet(instance=False, panoptic=False),
     ):
+        before = len(driver.launches)
         post.enqueue(driver.Stream(), int(d_cls), int(d_masks), meta, OPTIONS, outputs)
+        remap = ["pp_remap"] if outputs.instance or outputs.panoptic else []
+        assert driver.launches[before:] == ["pp_stats", "pp_tiles", *remap]
         got = post.collect(meta, outputs)
+        tables = post.geometry(meta).host[: TABLES_DTYPE.itemsize].view(TABLES_DTYPE)[0]
+        assert tables["stats_done"] == tables["tiles_done"] == 0
         twin = TwinFrame(raw, meta, SYNTHETIC_LABELS, OPTIONS, outputs).postprocess()
         for name in ("instance_raster", "panoptic_raster", "semantic_raster"):
             a, b = getattr(got, name), getattr(twin, name)

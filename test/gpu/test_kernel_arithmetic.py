@@ -177,9 +177,9 @@ def test_checks_catch_nvrtcs_default_contraction(tmp_path: Path) -> None:
     options = [o for o in COMPILE_OPTIONS if o != "--fmad=false"] + [f"-I{KERNEL_DIR}"]
     ptx = nvrtc.compile_source(source, "postprocess.cu", PTX_TARGET, options).decode()
     found = contractions_in_ptx(ptx)
-    assert found["pp_semantic_low"]["fma_other"] >= 32  # one per class of the chunk
-    assert {"pp_query_stats", "pp_select", "pp_fused"} <= set(found)
+    assert found["pp_stats"]["fma_other"] >= 32  # one per class of a semantic chunk
+    assert {"pp_stats", "pp_tiles"} <= set(found)
     if NVDISASM is None:
         pytest.skip(needs_nvdisasm.kwargs["reason"])
     cubin = nvrtc.compile_source(source, "postprocess.cu", "sm_87", options)
-    assert {"pp_semantic_low", "pp_fused"} <= set(contractions_in_sass(cubin, ptx, tmp_path))
+    assert {"pp_stats", "pp_tiles"} <= set(contractions_in_sass(cubin, ptx, tmp_path))

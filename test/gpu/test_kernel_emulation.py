@@ -211,7 +211,7 @@ def test_kernels_uint16_semantic_and_instance_only(emu) -> None:
 
 
 def test_kernels_many_classes_span_semantic_chunks(emu) -> None:
-    """K = 40 > 32 classes: pp_semantic_low runs two class chunks."""
+    """K = 40 > 32 classes: the semantic blocks of pp_stats run two class chunks."""
     labels = LabelSet(
         names=tuple(f"c{i}" for i in range(40)),
         ids=tuple(range(1, 41)),
@@ -288,7 +288,7 @@ def test_kernels_give_the_same_result_under_every_schedule(emu, case: str) -> No
 
 
 def test_kernels_remove_specks_as_the_reference_does(emu) -> None:
-    """min_area in pp_finalize: the speck of test/postprocess/test_specks.py goes, from the
+    """min_area in the finalisation: the speck of test/postprocess/test_specks.py goes, from the
     table, the instance raster and the panoptic things, and the rest are numbered 1..N."""
     raw, meta = speck_frame()
     for min_area in (0, PostprocessOptions().min_area):

@@ -25,6 +25,7 @@ from compactinst_ros.gpu.images import (
     TARGETS,
     ImageError,
     image_path,
+    kernel_registers,
     load_manifest,
     param_layout,
     read_image,
@@ -179,3 +180,39 @@ def test_package_build_ships_the_images(tmp_path: Path) -> None:
     built = tmp_path / IMAGE_DIR.relative_to(root)
     assert sorted(p.name for p in built.iterdir()) == sorted(p.name for p in IMAGE_DIR.iterdir())
     assert len(list(built.iterdir())) == len(SOURCES) * len(TARGETS) + 1
+
+
+#: The post-processing kernels' registers per thread at most, in every shipped cubin. A block is
+#: 256 threads and an SM holds 65536 registers, allocated 8 a thread at a time: pp_tiles and
+#: pp_stats at 56 and 64 keep four blocks on an SM, pp_remap at 32 eight. NVRTC 12.6 gives
+#: pp_tiles 46 (52 for sm_80), pp_stats 60-61, pp_remap 20-24; the six launches they replaced
+#: had pp_fused at 44-48, pp_semantic_low at 62.
+POSTPROCESS_REGISTERS = {"pp_stats": 64, "pp_tiles": 56, "pp_remap": 32}
+
+
+@pytest.mark.parametrize("target", [t for t in TARGETS if t.startswith("sm_")])
+def test_post_processing_kernels_stay_in_their_register_budget(target: str) -> None:
+    found = kernel_registers(image_path("postprocess", target).read_bytes())
+    assert set(found) == set(POSTPROCESS_REGISTERS), found
+    over = {k: n for k, n in found.items() if n > POSTPROCESS_REGISTERS[k]}
+    assert not over, f"postprocess.{target}.cubin: registers {over} over {POSTPROCESS_REGISTERS}"
+
+
+def test_register_counts_are_read_from_the_cubin_and_refused_for_ptx() -> None:
+    # the same source compiled to keep more live values gives more registers: the reading moves
+    source = """extern "C" __global__ void k(float* o, const float* a) {
+      float v[REGS];
+      for (int i = 0; i < REGS; ++i) v[i] = a[i * 1024 + threadIdx.x];
+      float s = 0.0f;
+      for (int i = 0; i < REGS; ++i) s += v[i] * v[(i * 7) % REGS];
+      o[threadIdx.x] = s;
+    }"""
+    counts = [
+        kernel_registers(
+            nvrtc.compile_source(source.replace("REGS", str(n)), "k.cu", "sm_87", [INCLUDE])
+        )["k"]
+        for n in (4, 48)
+    ]
+    assert 0 < counts[0] < counts[1] <= 255, counts
+    with pytest.raises(ImageError, match="cubins only"):
+        kernel_registers(image_path("postprocess", TARGETS[-1]).read_bytes())

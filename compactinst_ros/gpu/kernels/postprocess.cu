@@ -1,16 +1,20 @@
 // Fused post-processing of CompactInst decoder outputs at camera resolution.
 //
-// Stage order on one stream (no host round trip; the numpy twin gpu/twin.py runs the
-// same algorithm step for step and is what CI checks against the numpy reference):
-//   pp_query_stats   one block per query: mask score over the valid low-res region
-//   pp_select        one block: softmax, instance / panoptic tables, zeroed counters
-//   pp_semantic_low  S[c] = sum_q p[q,c] * sigmoid(m_q) at low resolution (semantic only)
-//   pp_fused(count)  one block per 16x16 camera tile: per-tile culling of queries/classes that
-//                    cannot matter in the tile, then per pixel winners; areas, boxes and the
-//                    panoptic overlap counts accumulate in shared memory, one global atomic per
-//                    block and slot
-//   pp_finalize      one block: instance renumbering LUT, overlap test, stuff merge, segment ids
-//   pp_fused(write)  recompute the winners and write every raster pixel exactly once via LUTs
+// Three launches per frame on one stream (no host round trip; the numpy twin gpu/twin.py runs
+// the same algorithm step for step and is what CI checks against the numpy reference):
+//   pp_stats   blocks 0..Q-1: a query's mask score over the valid low-res region; the last of
+//              them to finish (a counter in PPTables) runs the selection: softmax, instance /
+//              panoptic tables, zeroed counters. Blocks Q.. (semantic only): S[c] = sum_q p[q,c]
+//              * sigmoid(m_q) at low resolution, each with its own softmax of the class logits
+//   pp_tiles   one block per 16x16 camera tile: per-tile culling of queries/classes that cannot
+//              matter in the tile, then per pixel winners, written once: the final semantic
+//              label, the instance slot and the panoptic slot (provisional); areas, boxes and
+//              the panoptic overlap counts accumulate in shared memory, one global atomic per
+//              block and slot. The last block to finish runs the finalisation: instance
+//              renumbering LUT, overlap test, stuff merge, segment ids
+//   pp_remap   the provisional instance and panoptic rasters through the LUTs, in place, eight
+//              pixels a thread with 16-byte loads and stores
+// The same arithmetic as the six launches this replaced (docs/gpu.md), so the same bits.
 #include "common.cuh"
 
 using namespace ci;
@@ -22,6 +26,11 @@ struct PPTables {
   int n_pan;       // kept panoptic slots (query order)
   int n_inst_out;  // instances with at least one pixel
   int n_seg;       // panoptic segments
+  // blocks of pp_stats' query part / of pp_tiles that are through: the last one runs the
+  // selection / finalisation and sets it back to 0 for the next frame (the host zeroes the
+  // tables once when it allocates them)
+  unsigned int stats_done;
+  unsigned int tiles_done;
   float mask_score[kMaxQueries];
   int inst_query[kMaxQueries];
   int inst_class[kMaxQueries];
@@ -43,20 +52,82 @@ struct PPTables {
   unsigned int seg_area[kMaxQueries];
 };
 
-// pp_fused's candidate judging and scans give thread tid query/class tid: one per thread.
+// pp_tiles' candidate judging and scans give thread tid query/class tid: one per thread; its
+// finalisation gives thread tid slot tid.
 static_assert(kTile * kTile == kMaxQueries && kMaxClasses == kMaxQueries,
-              "pp_fused needs one thread per query slot and per class");
+              "pp_tiles needs one thread per query slot and per class");
 
-// Thing-pair probabilities pp_select ranks from shared memory (32 kB); larger Q x K read prob.
+// Threads of pp_stats and pp_remap blocks.
+constexpr int kBlock = 256;
+// Thing-pair probabilities the selection ranks from shared memory (32 kB); larger Q x K read
+// prob.
 constexpr int kSelectPairs = 8192;
+// Classes per semantic block of pp_stats.
+constexpr int kSemChunk = 32;
+// Camera pixels per pp_remap thread: one 16-byte access of the instance raster (uint16).
+constexpr int kRemapPixels = 8;
+
+// Whether this block is the last of `blocks` to arrive at `counter` (called by all threads
+// after the block's results are written; the fences order those writes before the count and
+// the last block's reads after it, as CUDA's threadFenceReduction sample does).
+__device__ __forceinline__ bool last_block_done(unsigned int* counter, unsigned int blocks,
+                                                int* s_last) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    __threadfence();
+    *s_last = atomicAdd(counter, 1u) == blocks - 1;
+  }
+  __syncthreads();
+  if (*s_last) __threadfence();
+  return *s_last;
+}
 
 enum Want : int { kWantInstance = 1, kWantPanoptic = 2, kWantSemantic = 4 };
 
-extern "C" __global__ void pp_query_stats(const float* __restrict__ masks, int h, int w, int vh,
-                                          int vw, float threshold, PPTables* tables) {
-  __shared__ float s_sum[256];
-  __shared__ float s_cnt[256];
-  const int q = blockIdx.x;
+// Shared memory of pp_stats' three kinds of block, one union: together they would pass the
+// 48 kB a block may declare.
+struct StatsShared {
+  float sum[kBlock];
+  float cnt[kBlock];
+};
+struct SelectShared {
+  float best_p[kMaxQueries];
+  int best_c[kMaxQueries];
+  float score[kMaxQueries];
+  int keep[kMaxQueries];
+  int pan[kMaxQueries];
+  float pan_score[kMaxQueries];
+  int pan_class[kMaxQueries];
+  int n_keep;
+  float thing_p[kSelectPairs];  // p of thing pairs (-1 for stuff), q * K + c
+};
+struct SemanticShared {
+  float p[kMaxQueries][kSemChunk];
+  float max[kMaxQueries];
+  float total[kMaxQueries];
+};
+union StatsStage {
+  StatsShared stats;
+  SelectShared select;
+  SemanticShared semantic;
+};
+
+// The softmax of one query's class logits is expf(row[c] - max) / total with these two, summed
+// in class order: the selection and every semantic block compute it alike, to the bit.
+__device__ __forceinline__ void softmax_terms(const float* __restrict__ row, int k1, float* max,
+                                              float* total) {
+  float mx = row[0];
+  for (int c = 1; c < k1; ++c) mx = fmaxf(mx, row[c]);
+  float sum = 0.0f;
+  for (int c = 0; c < k1; ++c) sum += expf(row[c] - mx);
+  *max = mx;
+  *total = sum;
+}
+
+// Mask score of query q: mean sigmoid over the valid region where the logit passes threshold
+// (a float32 tree sum over the block's threads).
+__device__ void query_stats(const float* __restrict__ masks, int q, int h, int w, int vh,
+                            int vw, float threshold, StatsShared& sh, PPTables* tables) {
   const float* grid = masks + (size_t)q * h * w;
   float sum = 0.0f, cnt = 0.0f;
   for (int i = threadIdx.x; i < vh * vw; i += blockDim.x) {
@@ -66,42 +137,33 @@ extern "C" __global__ void pp_query_stats(const float* __restrict__ masks, int h
       cnt += 1.0f;
     }
   }
-  s_sum[threadIdx.x] = sum;
-  s_cnt[threadIdx.x] = cnt;
+  sh.sum[threadIdx.x] = sum;
+  sh.cnt[threadIdx.x] = cnt;
   __syncthreads();
   for (unsigned int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
     if (threadIdx.x < stride) {
-      s_sum[threadIdx.x] += s_sum[threadIdx.x + stride];
-      s_cnt[threadIdx.x] += s_cnt[threadIdx.x + stride];
+      sh.sum[threadIdx.x] += sh.sum[threadIdx.x + stride];
+      sh.cnt[threadIdx.x] += sh.cnt[threadIdx.x + stride];
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0) tables->mask_score[q] = s_sum[0] / (s_cnt[0] + 1e-6f);
+  if (threadIdx.x == 0) tables->mask_score[q] = sh.sum[0] / (sh.cnt[0] + 1e-6f);
 }
 
-// One block of 256 threads; loops stride over queries. `prob` receives softmax(Q, K+1).
-extern "C" __global__ void pp_select(const float* __restrict__ class_logits, int nq, int k1,
-                                     const uint8_t* __restrict__ isthing, float score_threshold,
-                                     float object_threshold, int max_instances,
-                                     float* __restrict__ prob, PPTables* tables) {
-  __shared__ float s_best_p[kMaxQueries];
-  __shared__ int s_best_c[kMaxQueries];
-  __shared__ float s_score[kMaxQueries];
-  __shared__ int s_keep[kMaxQueries];
-  __shared__ int s_pan[kMaxQueries];
-  __shared__ float s_pan_score[kMaxQueries];
-  __shared__ int s_pan_class[kMaxQueries];
-  __shared__ int s_n_keep;
-  __shared__ float s_thing_p[kSelectPairs];  // p of thing pairs (-1 for stuff), q * K + c
+// The selection, by one block of kBlock threads looping over queries: softmax into `prob`
+// (Q, K+1), the instance and panoptic tables, and the pp_tiles counters zeroed. The mask scores
+// come from the other blocks of this launch: read past L1.
+__device__ void select_queries(const float* __restrict__ class_logits, int nq, int k1,
+                               const uint8_t* __restrict__ isthing, float score_threshold,
+                               float object_threshold, int max_instances,
+                               float* __restrict__ prob, SelectShared& sh, PPTables* tables) {
   const int k = k1 - 1;
   const bool pairs_in_shared = nq * k <= kSelectPairs;
-  if (threadIdx.x == 0) s_n_keep = 0;
+  if (threadIdx.x == 0) sh.n_keep = 0;
   for (int q = threadIdx.x; q < nq; q += blockDim.x) {
     const float* row = class_logits + (size_t)q * k1;
-    float mx = row[0];
-    for (int c = 1; c < k1; ++c) mx = fmaxf(mx, row[c]);
-    float total = 0.0f;
-    for (int c = 0; c < k1; ++c) total += expf(row[c] - mx);
+    float mx, total;
+    softmax_terms(row, k1, &mx, &total);
     float best_all = -1.0f, best_p = -1.0f;
     int arg_all = 0, arg_thing = -1;
     for (int c = 0; c < k1; ++c) {
@@ -116,17 +178,17 @@ extern "C" __global__ void pp_select(const float* __restrict__ class_logits, int
         arg_thing = c;
       }
     }
-    s_best_p[q] = best_p;
-    s_best_c[q] = arg_thing;
-    s_pan[q] = (arg_all != k && best_all > object_threshold) ? 1 : 0;
-    s_pan_class[q] = arg_all;
-    s_pan_score[q] = best_all;
+    sh.best_p[q] = best_p;
+    sh.best_c[q] = arg_thing;
+    sh.pan[q] = (arg_all != k && best_all > object_threshold) ? 1 : 0;
+    sh.pan_class[q] = arg_all;
+    sh.pan_score[q] = best_all;
   }
   __syncthreads();
   if (pairs_in_shared) {
     for (int i = threadIdx.x; i < nq * k; i += blockDim.x) {
       const int c = i % k;
-      s_thing_p[i] = isthing[c] ? prob[(size_t)(i / k) * k1 + c] : -1.0f;
+      sh.thing_p[i] = isthing[c] ? prob[(size_t)(i / k) * k1 + c] : -1.0f;
     }
   }
   __syncthreads();
@@ -135,44 +197,44 @@ extern "C" __global__ void pp_select(const float* __restrict__ class_logits, int
   for (int q = threadIdx.x; q < nq; q += blockDim.x) {
     int keep = 0;
     float score = 0.0f;
-    if (s_best_c[q] >= 0) {
-      const float bp = s_best_p[q];
-      const int own = q * k + s_best_c[q];
+    if (sh.best_c[q] >= 0) {
+      const float bp = sh.best_p[q];
+      const int own = q * k + sh.best_c[q];
       int rank = 0;
       for (int i = 0; i < nq * k && rank < max_instances; ++i) {
-        const float p = pairs_in_shared ? s_thing_p[i]
+        const float p = pairs_in_shared ? sh.thing_p[i]
                                         : (isthing[i % k] ? prob[(size_t)(i / k) * k1 + i % k]
                                                           : -1.0f);
         rank += (p > bp) || (p == bp && i < own);
       }
-      score = bp * tables->mask_score[q];
+      score = bp * __ldcg(&tables->mask_score[q]);
       keep = rank < max_instances && score >= score_threshold;
     }
-    s_score[q] = score;
-    s_keep[q] = keep;
-    if (keep) atomicAdd(&s_n_keep, 1);
+    sh.score[q] = score;
+    sh.keep[q] = keep;
+    if (keep) atomicAdd(&sh.n_keep, 1);
   }
   __syncthreads();
   for (int q = threadIdx.x; q < nq; q += blockDim.x) {
-    if (!s_keep[q]) continue;
+    if (!sh.keep[q]) continue;
     int rank = 0;
     for (int q2 = 0; q2 < nq; ++q2) {
-      rank += s_keep[q2] && (s_score[q2] > s_score[q] || (s_score[q2] == s_score[q] && q2 < q));
+      rank += sh.keep[q2] && (sh.score[q2] > sh.score[q] || (sh.score[q2] == sh.score[q] && q2 < q));
     }
     if (rank < max_instances) {
       tables->inst_query[rank] = q;
-      tables->inst_class[rank] = s_best_c[q];
-      tables->inst_score[rank] = s_score[q];
+      tables->inst_class[rank] = sh.best_c[q];
+      tables->inst_score[rank] = sh.score[q];
     }
   }
   // Panoptic compaction in query order.
   for (int q = threadIdx.x; q < nq; q += blockDim.x) {
-    if (!s_pan[q]) continue;
+    if (!sh.pan[q]) continue;
     int pos = 0;
-    for (int q2 = 0; q2 < q; ++q2) pos += s_pan[q2];
+    for (int q2 = 0; q2 < q; ++q2) pos += sh.pan[q2];
     tables->pan_query[pos] = q;
-    tables->pan_class[pos] = s_pan_class[q];
-    tables->pan_score[pos] = s_pan_score[q];
+    tables->pan_class[pos] = sh.pan_class[q];
+    tables->pan_score[pos] = sh.pan_score[q];
   }
   for (int q = threadIdx.x; q < kMaxQueries; q += blockDim.x) {
     tables->inst_area[q] = 0;
@@ -186,29 +248,31 @@ extern "C" __global__ void pp_select(const float* __restrict__ class_logits, int
   }
   if (threadIdx.x == 0) {
     int n_pan = 0;
-    for (int q = 0; q < nq; ++q) n_pan += s_pan[q];
+    for (int q = 0; q < nq; ++q) n_pan += sh.pan[q];
     tables->n_pan = n_pan;
-    tables->n_inst = min(s_n_keep, max_instances);
+    tables->n_inst = min(sh.n_keep, max_instances);
   }
 }
 
-// S[c, t] = sum_q p[q, c] * sigmoid(m[q, t]) for a chunk of kSemChunk classes per block row:
-// grid (ceil(h*w / 256), ceil(K / kSemChunk)), 256 threads, one texel per thread. Each logit is
-// read and passed through the sigmoid once per class chunk (once in all for K <= 32).
-constexpr int kSemChunk = 32;
-
-extern "C" __global__ void pp_semantic_low(const float* __restrict__ masks,
-                                           const float* __restrict__ prob, int nq, int k1, int hw,
-                                           float* __restrict__ sem) {
-  __shared__ float s_p[kMaxQueries][kSemChunk];
-  const int c0 = blockIdx.y * kSemChunk;
+// S[c, t] = sum_q p[q, c] * sigmoid(m[q, t]) for the kSemChunk classes of block row `row` and
+// the kBlock texels of block column `col`, one texel per thread. Each logit is read and passed
+// through the sigmoid once per class chunk (once in all for K <= 32).
+__device__ void semantic_low(const float* __restrict__ masks,
+                             const float* __restrict__ class_logits, int nq, int k1, int hw,
+                             int col, int row, SemanticShared& sh, float* __restrict__ sem) {
+  const int c0 = row * kSemChunk;
   const int nc = min(kSemChunk, k1 - 1 - c0);
-  for (int i = threadIdx.x; i < nq * kSemChunk; i += blockDim.x) {
-    const int q = i / kSemChunk, c = i % kSemChunk;
-    s_p[q][c] = c < nc ? prob[(size_t)q * k1 + c0 + c] : 0.0f;
+  for (int q = threadIdx.x; q < nq; q += blockDim.x) {
+    softmax_terms(class_logits + (size_t)q * k1, k1, &sh.max[q], &sh.total[q]);
   }
   __syncthreads();
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int i = threadIdx.x; i < nq * kSemChunk; i += blockDim.x) {
+    const int q = i / kSemChunk, c = i % kSemChunk;
+    sh.p[q][c] = c < nc ? expf(class_logits[(size_t)q * k1 + c0 + c] - sh.max[q]) / sh.total[q]
+                        : 0.0f;
+  }
+  __syncthreads();
+  const int t = col * blockDim.x + threadIdx.x;
   if (t >= hw) return;
   float acc[kSemChunk];
 #pragma unroll
@@ -216,12 +280,38 @@ extern "C" __global__ void pp_semantic_low(const float* __restrict__ masks,
   for (int q = 0; q < nq; ++q) {
     const float s = sigmoid(__ldg(masks + (size_t)q * hw + t));
 #pragma unroll
-    for (int c = 0; c < kSemChunk; ++c) acc[c] += s_p[q][c] * s;
+    for (int c = 0; c < kSemChunk; ++c) acc[c] += sh.p[q][c] * s;
   }
 #pragma unroll
   for (int c = 0; c < kSemChunk; ++c) {
     if (c < nc) sem[(size_t)(c0 + c) * hw + t] = acc[c];
   }
+}
+
+// Launch 1 of 3, kBlock threads a block: blocks 0..nq-1 the query statistics (and the last of
+// them the selection), blocks nq.. the semantic map, sem_cols blocks per class chunk (the host
+// launches those only when the semantic raster is asked for).
+extern "C" __global__ void pp_stats(const float* __restrict__ masks,
+                                    const float* __restrict__ class_logits, int nq, int k1, int h,
+                                    int w, int vh, int vw, float threshold,
+                                    const uint8_t* __restrict__ isthing, float score_threshold,
+                                    float object_threshold, int max_instances, int sem_cols,
+                                    float* __restrict__ prob, float* __restrict__ sem,
+                                    PPTables* tables) {
+  __shared__ StatsStage sh;
+  __shared__ int s_last;
+  const int block = blockIdx.x;
+  if (block >= nq) {
+    const int b = block - nq;
+    semantic_low(masks, class_logits, nq, k1, h * w, b % sem_cols, b / sem_cols, sh.semantic,
+                 sem);
+    return;
+  }
+  query_stats(masks, block, h, w, vh, vw, threshold, sh.stats, tables);
+  if (!last_block_done(&tables->stats_done, (unsigned int)nq, &s_last)) return;
+  select_queries(class_logits, nq, k1, isthing, score_threshold, object_threshold,
+                 max_instances, prob, sh.select, tables);
+  if (threadIdx.x == 0) tables->stats_done = 0;
 }
 
 struct Footprint {
@@ -257,13 +347,82 @@ __device__ __forceinline__ unsigned int block_scan(unsigned int value, unsigned 
   return scratch[tid];
 }
 
-// mode 0 = count (areas, boxes, overlap counts), mode 1 = write rasters through the LUTs.
-extern "C" __global__ void pp_fused(
-    int mode, int want, const float* __restrict__ masks, const float* __restrict__ sem, int h,
-    int w, int k, int src_h, int src_w, const int* __restrict__ row_i0,
+// The finalisation, by one block of 256 threads, thread tid = instance slot tid and panoptic
+// slot tid: instance renumbering (drop empty, ids 1..N in score order) and the panoptic overlap
+// test, stuff merge and segment ids, all by prefix sums and short loops over shared memory (no
+// serial thread). The counts come from every block of the launch: read past L1.
+__device__ void finalize(const int* __restrict__ label_ids, const uint8_t* __restrict__ isthing,
+                         double overlap_threshold, int min_area, int tid, PPTables* tables) {
+  __shared__ unsigned int s_scan[kMaxQueries];
+  __shared__ int s_pass[kMaxQueries];
+  __shared__ int s_class[kMaxQueries];
+  __shared__ unsigned int s_seg[kMaxQueries];
+  __shared__ float s_score[kMaxQueries];
+  const int n_inst = tables->n_inst;
+  // min_area >= 1: slots with fewer pixels (none, or a speck) are dropped
+  const bool has = tid < n_inst && __ldcg(&tables->inst_area[tid]) >= (unsigned int)min_area;
+  const unsigned int id = block_scan(has ? 1u : 0u, s_scan, tid);
+  if (tid < n_inst) tables->inst_lut[tid + 1] = has ? (int)id : 0;
+  if (has) tables->out_slot[id - 1] = tid;
+  if (tid == 0) tables->inst_lut[0] = 0;
+  if (tid == kMaxQueries - 1) tables->n_inst_out = (int)id;
+
+  const int n_pan = tables->n_pan;
+  bool pass = false;
+  int c = -1;
+  if (tid < n_pan) {
+    const unsigned int wins = __ldcg(&tables->wins[tid]), orig = __ldcg(&tables->orig[tid]);
+    const unsigned int seg = __ldcg(&tables->seg[tid]);
+    c = tables->pan_class[tid];
+    pass = wins > 0 && orig > 0 && seg > 0 && (double)wins / (double)orig >= overlap_threshold &&
+           (!isthing[c] || seg >= (unsigned int)min_area);
+    s_seg[tid] = seg;
+    s_score[tid] = tables->pan_score[tid];
+  }
+  s_pass[tid] = pass;
+  s_class[tid] = c;
+  __syncthreads();
+  // Same-class passing slots before this one: the thing number, or whether a stuff segment of
+  // this class already exists (then this slot merges into it).
+  int before = 0;
+  for (int j = 0; j < tid; ++j) before += s_pass[j] && s_class[j] == c;
+  const bool thing = pass && isthing[c];
+  const bool creates = pass && (thing || before == 0);
+  const unsigned int index = block_scan(creates ? 1u : 0u, s_scan, tid);
+  if (tid < n_pan) {
+    const int label = pass ? label_ids[c] : 0;
+    tables->pan_lut[tid] = !pass ? 0 : (thing ? label * 1000 + before + 1 : label);
+  }
+  if (creates) {
+    const int j = (int)index - 1;
+    unsigned int area = s_seg[tid];
+    float score = s_score[tid];
+    if (!thing) {
+      for (int i = tid + 1; i < n_pan; ++i) {
+        if (s_pass[i] && s_class[i] == c) {
+          area += s_seg[i];
+          score = fmaxf(score, s_score[i]);
+        }
+      }
+    }
+    tables->seg_id[j] = thing ? label_ids[c] * 1000 + before + 1 : label_ids[c];
+    tables->seg_class[j] = c;
+    tables->seg_score[j] = score;
+    tables->seg_area[j] = area;
+  }
+  if (tid == kMaxQueries - 1) tables->n_seg = (int)index;
+}
+
+// Launch 2 of 3, one kTile x kTile block per camera tile: the winners of every pixel, written
+// once (semantic final, instance and panoptic provisional: slot + 1, 0 for none), their counts,
+// and, in the last block to finish, the finalisation that turns the counts into the LUTs.
+extern "C" __global__ void pp_tiles(
+    int want, const float* __restrict__ masks, const float* __restrict__ sem, int h, int w,
+    int k, int src_h, int src_w, const int* __restrict__ row_i0,
     const int* __restrict__ row_i1, const float* __restrict__ row_w,
     const int* __restrict__ col_i0, const int* __restrict__ col_i1,
     const float* __restrict__ col_w, float threshold, const int* __restrict__ label_ids,
+    const uint8_t* __restrict__ isthing, double overlap_threshold, int min_area,
     PPTables* tables, uint16_t* __restrict__ inst_out, int* __restrict__ pan_out,
     void* __restrict__ sem_out, int sem_u16) {
   __shared__ uint16_t s_inst[kMaxQueries];  // candidate slots, in slot order
@@ -282,6 +441,7 @@ extern "C" __global__ void pp_fused(
   __shared__ unsigned int s_wins[kMaxQueries];
   __shared__ unsigned int s_orig_cnt[kMaxQueries];
   __shared__ unsigned int s_seg[kMaxQueries];
+  __shared__ int s_last;
 
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
   const int nthreads = blockDim.x * blockDim.y;
@@ -394,12 +554,10 @@ extern "C" __global__ void pp_fused(
         won = v > threshold;
       }
     }
-    if (mode == 0) {
-      for (int j = 0; j < s_n_orig; ++j) {
-        const int i = s_orig[j];
-        if (sample(masks + (size_t)tables->pan_query[i] * hw, w, t) > threshold) {
-          atomicAdd(&s_orig_cnt[i], 1u);
-        }
+    for (int j = 0; j < s_n_orig; ++j) {
+      const int i = s_orig[j];
+      if (sample(masks + (size_t)tables->pan_query[i] * hw, w, t) > threshold) {
+        atomicAdd(&s_orig_cnt[i], 1u);
       }
     }
     float sbest = -infinity();
@@ -412,112 +570,99 @@ extern "C" __global__ void pp_fused(
       }
     }
     if (sbest < kSemanticVoid) sem_best = -1;
-  }
-  if (mode == 0) {
-    if (inside && slot > 0) {
+    const size_t idx = (size_t)y * src_w + x;
+    if (want & kWantInstance) inst_out[idx] = (uint16_t)slot;
+    if (want & kWantPanoptic) pan_out[idx] = (winner >= 0 && won) ? winner + 1 : 0;
+    if (want & kWantSemantic) {
+      const int label = sem_best >= 0 ? label_ids[sem_best] : 0;
+      if (sem_u16) {
+        static_cast<uint16_t*>(sem_out)[idx] = (uint16_t)label;
+      } else {
+        static_cast<uint8_t*>(sem_out)[idx] = (uint8_t)label;
+      }
+    }
+    if (slot > 0) {
       atomicAdd(&s_area[slot - 1], 1u);
       atomicMin(&s_box[slot - 1][0], x);
       atomicMin(&s_box[slot - 1][1], y);
       atomicMax(&s_box[slot - 1][2], x);
       atomicMax(&s_box[slot - 1][3], y);
     }
-    if (inside && winner >= 0) {
+    if (winner >= 0) {
       atomicAdd(&s_wins[winner], 1u);
       if (won) atomicAdd(&s_seg[winner], 1u);
     }
-    __syncthreads();
-    for (int i = tid; i < n_inst; i += nthreads) {
-      if (s_area[i]) {
-        atomicAdd(&tables->inst_area[i], s_area[i]);
-        atomicMin(&tables->inst_box[i][0], s_box[i][0]);
-        atomicMin(&tables->inst_box[i][1], s_box[i][1]);
-        atomicMax(&tables->inst_box[i][2], s_box[i][2]);
-        atomicMax(&tables->inst_box[i][3], s_box[i][3]);
-      }
+  }
+  __syncthreads();
+  for (int i = tid; i < n_inst; i += nthreads) {
+    if (s_area[i]) {
+      atomicAdd(&tables->inst_area[i], s_area[i]);
+      atomicMin(&tables->inst_box[i][0], s_box[i][0]);
+      atomicMin(&tables->inst_box[i][1], s_box[i][1]);
+      atomicMax(&tables->inst_box[i][2], s_box[i][2]);
+      atomicMax(&tables->inst_box[i][3], s_box[i][3]);
     }
-    for (int i = tid; i < n_pan; i += nthreads) {
-      if (s_wins[i]) atomicAdd(&tables->wins[i], s_wins[i]);
-      if (s_orig_cnt[i]) atomicAdd(&tables->orig[i], s_orig_cnt[i]);
-      if (s_seg[i]) atomicAdd(&tables->seg[i], s_seg[i]);
+  }
+  for (int i = tid; i < n_pan; i += nthreads) {
+    if (s_wins[i]) atomicAdd(&tables->wins[i], s_wins[i]);
+    if (s_orig_cnt[i]) atomicAdd(&tables->orig[i], s_orig_cnt[i]);
+    if (s_seg[i]) atomicAdd(&tables->seg[i], s_seg[i]);
+  }
+  if (!last_block_done(&tables->tiles_done, gridDim.x * gridDim.y, &s_last)) return;
+  finalize(label_ids, isthing, overlap_threshold, min_area, tid, tables);
+  if (tid == 0) tables->tiles_done = 0;
+}
+
+// Two provisional instance pixels (16 bits each) through the instance LUT.
+__device__ __forceinline__ unsigned int lut_pair(unsigned int pair, const int* lut) {
+  return (unsigned int)lut[pair & 0xFFFFu] | ((unsigned int)lut[pair >> 16] << 16);
+}
+
+// A provisional panoptic pixel (slot + 1, 0 for none) as its segment id.
+__device__ __forceinline__ int segment_of(int provisional, const int* lut) {
+  return provisional ? lut[provisional - 1] : 0;
+}
+
+// Launch 3 of 3, kBlock threads a block, kRemapPixels pixels a thread: the provisional instance
+// and panoptic rasters through the finalisation's LUTs, in place (the host skips it when
+// neither raster is asked for). The arena places each raster at a 256-byte boundary, so the
+// 16-byte accesses are aligned; the last partial group goes pixel by pixel.
+extern "C" __global__ void pp_remap(int want, int n, const PPTables* __restrict__ tables,
+                                    uint16_t* __restrict__ inst, int* __restrict__ pan) {
+  __shared__ int s_inst_lut[kMaxQueries + 1];
+  __shared__ int s_pan_lut[kMaxQueries];
+  for (int i = threadIdx.x; i <= kMaxQueries; i += blockDim.x) {
+    s_inst_lut[i] = i <= tables->n_inst ? tables->inst_lut[i] : 0;
+    if (i < kMaxQueries) s_pan_lut[i] = i < tables->n_pan ? tables->pan_lut[i] : 0;
+  }
+  __syncthreads();
+  const int first = (blockIdx.x * blockDim.x + threadIdx.x) * kRemapPixels;
+  if (first >= n) return;
+  if (first + kRemapPixels <= n) {
+    if (want & kWantInstance) {
+      uint4* at = reinterpret_cast<uint4*>(inst + first);
+      uint4 v = *at;
+      v.x = lut_pair(v.x, s_inst_lut);
+      v.y = lut_pair(v.y, s_inst_lut);
+      v.z = lut_pair(v.z, s_inst_lut);
+      v.w = lut_pair(v.w, s_inst_lut);
+      *at = v;
+    }
+    if (want & kWantPanoptic) {
+      for (int half = 0; half < 2; ++half) {
+        int4* at = reinterpret_cast<int4*>(pan + first) + half;
+        int4 v = *at;
+        v.x = segment_of(v.x, s_pan_lut);
+        v.y = segment_of(v.y, s_pan_lut);
+        v.z = segment_of(v.z, s_pan_lut);
+        v.w = segment_of(v.w, s_pan_lut);
+        *at = v;
+      }
     }
     return;
   }
-  if (!inside) return;
-  const size_t idx = (size_t)y * src_w + x;
-  if (want & kWantInstance) inst_out[idx] = (uint16_t)tables->inst_lut[slot];
-  if (want & kWantPanoptic) pan_out[idx] = (winner >= 0 && won) ? tables->pan_lut[winner] : 0;
-  if (want & kWantSemantic) {
-    const int label = sem_best >= 0 ? label_ids[sem_best] : 0;
-    if (sem_u16) {
-      static_cast<uint16_t*>(sem_out)[idx] = (uint16_t)label;
-    } else {
-      static_cast<uint8_t*>(sem_out)[idx] = (uint8_t)label;
-    }
+  for (int i = first; i < n; ++i) {
+    if (want & kWantInstance) inst[i] = (uint16_t)s_inst_lut[inst[i]];
+    if (want & kWantPanoptic) pan[i] = segment_of(pan[i], s_pan_lut);
   }
-}
-
-// One block of 256 threads, thread tid = instance slot tid and panoptic slot tid: instance
-// renumbering (drop empty, ids 1..N in score order) and the panoptic overlap test, stuff merge
-// and segment ids, all by prefix sums and short loops over shared memory (no serial thread).
-extern "C" __global__ void pp_finalize(const int* __restrict__ label_ids,
-                                       const uint8_t* __restrict__ isthing, int k,
-                                       double overlap_threshold, int min_area, PPTables* tables) {
-  __shared__ unsigned int s_scan[kMaxQueries];
-  __shared__ int s_pass[kMaxQueries];
-  __shared__ int s_class[kMaxQueries];
-  __shared__ unsigned int s_seg[kMaxQueries];
-  __shared__ float s_score[kMaxQueries];
-  const int tid = threadIdx.x;
-  const int n_inst = tables->n_inst;
-  // min_area >= 1: slots with fewer pixels (none, or a speck) are dropped
-  const bool has = tid < n_inst && tables->inst_area[tid] >= (unsigned int)min_area;
-  const unsigned int id = block_scan(has ? 1u : 0u, s_scan, tid);
-  if (tid < n_inst) tables->inst_lut[tid + 1] = has ? (int)id : 0;
-  if (has) tables->out_slot[id - 1] = tid;
-  if (tid == 0) tables->inst_lut[0] = 0;
-  if (tid == kMaxQueries - 1) tables->n_inst_out = (int)id;
-
-  const int n_pan = tables->n_pan;
-  bool pass = false;
-  int c = -1;
-  if (tid < n_pan) {
-    const unsigned int wins = tables->wins[tid], orig = tables->orig[tid], seg = tables->seg[tid];
-    c = tables->pan_class[tid];
-    pass = wins > 0 && orig > 0 && seg > 0 && (double)wins / (double)orig >= overlap_threshold &&
-           (!isthing[c] || seg >= (unsigned int)min_area);
-    s_seg[tid] = seg;
-    s_score[tid] = tables->pan_score[tid];
-  }
-  s_pass[tid] = pass;
-  s_class[tid] = c;
-  __syncthreads();
-  // Same-class passing slots before this one: the thing number, or whether a stuff segment of
-  // this class already exists (then this slot merges into it).
-  int before = 0;
-  for (int j = 0; j < tid; ++j) before += s_pass[j] && s_class[j] == c;
-  const bool thing = pass && isthing[c];
-  const bool creates = pass && (thing || before == 0);
-  const unsigned int index = block_scan(creates ? 1u : 0u, s_scan, tid);
-  if (tid < n_pan) {
-    const int label = pass ? label_ids[c] : 0;
-    tables->pan_lut[tid] = !pass ? 0 : (thing ? label * 1000 + before + 1 : label);
-  }
-  if (creates) {
-    const int j = (int)index - 1;
-    unsigned int area = s_seg[tid];
-    float score = s_score[tid];
-    if (!thing) {
-      for (int i = tid + 1; i < n_pan; ++i) {
-        if (s_pass[i] && s_class[i] == c) {
-          area += s_seg[i];
-          score = fmaxf(score, s_score[i]);
-        }
-      }
-    }
-    tables->seg_id[j] = thing ? label_ids[c] * 1000 + before + 1 : label_ids[c];
-    tables->seg_class[j] = c;
-    tables->seg_score[j] = score;
-    tables->seg_area[j] = area;
-  }
-  if (tid == kMaxQueries - 1) tables->n_seg = (int)index;
 }

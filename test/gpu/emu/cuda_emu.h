@@ -42,6 +42,12 @@ struct float3 {
   float x, y, z;
 };
 inline float3 make_float3(float x, float y, float z) { return {x, y, z}; }
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct alignas(16) int4 {
+  int x, y, z, w;
+};
 
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
@@ -68,6 +74,10 @@ inline void emu_fiber_main() {
 }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
+// One memory, no caches: a load past L1 is a load, and a fence orders what one OS thread does.
+template <typename T>
+inline T __ldcg(const T* p) { return *p; }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }

@@ -31,26 +31,23 @@ extern "C" void emu_postprocess(const float* cls, const float* masks, int q, int
                                 const float* cw, int want, void* tables_out, uint16_t* inst,
                                 int* pan, void* sem_out, int sem_u16) {
   PPTables* t = static_cast<PPTables*>(tables_out);
+  t->stats_done = t->tiles_done = 0;  // as the host's one zeroing of a new arena
   const int k = k1 - 1, hw = h * w;
   std::vector<float> prob((size_t)q * k1), sem((size_t)std::max(1, k) * hw);
-  emu_launch({(unsigned)q, 1, 1}, {256, 1, 1},
-             [&] { pp_query_stats(masks, h, w, vh, vw, threshold, t); });
-  emu_launch({1, 1, 1}, {256, 1, 1}, [&] {
-    pp_select(cls, q, k1, isthing, score_thr, obj_thr, max_inst, prob.data(), t);
+  const int sem_cols = (int)cdiv(hw, kBlock);
+  const unsigned sem_blocks = (want & kWantSemantic) ? sem_cols * cdiv(k, kSemChunk) : 0;
+  emu_launch({(unsigned)q + sem_blocks, 1, 1}, {kBlock, 1, 1}, [&] {
+    pp_stats(masks, cls, q, k1, h, w, vh, vw, threshold, isthing, score_thr, obj_thr, max_inst,
+             sem_cols, prob.data(), sem.data(), t);
   });
-  if (want & 4) {
-    emu_launch({cdiv(hw, 256), cdiv(k, kSemChunk), 1}, {256, 1, 1},
-               [&] { pp_semantic_low(masks, prob.data(), q, k1, hw, sem.data()); });
-  }
-  const dim3 grid{cdiv(src_w, kTile), cdiv(src_h, kTile), 1}, block{kTile, kTile, 1};
-  for (int mode = 0; mode < 2; ++mode) {
-    if (mode == 1) {
-      emu_launch({1, 1, 1}, {256, 1, 1}, [&] { pp_finalize(label_ids, isthing, k, overlap, min_area, t); });
-    }
-    emu_launch(grid, block, [&] {
-      pp_fused(mode, want, masks, sem.data(), h, w, k, src_h, src_w, ri0, ri1, rw, ci0, ci1, cw,
-               threshold, label_ids, t, inst, pan, sem_out, sem_u16);
-    });
+  emu_launch({cdiv(src_w, kTile), cdiv(src_h, kTile), 1}, {kTile, kTile, 1}, [&] {
+    pp_tiles(want, masks, sem.data(), h, w, k, src_h, src_w, ri0, ri1, rw, ci0, ci1, cw,
+             threshold, label_ids, isthing, overlap, min_area, t, inst, pan, sem_out, sem_u16);
+  });
+  if (want & (kWantInstance | kWantPanoptic)) {
+    const int n = src_h * src_w;
+    emu_launch({cdiv(cdiv(n, kRemapPixels), kBlock), 1, 1}, {kBlock, 1, 1},
+               [&] { pp_remap(want, n, t, inst, pan); });
   }
 }
 
@@ -102,11 +99,9 @@ extern "C" int emu_launch_packed(const char* name, unsigned gx, unsigned gy, uns
   const dim3 grid{gx, gy, 1}, block{bx, by, bz};
   const std::string_view kernel(name);
   try {
-    if (kernel == "pp_query_stats") emu_call_packed(pp_query_stats, grid, block, buf, size);
-    else if (kernel == "pp_select") emu_call_packed(pp_select, grid, block, buf, size);
-    else if (kernel == "pp_semantic_low") emu_call_packed(pp_semantic_low, grid, block, buf, size);
-    else if (kernel == "pp_fused") emu_call_packed(pp_fused, grid, block, buf, size);
-    else if (kernel == "pp_finalize") emu_call_packed(pp_finalize, grid, block, buf, size);
+    if (kernel == "pp_stats") emu_call_packed(pp_stats, grid, block, buf, size);
+    else if (kernel == "pp_tiles") emu_call_packed(pp_tiles, grid, block, buf, size);
+    else if (kernel == "pp_remap") emu_call_packed(pp_remap, grid, block, buf, size);
     else if (kernel == "pre_letterbox") emu_call_packed(pre_letterbox, grid, block, buf, size);
     else if (kernel == "ov_instance") emu_call_packed(ov_instance, grid, block, buf, size);
     else if (kernel == "ov_panoptic") emu_call_packed(ov_panoptic, grid, block, buf, size);
