@@ -493,14 +493,13 @@ def open_evaluator(bag: ImageBag, gt_3d: str | Path) -> Depth3DEvaluator:
     truth's frames of this camera: with the depth topic beside the camera's, else with the
     bag's LiDAR (its first PointCloud2 topic) compensated for the vehicle's motion through
     FIXED_FRAME, beside a ``baseline`` that places each cloud at its stamp alone."""
-    from .bags import POINTCLOUD2, camera_name
+    from .bags import camera_name
 
     camera = camera_name(bag.topic)
     baseline = uncompensated_evaluator(bag, gt_3d)
     if baseline is None:
         return Depth3DEvaluator(Truth3D(gt_3d), DepthSource(bag.path, bag), camera)
-    cloud = sorted(t for t, msgtype in bag.topic_types.items() if msgtype == POINTCLOUD2)[0]
-    compensated = CloudSource(bag, cloud, FIXED_FRAME)
+    compensated = CloudSource(bag, baseline.source.topic, FIXED_FRAME)
     return Depth3DEvaluator(baseline.truth, compensated, camera, baseline=baseline)
 
 
