@@ -33,6 +33,18 @@ class GpuPreprocessor:
         """Address of slot ``slot``'s raw frame on the device (its last upload)."""
         return int(self.slots[slot][2])
 
+    def stage(self, image: np.ndarray, encoding: str, slot: int = 0) -> None:
+        """Copy ``image`` into slot ``slot``'s pinned memory: host work, which a caller timing
+        the device with events does before it records the first one."""
+        h, _, row, _ = frame_args(image.shape, encoding)
+        nbytes = h * row
+        while len(self.slots) <= slot:
+            self.slots.append((0, np.empty(0, np.uint8), None))
+        if nbytes > self.slots[slot][0]:
+            pinned = self.cuda.pagelocked_empty(nbytes, np.uint8)
+            self.slots[slot] = (nbytes, pinned, self.cuda.mem_alloc(nbytes))
+        np.copyto(self.slots[slot][1][:nbytes].reshape(image.shape), image)
+
     def enqueue(
         self,
         stream: Any,
@@ -41,19 +53,15 @@ class GpuPreprocessor:
         meta: FrameMeta,
         dst_ptr: int,
         slot: int = 0,
+        staged: bool = False,
     ) -> None:
-        """Copy ``image`` into slot ``slot``'s pinned memory, upload it once and run the
-        letterbox kernel into ``dst_ptr``."""
+        """Upload ``image`` from slot ``slot``'s pinned memory once (``stage`` it first unless
+        ``staged``) and run the letterbox kernel into ``dst_ptr``."""
+        if not staged:
+            self.stage(image, encoding, slot)
         h, w, row, code = frame_args(image.shape, encoding)
-        nbytes = h * row
-        while len(self.slots) <= slot:
-            self.slots.append((0, np.empty(0, np.uint8), None))
-        if nbytes > self.slots[slot][0]:
-            pinned = self.cuda.pagelocked_empty(nbytes, np.uint8)
-            self.slots[slot] = (nbytes, pinned, self.cuda.mem_alloc(nbytes))
         _, host, device = self.slots[slot]
-        np.copyto(host[:nbytes].reshape(image.shape), image)
-        self.cuda.memcpy_htod_async(device, host[:nbytes], stream)
+        self.cuda.memcpy_htod_async(device, host[: h * row], stream)
         self.kernel.prepared_async_call(
             *pixel_grid(meta.input_w, meta.input_h), stream,
             int(device), h, w, row, code, meta.resized_h, meta.resized_w,

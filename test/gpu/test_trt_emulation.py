@@ -110,6 +110,33 @@ def cpu_frame_result(bundle: ModelBundle, tensor: np.ndarray, meta, outputs: Out
     return reference.postprocess(raw, meta, bundle.labels, PostprocessOptions(), outputs)
 
 
+def test_the_host_copies_of_a_batch_come_before_its_first_event(
+    emulated_gpu, monkeypatch
+) -> None:
+    """The frames' copies into pinned memory are host work: they happen before the event that
+    starts ``preprocess``, which then times the device's upload and letterbox only, and are
+    reported as ``host_copy``."""
+    import pycuda_emu
+
+    from compactinst_ros.gpu.preprocess import GpuPreprocessor
+
+    order: list[str] = []
+    stage, record = GpuPreprocessor.stage, pycuda_emu.Event.record
+    monkeypatch.setattr(
+        GpuPreprocessor, "stage", lambda *a, **k: (order.append("copy"), stage(*a, **k))[1]
+    )
+    monkeypatch.setattr(
+        pycuda_emu.Event, "record", lambda *a, **k: (order.append("event"), record(*a, **k))[1]
+    )
+    bundle = ModelBundle.load(default_bundle_path())
+    frame = np.ascontiguousarray(smooth_rgb(120, 168, 5))
+    with Pipeline(bundle, backend="tensorrt") as trt_pipe:
+        order.clear()  # the warm-up at start
+        got = trt_pipe(frame, "rgb8")
+    assert order[0] == "copy" and "copy" not in order[order.index("event") :], order
+    assert got.timings_ms["host_copy"] >= 0.0
+
+
 @pytest.mark.parametrize(("encoding", "levels"), [("bgr8", 0.76), ("yuyv", 1.2)])
 def test_tensorrt_backend_frame_path(emulated_gpu, encoding: str, levels: float) -> None:
     """The whole GPU frame path on the default model. Given the encoder input the kernel made,
@@ -135,7 +162,8 @@ def test_tensorrt_backend_frame_path(emulated_gpu, encoding: str, levels: float)
         cpu_input = letterbox(frame, encoding, meta, bundle.pad_value)
         assert np.abs(tensor - cpu_input).max() <= levels
         assert got.overlay is None
-        stages = {"preprocess", "encoder", "decoder", "postprocess", "enqueue", "inference"}
+        stages = {"preprocess", "encoder", "decoder", "postprocess", "enqueue", "inference",
+                  "host_copy"}  # fmt: skip
         assert stages <= set(got.timings_ms)
         shown = trt_pipe(frame, encoding, OutputSet(overlay=True))
         assert shown.overlay is not None and shown.overlay.shape == (120, 168, 3)
