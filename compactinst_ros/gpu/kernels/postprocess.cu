@@ -130,11 +130,22 @@ __device__ void query_stats(const float* __restrict__ masks, int q, int h, int w
                             int vw, float threshold, StatsShared& sh, PPTables* tables) {
   const float* grid = masks + (size_t)q * h * w;
   float sum = 0.0f, cnt = 0.0f;
+  // texel i = row * vw + col of the valid region, i = tid, tid + blockDim.x, ...: the row and
+  // column advance by constant steps (one divide per thread, none per texel)
+  const int cols = max(vw, 1);  // an empty region runs no step
+  const int row_step = blockDim.x / cols, col_step = blockDim.x % cols;
+  int row = threadIdx.x / cols, col = threadIdx.x % cols;
   for (int i = threadIdx.x; i < vh * vw; i += blockDim.x) {
-    float m = __ldg(grid + (i / vw) * w + (i % vw));
+    float m = __ldg(grid + row * w + col);
     if (m > threshold) {
       sum += sigmoid(m);
       cnt += 1.0f;
+    }
+    row += row_step;
+    col += col_step;
+    if (col >= vw) {
+      col -= vw;
+      ++row;
     }
   }
   sh.sum[threadIdx.x] = sum;
