@@ -343,19 +343,24 @@ __device__ __forceinline__ void grid_bounds(const float* __restrict__ grid, int 
   *hi = b;
 }
 
-// Block-wide inclusive scan of `value` over the 256 threads (tid order), via shared memory.
-// Each value packs two 16-bit counters, so one scan serves two candidate lists.
+// Block-wide inclusive scan of `value` over the 256 threads (tid order): within each warp by
+// five shuffles, then each warp adds the totals of the warps before it from `scratch` (at least
+// 8 entries). Two barriers, where a shared-memory tree took seventeen; integer sums, so the same
+// values in any order. Each value packs two 16-bit counters, so one scan serves two candidate
+// lists. Every thread of the block calls it (the shuffles take the whole warp).
 __device__ __forceinline__ unsigned int block_scan(unsigned int value, unsigned int* scratch,
                                                    int tid) {
-  scratch[tid] = value;
-  __syncthreads();
-  for (int off = 1; off < kMaxQueries; off <<= 1) {
-    const unsigned int add = tid >= off ? scratch[tid - off] : 0u;
-    __syncthreads();
-    scratch[tid] += add;
-    __syncthreads();
+  const int lane = tid & 31, warp = tid >> 5;
+#pragma unroll 1  // unrolled, pp_tiles needs 54 registers a thread instead of 48: 4 blocks an SM
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const unsigned int below = __shfl_up_sync(0xFFFFFFFFu, value, offset);
+    if (lane >= offset) value += below;
   }
-  return scratch[tid];
+  if (lane == 31) scratch[warp] = value;
+  __syncthreads();
+  for (int w = 0; w < warp; ++w) value += scratch[w];
+  __syncthreads();  // the next scan may reuse scratch
+  return value;
 }
 
 // The finalisation, by one block of 256 threads, thread tid = instance slot tid and panoptic

@@ -50,12 +50,16 @@ struct alignas(16) int4 {
 };
 
 inline dim3 threadIdx, blockIdx, blockDim, gridDim;
+inline unsigned emu_linear_tid() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
 
 struct EmuFiber {
   ucontext_t ctx;
   std::jmp_buf jump;
   std::vector<char> stack;
   bool started = false, done = false;
+  unsigned collectives = 0;  // warp collectives this thread has run in its block
 };
 inline ucontext_t emu_scheduler;
 inline std::jmp_buf emu_scheduler_jump;
@@ -65,6 +69,30 @@ inline const std::function<void()>* emu_kernel = nullptr;
 
 inline void __syncthreads() {
   if (_setjmp(emu_fibers[emu_current].jump) == 0) _longjmp(emu_scheduler_jump, 1);
+}
+
+// Warp collectives (full mask, uniform control flow, as the kernels call them): each thread
+// leaves its value, then yields as at a barrier; when it resumes, every thread of the block has
+// run to the same collective, so the warp's values are all there. Two buffers, alternating per
+// collective, so a thread that already went on to the next collective never overwrites a value
+// a slower lane of its warp has yet to read.
+inline unsigned long long emu_collective_values[2][1024];
+
+inline unsigned emu_collective_slot() {
+  return emu_fibers[emu_current].collectives++ & 1u;
+}
+template <typename T>
+inline T __shfl_up_sync(unsigned mask, T value, unsigned delta) {
+  (void)mask;
+  const unsigned tid = emu_linear_tid(), lane = tid % 32, slot = emu_collective_slot();
+  unsigned long long bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  emu_collective_values[slot][tid] = bits;
+  __syncthreads();
+  if (lane < delta) return value;
+  T got;
+  std::memcpy(&got, &emu_collective_values[slot][tid - delta], sizeof(T));
+  return got;
 }
 
 inline void emu_fiber_main() {
@@ -147,6 +175,7 @@ inline void emu_launch(dim3 grid, dim3 block, const std::function<void()>& kerne
     for (unsigned t = 0; t < n; ++t) {
       EmuFiber& fiber = emu_fibers[t];
       fiber.started = fiber.done = false;
+      fiber.collectives = 0;
       fiber.ctx = blank;
       fiber.ctx.uc_stack.ss_sp = fiber.stack.data();
       fiber.ctx.uc_stack.ss_size = fiber.stack.size();
