@@ -87,6 +87,11 @@ def _c_signature(params: str) -> str:
     return "".join(out)
 
 
+#: an ``extern "C"`` kernel's definition (its launch bounds, where it has them, skipped): name and
+#: parameter list
+KERNEL = r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(([^)]*)\)'
+
+
 def test_prepared_signatures_match_kernels() -> None:
     """The host's prepare() strings equal the parameter lists of the extern "C" kernels."""
     import re
@@ -94,6 +99,6 @@ def test_prepared_signatures_match_kernels() -> None:
     found = {}
     for source in SOURCES:
         text = source.read_text()
-        for m in re.finditer(r'extern "C" __global__ void (\w+)\(([^)]*)\)', text):
+        for m in re.finditer(KERNEL, text):
             found[m.group(1)] = _c_signature(m.group(2))
     assert found == SIGNATURES

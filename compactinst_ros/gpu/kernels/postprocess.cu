@@ -9,9 +9,10 @@
 //   pp_tiles   one block per 16x16 camera tile: per-tile culling of queries/classes that cannot
 //              matter in the tile, then per pixel winners, written once: the final semantic
 //              label, the instance slot and the panoptic slot (provisional); areas, boxes and
-//              the panoptic overlap counts accumulate in shared memory, one global atomic per
-//              block and slot. The last block to finish runs the finalisation: instance
-//              renumbering LUT, overlap test, stuff merge, segment ids
+//              the panoptic overlap counts accumulate in shared memory, one atomic per warp and
+//              slot (warp votes), then one global atomic per block and slot. The last block to
+//              finish runs the finalisation: instance renumbering LUT, overlap test, stuff
+//              merge, segment ids
 //   pp_remap   the provisional instance and panoptic rasters through the LUTs, in place, eight
 //              pixels a thread with 16-byte loads and stores
 // The same arithmetic as the six launches this replaced (docs/gpu.md), so the same bits.
@@ -59,6 +60,16 @@ static_assert(kTile * kTile == kMaxQueries && kMaxClasses == kMaxQueries,
 
 // Threads of pp_stats and pp_remap blocks.
 constexpr int kBlock = 256;
+// Every lane of a warp, for the votes and shuffles (all threads of a block call them).
+constexpr unsigned int kFullWarp = 0xFFFFFFFFu;
+// pp_tiles blocks an SM is to hold at once, which caps the kernel's registers: five of 256
+// threads leave 51 a thread of an SM's 65536 (the compiler then needs no spill); sm_75 holds at
+// most 1024 threads an SM, four blocks.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+constexpr int kTileBlocksPerSm = 5;
+#else
+constexpr int kTileBlocksPerSm = 4;
+#endif
 // Thing-pair probabilities the selection ranks from shared memory (32 kB); larger Q x K read
 // prob.
 constexpr int kSelectPairs = 8192;
@@ -353,7 +364,7 @@ __device__ __forceinline__ unsigned int block_scan(unsigned int value, unsigned 
   const int lane = tid & 31, warp = tid >> 5;
 #pragma unroll 1  // unrolled, pp_tiles needs 54 registers a thread instead of 48: 4 blocks an SM
   for (int offset = 1; offset < 32; offset <<= 1) {
-    const unsigned int below = __shfl_up_sync(0xFFFFFFFFu, value, offset);
+    const unsigned int below = __shfl_up_sync(kFullWarp, value, offset);
     if (lane >= offset) value += below;
   }
   if (lane == 31) scratch[warp] = value;
@@ -432,7 +443,7 @@ __device__ void finalize(const int* __restrict__ label_ids, const uint8_t* __res
 // Launch 2 of 3, one kTile x kTile block per camera tile: the winners of every pixel, written
 // once (semantic final, instance and panoptic provisional: slot + 1, 0 for none), their counts,
 // and, in the last block to finish, the finalisation that turns the counts into the LUTs.
-extern "C" __global__ void pp_tiles(
+extern "C" __global__ void __launch_bounds__(kTile * kTile, kTileBlocksPerSm) pp_tiles(
     int want, const float* __restrict__ masks, const float* __restrict__ sem, int h, int w,
     int k, int src_h, int src_w, const int* __restrict__ row_i0,
     const int* __restrict__ row_i1, const float* __restrict__ row_w,
@@ -552,8 +563,9 @@ extern "C" __global__ void pp_tiles(
   const bool inside = x < src_w && y < src_h;
   int slot = 0, winner = -1, sem_best = -1;
   bool won = false;
+  Taps t{};
   if (inside) {
-    const Taps t = load_taps(row_i0, row_i1, row_w, col_i0, col_i1, col_w, y, x);
+    t = load_taps(row_i0, row_i1, row_w, col_i0, col_i1, col_w, y, x);
     for (int j = 0; j < s_n_inst; ++j) {
       if (sample(s_inst_grid[j], w, t) > threshold) {
         slot = s_inst[j] + 1;
@@ -570,12 +582,6 @@ extern "C" __global__ void pp_tiles(
         won = v > threshold;
       }
     }
-    for (int j = 0; j < s_n_orig; ++j) {
-      const int i = s_orig[j];
-      if (sample(masks + (size_t)tables->pan_query[i] * hw, w, t) > threshold) {
-        atomicAdd(&s_orig_cnt[i], 1u);
-      }
-    }
     float sbest = -infinity();
     for (int j = 0; j < s_n_sem; ++j) {
       const int c = s_sem[j];
@@ -586,6 +592,18 @@ extern "C" __global__ void pp_tiles(
       }
     }
     if (sbest < kSemanticVoid) sem_best = -1;
+  }
+  // The counts, one shared atomic per warp and value instead of one per pixel: every thread
+  // takes part in the votes (a pixel outside the image votes for nothing). The `orig` votes
+  // come before the writes, while the taps are still at hand.
+  const unsigned int lane = (unsigned int)tid & 31u;
+  for (int j = 0; j < s_n_orig; ++j) {
+    const int i = s_orig[j];
+    const bool hit = inside && sample(masks + (size_t)tables->pan_query[i] * hw, w, t) > threshold;
+    const unsigned int votes = __ballot_sync(kFullWarp, hit);
+    if (lane == 0 && votes) atomicAdd(&s_orig_cnt[i], (unsigned int)__popc(votes));
+  }
+  if (inside) {
     const size_t idx = (size_t)y * src_w + x;
     if (want & kWantInstance) inst_out[idx] = (uint16_t)slot;
     if (want & kWantPanoptic) pan_out[idx] = (winner >= 0 && won) ? winner + 1 : 0;
@@ -597,17 +615,26 @@ extern "C" __global__ void pp_tiles(
         static_cast<uint8_t*>(sem_out)[idx] = (uint8_t)label;
       }
     }
-    if (slot > 0) {
-      atomicAdd(&s_area[slot - 1], 1u);
-      atomicMin(&s_box[slot - 1][0], x);
-      atomicMin(&s_box[slot - 1][1], y);
-      atomicMax(&s_box[slot - 1][2], x);
-      atomicMax(&s_box[slot - 1][3], y);
-    }
-    if (winner >= 0) {
-      atomicAdd(&s_wins[winner], 1u);
-      if (won) atomicAdd(&s_seg[winner], 1u);
-    }
+  }
+  const unsigned int same_slot = __match_any_sync(kFullWarp, slot);
+  if (slot > 0 && lane == (unsigned int)(__ffs(same_slot) - 1)) {
+    // a warp is two tile rows of kTile pixels: the group's box from its lane bits
+    const unsigned int upper = same_slot & 0xFFFFu, lower = same_slot >> 16;
+    const int x0 = blockIdx.x * kTile, y0 = blockIdx.y * kTile + ((tid >> 5) << 1);
+    const int first_x = min(upper ? __ffs(upper) - 1 : kTile, lower ? __ffs(lower) - 1 : kTile);
+    const int last_x = max(upper ? 31 - __clz(upper) : -1, lower ? 31 - __clz(lower) : -1);
+    atomicAdd(&s_area[slot - 1], (unsigned int)__popc(same_slot));
+    atomicMin(&s_box[slot - 1][0], x0 + first_x);
+    atomicMin(&s_box[slot - 1][1], y0 + (upper ? 0 : 1));
+    atomicMax(&s_box[slot - 1][2], x0 + last_x);
+    atomicMax(&s_box[slot - 1][3], y0 + (lower ? 1 : 0));
+  }
+  const unsigned int same_winner = __match_any_sync(kFullWarp, winner);
+  const unsigned int won_votes = __ballot_sync(kFullWarp, won);
+  if (winner >= 0 && lane == (unsigned int)(__ffs(same_winner) - 1)) {
+    atomicAdd(&s_wins[winner], (unsigned int)__popc(same_winner));
+    const unsigned int segment = (unsigned int)__popc(same_winner & won_votes);
+    if (segment) atomicAdd(&s_seg[winner], segment);
   }
   __syncthreads();
   for (int i = tid; i < n_inst; i += nthreads) {

@@ -25,6 +25,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __restrict__ __restrict
+#define __launch_bounds__(...)
 // __shared__ variables are function statics collected in one section, so that every block can
 // start with them poisoned (0xFF bytes: NaN floats, -1 integers) as CUDA leaves them undefined;
 // a kernel that reads shared memory before writing it then fails instead of reading what the
@@ -81,6 +82,36 @@ inline unsigned long long emu_collective_values[2][1024];
 inline unsigned emu_collective_slot() {
   return emu_fibers[emu_current].collectives++ & 1u;
 }
+// The 32 values the warp of thread `tid` left at collective `slot`.
+inline const unsigned long long* emu_warp_values(unsigned slot, unsigned tid) {
+  return &emu_collective_values[slot][tid - tid % 32];
+}
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  (void)mask;
+  const unsigned tid = emu_linear_tid(), slot = emu_collective_slot();
+  emu_collective_values[slot][tid] = predicate != 0;
+  __syncthreads();
+  const unsigned long long* warp = emu_warp_values(slot, tid);
+  unsigned votes = 0;
+  for (unsigned lane = 0; lane < 32; ++lane) votes |= (warp[lane] ? 1u : 0u) << lane;
+  return votes;
+}
+template <typename T>
+inline unsigned __match_any_sync(unsigned mask, T value) {
+  (void)mask;
+  const unsigned tid = emu_linear_tid(), slot = emu_collective_slot();
+  unsigned long long bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  emu_collective_values[slot][tid] = bits;
+  __syncthreads();
+  const unsigned long long* warp = emu_warp_values(slot, tid);
+  unsigned same = 0;
+  for (unsigned lane = 0; lane < 32; ++lane) same |= (warp[lane] == bits ? 1u : 0u) << lane;
+  return same;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 template <typename T>
 inline T __shfl_up_sync(unsigned mask, T value, unsigned delta) {
   (void)mask;
