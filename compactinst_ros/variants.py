@@ -273,7 +273,7 @@ def decompose_instance_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, l
 #: 1.7, SM86) ran the written-out two-pass norm as one kernel reading the half input once:
 #: 8 x 32 x 48 = 12288 values did, 8 x 40 x 48 = 15360 split into two kernels and 16384 into five
 #: with float copies (test_tensorrt_types.py pins both sides)
-GROUP_SUMS_MIN_VALUES = 12288
+TWO_PASS_GROUP_VALUES = 12288
 
 
 def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
@@ -301,7 +301,7 @@ def decompose_group_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
     half input fuse into one reading kernel and the normalisation reads the half input again:
     50 MB, the floor of two reads and one write. The statistics stay float; the one-pass
     variance loses digits only where a channel's mean is thousands of its deviations. Groups of
-    at most GROUP_SUMS_MIN_VALUES values keep the two-pass form, which the builder runs as one
+    at most TWO_PASS_GROUP_VALUES values keep the two-pass form, which the builder runs as one
     kernel there."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
     graph = model.graph
@@ -322,7 +322,7 @@ def decompose_group_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
             continue
         groups, channels = int(target[1]), int(x_shape[1])
         if all(x_shape[2:]) and channels // groups * int(np.prod(x_shape[2:])) <= (
-            GROUP_SUMS_MIN_VALUES
+            TWO_PASS_GROUP_VALUES
         ):
             nodes.append(node)  # small groups: the two-pass form runs as one kernel
             continue
@@ -366,7 +366,7 @@ def decompose_group_norms(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
         for step, op, inputs, attrs in steps:
             name = f"{prefix}/{step}"
             nodes.append(helper.make_node(op, inputs, [out[step]], name=name, **attrs))
-            added.append(f"{prefix}/{step}")
+            added.append(name)
         inits += [
             numpy_helper.from_array(np.array([0, groups, channels // groups], np.int64), by_group),
             numpy_helper.from_array(np.array(epsilon, np.float32), eps),

@@ -229,7 +229,7 @@ def test_group_norm_written_out_computes_the_same() -> None:
 def test_group_sums_compute_the_group_norm(affine: bool) -> None:
     """``decompose_group_norms`` (per-channel sums, one-pass variance): the same values as the
     InstanceNormalization in FP32, with the norm's own scale and bias where they are not ones
-    and zeros; groups of at most GROUP_SUMS_MIN_VALUES values are left to the two-pass form."""
+    and zeros; groups of at most TWO_PASS_GROUP_VALUES values are left to the two-pass form."""
     rng = np.random.default_rng(5)
     scale = (0.5 + rng.random(4)).astype(np.float32) if affine else None
     bias = rng.standard_normal(4).astype(np.float32) if affine else None
@@ -264,7 +264,7 @@ def test_group_sums_move_a_third_of_the_bytes_where_the_builder_splits_the_norm(
 ) -> None:
     """NVIDIA's builder runs a written-out group norm over 8 x 64 x 64 values per group in five
     kernels with float copies of the input and its deviations; from group sums, in three that
-    read the half input twice. At 8 x 32 x 48 values (GROUP_SUMS_MIN_VALUES) the two-pass form
+    read the half input twice. At 8 x 32 x 48 values (TWO_PASS_GROUP_VALUES) the two-pass form
     is one kernel: that is where the rule stops (a builder that changes this fails here)."""
     large = _group_norm_graph(channels=256, height=64, width=64, groups=32)
     small = _group_norm_graph(channels=256, height=32, width=48, groups=32)
@@ -273,7 +273,7 @@ def test_group_sums_move_a_third_of_the_bytes_where_the_builder_splits_the_norm(
     two_pass = _norm_engine(large)
     assert group_sums[0] <= two_pass[0], (two_pass, group_sums)
     assert group_sums[1] < 0.4 * two_pass[1], (two_pass, group_sums)
-    assert variants.GROUP_SUMS_MIN_VALUES == 8 * 32 * 48
+    assert variants.TWO_PASS_GROUP_VALUES == 8 * 32 * 48
     assert _norm_engine(small)[0] == 1
 
 
