@@ -638,46 +638,40 @@ def recorded_result(outputs: dict[str, bytes]) -> FrameResult:
     """The FrameResult the node published for one frame, from its serialised instance mask,
     instance table, panoptic and semantic rasters (segment ids name their label:
     ``label * 1000 + k``)."""
-    from rclpy.serialization import deserialize_message
-
-    from ..ros.convert import raster_from_msg
-
-    def image(name: str) -> np.ndarray:
-        return raster_from_msg(deserialize_message(outputs[name], _msg_class(IMAGE)))
-
-    instance_raster, panoptic = image("instance_mask"), image("panoptic")
+    result = masks_result(outputs)
+    panoptic = _recorded_raster(outputs, "panoptic")
     ids = np.unique(panoptic[panoptic > 0]).astype(np.int32)
-    height, width = panoptic.shape
-    return FrameResult(
-        meta=FrameMeta.letterbox(height, width, height, width),  # scoring reads the size only
-        instances=recorded_instances(outputs["instance_table"]),
-        instance_raster=instance_raster,
-        segments=Segments(
-            ids=ids,
-            label_id=np.where(ids >= 1000, ids // 1000, ids).astype(np.int32),
-            isthing=ids >= 1000,
-            score=np.ones(len(ids), np.float32),
-            area=np.zeros(len(ids), np.int64),
-        ),
-        panoptic_raster=panoptic.astype(np.int32),
-        semantic_raster=image("semantic"),
+    result.segments = Segments(
+        ids=ids,
+        label_id=np.where(ids >= 1000, ids // 1000, ids).astype(np.int32),
+        isthing=ids >= 1000,
+        score=np.ones(len(ids), np.float32),
+        area=np.zeros(len(ids), np.int64),
     )
+    result.panoptic_raster = panoptic.astype(np.int32)
+    result.semantic_raster = _recorded_raster(outputs, "semantic")
+    return result
 
 
 def masks_result(outputs: dict[str, bytes]) -> FrameResult:
     """The instances and instance mask the node published for one frame (what a 3-D lift
     reads), from its serialised ``~/instance_table`` and ``~/instance_mask``."""
+    raster = _recorded_raster(outputs, "instance_mask")
+    height, width = raster.shape
+    return FrameResult(
+        meta=FrameMeta.letterbox(height, width, height, width),  # scoring reads the size only
+        instances=recorded_instances(outputs["instance_table"]),
+        instance_raster=raster,
+    )
+
+
+def _recorded_raster(outputs: dict[str, bytes], name: str) -> np.ndarray:
+    """The raster of the node's serialised ``~/<name>`` Image."""
     from rclpy.serialization import deserialize_message
 
     from ..ros.convert import raster_from_msg
 
-    raster = raster_from_msg(deserialize_message(outputs["instance_mask"], _msg_class(IMAGE)))
-    height, width = raster.shape
-    return FrameResult(
-        meta=FrameMeta.letterbox(height, width, height, width),
-        instances=recorded_instances(outputs["instance_table"]),
-        instance_raster=raster,
-    )
+    return raster_from_msg(deserialize_message(outputs[name], _msg_class(IMAGE)))
 
 
 def recorded_instances(raw: bytes) -> Instances:

@@ -125,15 +125,8 @@ def _read_cubin(data: bytes) -> ImageInfo:
     e_flags = struct.unpack_from("<I", data, 48)[0]
     arch = (e_flags >> _OSABI_SM_SHIFT[osabi]) & 0xFF
     headers = _sections(data)
-    kernels = []
-    for _, sh_type, offset, size, link, entsize in headers:
-        if sh_type != 2:  # SHT_SYMTAB
-            continue
-        names_at = headers[link][2]
-        for k in range(size // entsize):
-            st_name, st_info = struct.unpack_from("<IB", data, offset + k * entsize)
-            if st_info == 0x12:  # STB_GLOBAL << 4 | STT_FUNC: a __global__ function
-                kernels.append(_c_string(data, names_at + st_name))
+    # STB_GLOBAL << 4 | STT_FUNC: a __global__ function
+    kernels = [name for name, st_info in _symbols(data, headers) if st_info == 0x12]
     info = {header[0]: header for header in headers}
     params = {}
     for name in kernels:
@@ -149,14 +142,7 @@ def kernel_registers(data: bytes) -> dict[str, int]:
     if read_image(data).kind != "cubin":
         raise ImageError("register counts are in cubins only, not in PTX")
     headers = _sections(data)
-    symbols: list[str] = []
-    for _, sh_type, offset, size, link, entsize in headers:
-        if sh_type == 2:  # SHT_SYMTAB
-            names_at = headers[link][2]
-            symbols = [
-                _c_string(data, names_at + struct.unpack_from("<I", data, offset + k * entsize)[0])
-                for k in range(size // entsize)
-            ]
+    symbols = [name for name, _ in _symbols(data, headers)]
     registers = {}
     for name, _, offset, size, _, _ in headers:
         if name != ".nv.info":
@@ -166,6 +152,19 @@ def kernel_registers(data: bytes) -> dict[str, int]:
                 symbol, count = struct.unpack_from("<II", value)
                 registers[symbols[symbol]] = count
     return registers
+
+
+def _symbols(
+    data: bytes, headers: list[tuple[str, int, int, int, int, int]]
+) -> list[tuple[str, int]]:
+    """(name, st_info) of every entry of the symbol table, in index order."""
+    for _, sh_type, offset, size, link, entsize in headers:
+        if sh_type == 2:  # SHT_SYMTAB
+            names_at = headers[link][2]
+            entries = [struct.unpack_from("<IB", data, offset + k * entsize)
+                       for k in range(size // entsize)]  # fmt: skip
+            return [(_c_string(data, names_at + name), info) for name, info in entries]
+    return []
 
 
 def _sections(data: bytes) -> list[tuple[str, int, int, int, int, int]]:

@@ -82,16 +82,23 @@ inline unsigned long long emu_collective_values[2][1024];
 inline unsigned emu_collective_slot() {
   return emu_fibers[emu_current].collectives++ & 1u;
 }
-// The 32 values the warp of thread `tid` left at collective `slot`.
-inline const unsigned long long* emu_warp_values(unsigned slot, unsigned tid) {
+// Leaves this thread's `bits` at its next collective and returns the 32 values its warp left
+// there, once every thread of the block has reached it.
+inline const unsigned long long* emu_warp_exchange(unsigned long long bits) {
+  const unsigned tid = emu_linear_tid(), slot = emu_collective_slot();
+  emu_collective_values[slot][tid] = bits;
+  __syncthreads();
   return &emu_collective_values[slot][tid - tid % 32];
+}
+template <typename T>
+inline unsigned long long emu_bits(T value) {
+  unsigned long long bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  return bits;
 }
 inline unsigned __ballot_sync(unsigned mask, int predicate) {
   (void)mask;
-  const unsigned tid = emu_linear_tid(), slot = emu_collective_slot();
-  emu_collective_values[slot][tid] = predicate != 0;
-  __syncthreads();
-  const unsigned long long* warp = emu_warp_values(slot, tid);
+  const unsigned long long* warp = emu_warp_exchange(predicate != 0);
   unsigned votes = 0;
   for (unsigned lane = 0; lane < 32; ++lane) votes |= (warp[lane] ? 1u : 0u) << lane;
   return votes;
@@ -99,12 +106,8 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
 template <typename T>
 inline unsigned __match_any_sync(unsigned mask, T value) {
   (void)mask;
-  const unsigned tid = emu_linear_tid(), slot = emu_collective_slot();
-  unsigned long long bits = 0;
-  std::memcpy(&bits, &value, sizeof(T));
-  emu_collective_values[slot][tid] = bits;
-  __syncthreads();
-  const unsigned long long* warp = emu_warp_values(slot, tid);
+  const unsigned long long bits = emu_bits(value);
+  const unsigned long long* warp = emu_warp_exchange(bits);
   unsigned same = 0;
   for (unsigned lane = 0; lane < 32; ++lane) same |= (warp[lane] == bits ? 1u : 0u) << lane;
   return same;
@@ -115,14 +118,11 @@ inline int __clz(unsigned x) { return x ? __builtin_clz(x) : 32; }
 template <typename T>
 inline T __shfl_up_sync(unsigned mask, T value, unsigned delta) {
   (void)mask;
-  const unsigned tid = emu_linear_tid(), lane = tid % 32, slot = emu_collective_slot();
-  unsigned long long bits = 0;
-  std::memcpy(&bits, &value, sizeof(T));
-  emu_collective_values[slot][tid] = bits;
-  __syncthreads();
+  const unsigned long long* warp = emu_warp_exchange(emu_bits(value));
+  const unsigned lane = emu_linear_tid() % 32;
   if (lane < delta) return value;
   T got;
-  std::memcpy(&got, &emu_collective_values[slot][tid - delta], sizeof(T));
+  std::memcpy(&got, &warp[lane - delta], sizeof(T));
   return got;
 }
 
