@@ -49,8 +49,9 @@ def test_stand_in_fails_loudly_on_overflow_and_bad_packing(emu_lib, monkeypatch)
     meta = FrameMeta.letterbox(40, 60, 32, 64)
     image = np.zeros((40, 60, 3), np.uint8)
     small = driver.mem_alloc(4 * 3 * 32 * 64 - 4)
+    pre.enqueue(stream, image, "rgb8", meta, int(small))
     with pytest.raises(RuntimeError, match="wrote past the end"):
-        pre.enqueue(stream, image, "rgb8", meta, int(small))
+        stream.synchronize()  # the stream runs the kernel when the host waits for it
     pre.kernel.arg_format = pre.kernel.arg_format[:-1]
     with pytest.raises(struct.error):
         pre.enqueue(stream, image, "rgb8", meta, int(driver.mem_alloc(4 * 3 * 32 * 64)))
@@ -81,9 +82,11 @@ def test_postprocessor_host_code_equals_twin_with_output_subsets(emu_lib, monkey
         OutputSet(instance=False, panoptic=False),
     ):
         before = len(driver.launches)
-        post.enqueue(driver.Stream(), int(d_cls), int(d_masks), meta, OPTIONS, outputs)
+        stream = driver.Stream()
+        post.enqueue(stream, int(d_cls), int(d_masks), meta, OPTIONS, outputs)
         remap = ["pp_remap"] if outputs.instance or outputs.panoptic else []
         assert driver.launches[before:] == ["pp_stats", "pp_tiles", *remap]
+        stream.synchronize()
         got = post.collect(meta, outputs)
         tables = post.geometry(meta).host[: TABLES_DTYPE.itemsize].view(TABLES_DTYPE)[0]
         assert tables["stats_done"] == tables["tiles_done"] == 0

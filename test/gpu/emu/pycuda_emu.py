@@ -16,20 +16,35 @@ builder, as TensorRT builds on the current context).
 Device memory is host memory with a guard band after every allocation (checked after every
 launch, so an out-of-bounds kernel write fails loudly). ``prepared_async_call`` packs the
 arguments with ``struct.pack`` of the prepare string, as pycuda does, and the emulator reads that
-buffer through the kernel's C++ signature. Work runs eagerly in stream order, one legal schedule.
+buffer through the kernel's C++ signature.
+
+Streams run in one of two legal schedules (``install``'s ``schedule``), the two ends of what a
+GPU may do. "late" (the default): work enqueued on a stream runs only when the host waits for it
+(``Stream.synchronize``, ``Event.synchronize``, a synchronous copy, which waits for every stream
+as the legacy default stream does) or when a stream that waits on one of its events
+(``Stream.wait_for_event``) reaches that wait. So a consumer on another stream that forgets its
+wait reads what was there before, and a host buffer rewritten before its asynchronous upload ran
+uploads the new contents. "early": work runs as soon as it is enqueued, unless its stream waits
+on an event not reached yet. So a producer that reuses a buffer its consumer on another stream
+has not read yet overwrites it first. Each fails the parity checks, where an emulator that ran
+everything at enqueue in host order would hide it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib.machinery
+import itertools
 import shutil
 import struct
 import subprocess
 import sys
+import threading
 import time
 import types
 import weakref
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,38 +107,177 @@ class DeviceAllocation:
     def __int__(self) -> int:
         return self.storage.ctypes.data
 
+    def __del__(self) -> None:
+        # pending work may still write here: keep the memory until every stream is idle
+        if any(not stream._idle for stream in list(_streams.values())):
+            _freed_storage.append(self.storage)
+
     def guard_intact(self) -> bool:
         """False once anything wrote past the end of the allocation."""
         return bool((self.storage[self.nbytes :] == GUARD_BYTE).all())
 
 
-class Stream:
-    """Emulated stream: work already ran when it was enqueued."""
+#: Serialises the emulated device: one operation at a time, whichever host thread enqueued it.
+_device_lock = threading.RLock()
+#: Stream handles, as ``execute_async_v3`` receives them, to their streams (``stream_of``).
+_streams: weakref.WeakValueDictionary[int, Stream] = weakref.WeakValueDictionary()
+_handles = itertools.count(1)
+#: Storage of allocations freed while work was pending, kept until every stream is idle.
+_freed_storage: list[np.ndarray] = []
+#: When stream work runs (``install`` sets it): "late", when something waits for it, or
+#: "early", as soon as enqueued unless its stream waits on an event not reached yet.
+SCHEDULES = ("late", "early")
+_schedule = "late"
 
-    handle = 0
+
+class _Wait:
+    """A stream's wait on one record of an event (``Stream.wait_for_event``)."""
+
+    def __init__(self, marker: _Marker) -> None:
+        self.marker = marker
+
+
+class Stream:
+    """Emulated stream: a queue of operations, run in order by the schedule's rule."""
+
+    def __init__(self, flags: int = 0) -> None:
+        self.handle = next(_handles)
+        self._pending: deque[Callable[[], None] | _Wait] = deque()
+        _streams[self.handle] = self
+
+    def _enqueue(self, operation: Callable[[], None] | _Wait) -> None:
+        """Append ``operation``; the early schedule then runs whatever can run."""
+        with _device_lock:
+            self._pending.append(operation)
+            if _schedule == "early":
+                _run_ready()
+
+    def _step(self, force: bool) -> bool:
+        """Run the next operation; a wait first runs (``force``) or needs its event's stream up
+        to the record. False when blocked on a wait."""
+        head = self._pending[0]
+        if isinstance(head, _Wait):
+            if force:
+                head.marker._reach()
+            elif head.marker.at is None:
+                return False
+            self._pending.popleft()
+        else:
+            self._pending.popleft()()
+        return True
+
+    def _run_until(self, done: Callable[[], bool]) -> None:
+        with _device_lock:
+            while self._pending and not done():
+                self._step(force=True)
 
     def synchronize(self) -> None:
-        """Nothing is pending."""
+        """Run everything enqueued so far."""
+        self._run_until(lambda: False)
+
+    def wait_for_event(self, event: Event) -> None:
+        """Later work waits for ``event``'s latest record, as ``cuStreamWaitEvent``."""
+        if event.marker is not None:
+            self._enqueue(_Wait(event.marker))
+
+    @property
+    def _idle(self) -> bool:
+        """True when nothing is pending."""
+        return not self._pending
+
+
+def _run_ready() -> None:
+    """The early schedule: run every stream's work until each is idle or waits on a record
+    that is not reached."""
+    progress = True
+    while progress:
+        progress = False
+        for stream in list(_streams.values()):
+            while stream._pending and stream._step(force=False):
+                progress = True
+
+
+def stream_of(handle: int) -> Stream:
+    """The stream with ``handle`` (0: the default stream, whose work runs at once)."""
+    if handle == 0:
+        return _DEFAULT
+    try:
+        return _streams[handle]
+    except KeyError:
+        raise LogicError(f"invalid stream handle {handle}") from None
+
+
+class _DefaultStream(Stream):
+    """The legacy default stream: its work waits for every stream, then runs at once."""
+
+    def _enqueue(self, operation: Callable[[], None] | _Wait) -> None:
+        """Run every stream's pending work, then ``operation``."""
+        with _device_lock:
+            synchronize_all()
+            if not isinstance(operation, _Wait):
+                operation()
+
+
+def synchronize_all() -> None:
+    """Run every stream's pending work (what a synchronous copy waits for)."""
+    with _device_lock:
+        while busy := [s for s in list(_streams.values()) if not s._idle]:
+            for stream in busy:
+                stream.synchronize()
+        _freed_storage.clear()
+
+
+def _on(stream: Stream | None) -> Stream:
+    return _DEFAULT if stream is None else stream
+
+
+class _Marker:
+    """One record of an event: reached once its stream ran up to it."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.stream: Stream = stream
+        self.at: float | None = None
+        stream._enqueue(self._stamp)
+
+    def _stamp(self) -> None:
+        self.at = time.perf_counter()
+
+    def _reach(self) -> None:
+        """Run the recording stream up to this record."""
+        self.stream._run_until(lambda: self.at is not None)
 
 
 class Event:
-    """Emulated event: the host clock when it was recorded (work runs at enqueue)."""
+    """Emulated event: a marker in its stream's queue, stamped with the host clock when reached."""
 
     def __init__(self, flags: int = 0) -> None:
-        self.at = time.perf_counter()
+        self.marker: _Marker | None = None
 
     def record(self, stream: Stream | None = None) -> Event:
-        """Stamp the host clock."""
-        self.at = time.perf_counter()
+        """Enqueue a marker on ``stream``."""
+        self.marker = _Marker(_on(stream))
         return self
 
     def synchronize(self) -> Event:
-        """Nothing is pending."""
+        """Run the recording stream up to the latest record."""
+        if self.marker is not None:
+            self.marker._reach()
         return self
 
+    def query(self) -> bool:
+        """True when the latest record was reached (nothing here runs work)."""
+        return self.marker is None or self.marker.at is not None
+
     def time_till(self, other: Event) -> float:
-        """Milliseconds from this event to ``other`` (emulator time, not GPU time)."""
-        return (other.at - self.at) * 1e3
+        """Milliseconds between two reached records (emulator time, not GPU time); LogicError
+        if either was not reached, as ``cuEventElapsedTime``'s not-ready error."""
+        ends = [e.marker.at if e.marker is not None else None for e in (self, other)]
+        if None in ends:
+            raise LogicError("cuEventElapsedTime failed: an event was not recorded or not reached")
+        return (ends[1] - ends[0]) * 1e3
+
+
+_DEFAULT = _DefaultStream()
 
 
 class Error(Exception):
@@ -249,10 +403,10 @@ class EmulatedDriver(types.ModuleType):
         return DeviceAllocation(int(nbytes), self.allocations)
 
     def to_device(self, array: np.ndarray) -> DeviceAllocation:
-        """A new allocation holding a copy of ``array``."""
+        """A new allocation holding a copy of ``array`` (a synchronous copy)."""
         array = np.ascontiguousarray(array)
         alloc = self.mem_alloc(array.nbytes)
-        ctypes.memmove(int(alloc), array.ctypes.data, array.nbytes)
+        self.memcpy_htod(alloc, array)
         return alloc
 
     def pagelocked_empty(self, shape: Any, dtype: Any) -> np.ndarray:
@@ -260,36 +414,52 @@ class EmulatedDriver(types.ModuleType):
         return np.empty(shape, dtype)
 
     def memcpy_htod(self, dest: Any, src: np.ndarray) -> None:
-        """Host to device, ``src.nbytes`` bytes."""
-        address, nbytes = _host_buffer(src)
-        ctypes.memmove(int(dest), address, nbytes)
+        """Host to device, ``src.nbytes`` bytes, after every stream's pending work."""
+        self.memcpy_htod_async(dest, src, None)
 
     def memcpy_dtoh(self, dest: np.ndarray, src: Any) -> None:
-        """Device to host, ``dest.nbytes`` bytes."""
-        address, nbytes = _host_buffer(dest)
-        ctypes.memmove(address, int(src), nbytes)
+        """Device to host, ``dest.nbytes`` bytes, after every stream's pending work."""
+        self.memcpy_dtoh_async(dest, src, None)
 
     def memcpy_htod_async(self, dest: Any, src: np.ndarray, stream: Stream | None = None) -> None:
-        """As memcpy_htod (eager)."""
-        self.memcpy_htod(dest, src)
+        """Host to device when the stream gets there: it reads ``src`` then, not now."""
+        address, nbytes = _host_buffer(src)
+        target = int(dest)
+        _on(stream)._enqueue(lambda: ctypes.memmove(target, address, nbytes))
 
     def memcpy_dtoh_async(self, dest: np.ndarray, src: Any, stream: Stream | None = None) -> None:
-        """As memcpy_dtoh (eager)."""
-        self.memcpy_dtoh(dest, src)
+        """Device to host when the stream gets there."""
+        address, nbytes = _host_buffer(dest)
+        source = int(src)
+        _on(stream)._enqueue(lambda: ctypes.memmove(address, source, nbytes))
 
     def memcpy_dtod_async(
         self, dest: Any, src: Any, nbytes: int, stream: Stream | None = None
     ) -> None:
-        """Device to device, ``nbytes`` bytes (eager)."""
-        ctypes.memmove(int(dest), int(src), nbytes)
+        """Device to device, ``nbytes`` bytes, when the stream gets there."""
+        target, source = int(dest), int(src)
+        _on(stream)._enqueue(lambda: ctypes.memmove(target, source, nbytes))
 
-    def launch(self, name: str, grid: tuple[int, ...], block: tuple[int, ...], buf: bytes) -> None:
-        """Run kernel ``name`` on the emulator, then check every allocation's guard band."""
+    def launch(
+        self,
+        name: str,
+        grid: tuple[int, ...],
+        block: tuple[int, ...],
+        buf: bytes,
+        stream: Stream | None = None,
+    ) -> None:
+        """Enqueue kernel ``name`` on ``stream``; when it runs on the emulator, every
+        allocation's guard band is checked after it."""
+        self.launches.append(name)
+        _on(stream)._enqueue(lambda: self._run_kernel(name, grid, block, buf))
+
+    def _run_kernel(
+        self, name: str, grid: tuple[int, ...], block: tuple[int, ...], buf: bytes
+    ) -> None:
         gx, gy = (*grid, 1)[:2]
         status = self.lib.emu_launch_packed(name.encode(), gx, gy, *block, buf, len(buf))
         if status != 0:
             raise RuntimeError(f"emulated launch of {name} failed with status {status}")
-        self.launches.append(name)
         broken = [a for a in self.allocations if not a.guard_intact()]
         for alloc in broken:
             alloc.storage[alloc.nbytes :] = GUARD_BYTE  # report each overflow once
@@ -317,7 +487,7 @@ class PreparedFunction:
                 f"{self.name}: prepare('{self.arg_format}') packs {param_layout(self.arg_format)}"
                 f", the image's parameters are {self.params}"
             )
-        self.driver.launch(self.name, grid, block, buf)
+        self.driver.launch(self.name, grid, block, buf, stream)
 
 
 class KernelFunction:
@@ -352,11 +522,15 @@ def install(
     target: str = "sm_87",
     devices: int = 1,
     compute_capability: tuple[int, int] = (0, 0),
+    schedule: str = "late",
 ) -> EmulatedDriver:
     """Make ``pycuda.driver`` use the emulator for one test, with ``devices`` emulated devices
-    reporting ``compute_capability`` and the loader told to hand over the shipped image for
-    ``target``. There is no ``pycuda.compiler``: nothing here may need nvcc, which a stock
-    Jetson lacks on PATH."""
+    reporting ``compute_capability``, streams run in ``schedule`` (``SCHEDULES``) and the loader
+    told to hand over the shipped image for ``target``. There is no ``pycuda.compiler``: nothing
+    here may need nvcc, which a stock Jetson lacks on PATH."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r} is not one of {SCHEDULES}")
+    monkeypatch.setattr(sys.modules[__name__], "_schedule", schedule)
     monkeypatch.setattr(sys.modules[__name__], "_context_stack", [])
     monkeypatch.setattr(sys.modules[__name__], "_device_count", devices)
     monkeypatch.setattr(sys.modules[__name__], "_compute_capability", compute_capability)

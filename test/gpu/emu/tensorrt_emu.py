@@ -557,20 +557,30 @@ class ExecutionContext:
         return np.frombuffer(raw, dtype).reshape(shape)
 
     def execute_async_v3(self, stream_handle: int) -> bool:
-        """Run the graph now (the emulated stream is eager); False if an address, an input
-        shape or (``USER_MANAGED``) the activation memory is missing."""
+        """Enqueue the graph on the emulated stream ``stream_handle`` (pycuda_emu's deferred
+        streams; at once without them), at the addresses bound now, as TensorRT reads them at
+        enqueue; False if an address, an input shape or (``USER_MANAGED``) the activation
+        memory is missing."""
         if set(self.addresses) != set(self.engine.shapes):
             return False
         if any(d < 0 for n in self.engine.shapes for d in self.get_tensor_shape(n)):
             return False
         if self.user_memory and self.memory is None:
             return False
-        feeds = {name: self._view(name).copy() for name in self.engine.input_names}
+        views = {name: self._view(name) for name in self.engine.shapes}
+        emulated_cuda = sys.modules.get("pycuda_emu")
+        if emulated_cuda is None:
+            self._execute(views)
+        else:
+            emulated_cuda.stream_of(stream_handle)._enqueue(lambda: self._execute(views))
+        return True
+
+    def _execute(self, views: dict[str, np.ndarray]) -> None:
+        feeds = {name: views[name].copy() for name in self.engine.input_names}
         last_inputs.update(feeds)
         results = self.engine.session.run(self.engine.output_names, feeds)
         for name, value in zip(self.engine.output_names, results, strict=True):
-            self._view(name)[...] = perturb[name](value) if name in perturb else value
-        return True
+            views[name][...] = perturb[name](value) if name in perturb else value
 
 
 class Engine:
