@@ -85,7 +85,9 @@ def test_a_batch_equals_its_frames_one_at_a_time_and_pads_a_partial_one(emulated
         assert described["batch_sizes"] == [1, 3]
         memory = described["engine_memory_mib"]
         assert set(memory) == {"encoder@1", "decoder@1", "encoder@3", "decoder@3"}
-        assert described["activation_memory_mib"] == max(memory.values())
+        # each stage's largest: the encoder of one batch runs beside the decoder of another
+        per_stage = [max(v for k, v in memory.items() if k.startswith(s)) for s in ("enc", "dec")]
+        assert described["activation_memory_mib"] == pytest.approx(sum(per_stage), abs=0.1)
         with pytest.raises(BackendError, match=r"exceeds the TensorRT engines' batch sizes \[1, 3"):
             pipe.batch_slots(4)
 
