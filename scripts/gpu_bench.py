@@ -11,7 +11,12 @@
    side by side, from one run (static-batch engines built first, into ``--engine-cache``:
    give a folder where ``compactinst build-engine --batch-sizes 1 2 3 4`` already built them to
    keep the run short).
-4. A short table, printed last.
+4. Where TensorRT and pycuda import: frames overlapped against serialized, at 1080p for one
+   camera and for three batched cameras. Serialized, each batch runs both halves before the next
+   starts; overlapped, the next batch's uploads, preprocessing and encoder are enqueued on the
+   encode stream while this batch is decoded on a second thread, as the staged node runs them
+   (ros/worker.Finisher). Frames per second of each, in alternating rounds, median and spread.
+5. A short table, printed last.
 
 Usage (repository root)::
 
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -68,6 +74,8 @@ SHORT = {
 DEADLINE_S = 300
 #: Batch sizes of the TensorRT batch step (a camera frame per slot).
 BATCH_SIZES = (1, 2, 3, 4)
+#: Camera counts of the overlap step (one batch of that many frames per round).
+OVERLAP_CAMERAS = (1, 3)
 
 
 def find_ncu() -> str | None:
@@ -214,6 +222,91 @@ def batch_step(
     return rows
 
 
+def run_serialized(pipe: Any, items: list, trackers: list, batches: int) -> None:
+    """``batches`` batches of ``items``, each whole before the next starts."""
+    for _ in range(batches):
+        pipe.infer_batch(items, trackers)
+
+
+def run_overlapped(pipe: Any, items: list, trackers: list, batches: int) -> None:
+    """``batches`` batches of ``items``: each encoded here while the one before is decoded on
+    the finishing thread, as the staged node runs them."""
+    from compactinst_ros.ros.worker import Finisher
+
+    finisher = Finisher(lambda started: pipe.decode_batch(started, trackers), "bench_finish")
+    for _ in range(batches):
+        finisher.put(pipe.encode_batch(items))
+    finisher.close()
+
+
+def overlap_step(
+    bundle: str | Path,
+    cameras: tuple[int, ...],
+    frame: tuple[int, int],
+    batches: int,
+    rounds: int,
+    cache_dir: Path,
+) -> list[dict]:
+    """Frames per second of the TensorRT backend on ``bundle``, serialized against overlapped,
+    per camera count: ``rounds`` alternating rounds of ``batches`` batches each (every output
+    asked for, tracking on, as the node runs); per count the median and spread of each and the
+    ratio of the medians."""
+    import numpy as np
+
+    from compactinst_ros.gpu.frames import smooth_rgb
+    from compactinst_ros.pipeline import Pipeline
+    from compactinst_ros.structures import OutputSet
+
+    rows = []
+    with Pipeline(
+        bundle, backend="tensorrt", tracking=True, batch_sizes=tuple(sorted(set(cameras))),
+        engine_cache_dir=cache_dir,
+    ) as pipe:  # fmt: skip
+        for n in cameras:
+            items = [
+                pipe.prepare(np.ascontiguousarray(smooth_rgb(*frame, seed)[..., ::-1]), "bgr8",
+                             OutputSet())
+                for seed in range(n)
+            ]  # fmt: skip
+            trackers = [pipe.make_tracker() for _ in items]
+
+            runs = {"serialized": run_serialized, "overlapped": run_overlapped}
+            for run in runs.values():  # warm-up: engines, buffers, kernels, both ring slots
+                run(pipe, items, trackers, 2)
+            fps: dict[str, list[float]] = {name: [] for name in runs}
+            for _ in range(rounds):
+                for name, run in runs.items():
+                    began = time.perf_counter()
+                    run(pipe, items, trackers, batches)
+                    fps[name].append(batches * n / (time.perf_counter() - began))
+            medians = {name: statistics.median(v) for name, v in fps.items()}
+            rows.append(
+                {
+                    "cameras": n,
+                    "frame": list(frame),
+                    **{f"{name}_fps": m for name, m in medians.items()},
+                    **{f"{name}_fps_spread": [min(v), max(v)] for name, v in fps.items()},
+                    "overlapped_over_serialized": medians["overlapped"] / medians["serialized"],
+                }
+            )
+    return rows
+
+
+def overlap_table(rows: list[dict]) -> list[str]:
+    """One line per camera count: serialized and overlapped FPS (median, spread) and the ratio."""
+    lines = [f"{'cameras':>7} {'serialized FPS':>22} {'overlapped FPS':>22} {'ratio':>6}"]
+    for r in rows:
+        cells = [
+            f"{r[f'{k}_fps']:7.1f} ({r[f'{k}_fps_spread'][0]:.1f}-{r[f'{k}_fps_spread'][1]:.1f})"
+            for k in ("serialized", "overlapped")
+        ]
+        lines.append(
+            f"{r['cameras']:>7} {cells[0]:>22} {cells[1]:>22} "
+            f"{r['overlapped_over_serialized']:>5.2f}x"
+        )
+    return lines
+
+
 def batch_table(rows: list[dict]) -> list[str]:
     """One line per batch size: device ms per batch and per frame, spread, wall ms."""
     lines = [f"{'batch':>5} {'ms/batch':>9} {'ms/frame':>9} {'min-max ms':>15} {'wall ms':>8}"]
@@ -284,7 +377,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="TensorRT batch step: engine cache folder (default OUT/engines)",
     )
-    parser.add_argument("--skip-batches", action="store_true", help="no TensorRT batch step")
+    parser.add_argument(
+        "--overlap-frame",
+        type=_size,
+        default=(1080, 1920),
+        metavar="HxW",
+        help="TensorRT overlap step: camera frame size (default 1080x1920)",
+    )
+    parser.add_argument(
+        "--skip-batches", action="store_true", help="no TensorRT batch or overlap step"
+    )
     parser.add_argument("--ncu-target", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if min(args.batch_sizes) < 1:
@@ -322,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda":
         sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     preset, preset_line = device_preset(gpu, sm_count, args.device)
-    print(f"[1/4] latency sweep on {gpu}; roofline {preset_line}", flush=True)
+    print(f"[1/5] latency sweep on {gpu}; roofline {preset_line}", flush=True)
     if args.smoke:
         opts = latency.BenchOptions(
             sizes=[("small", (256, 320))],
@@ -354,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dram: dict[str, dict] = {}
     ncu = find_ncu()
-    print(f"[2/4] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
+    print(f"[2/5] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
     if args.skip_ncu or args.smoke or ncu is None or device == "cpu" or preset is None:
         why = "skipped" if args.skip_ncu or args.smoke else "ncu not found"
         if preset is None:
@@ -378,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "ncu_summary.json").write_text(json.dumps(record_ncu, indent=1))
 
     batches: list[dict] = []
-    print(f"[3/4] TensorRT batches {args.batch_sizes} at {args.batch_frame}", flush=True)
+    print(f"[3/5] TensorRT batches {args.batch_sizes} at {args.batch_frame}", flush=True)
     if args.skip_batches or args.smoke:
         print("  skipped", flush=True)
     else:
@@ -394,7 +496,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  not run: {exc}", flush=True)
         (args.out / "batches.json").write_text(json.dumps(batches, indent=1))
 
-    print(f"[4/4] summary ({time.perf_counter() - start:.0f} s in all)\n", flush=True)
+    overlap: list[dict] = []
+    frame = args.overlap_frame
+    print(
+        f"[4/5] TensorRT frames overlapped vs serialized, {list(OVERLAP_CAMERAS)} cameras at "
+        f"{frame[0]}x{frame[1]}", flush=True,
+    )  # fmt: skip
+    if args.skip_batches or args.smoke:
+        print("  skipped", flush=True)
+    else:
+        from compactinst_ros.bundle import default_bundle_path
+
+        try:
+            overlap = overlap_step(
+                default_bundle_path(), OVERLAP_CAMERAS, frame, 30, 5,
+                args.engine_cache or args.out / "engines",
+            )  # fmt: skip
+            print("\n".join(overlap_table(overlap)), flush=True)
+        except CompactInstError as exc:
+            print(f"  not run: {exc}", flush=True)
+        (args.out / "overlap.json").write_text(json.dumps(overlap, indent=1))
+
+    print(f"[5/5] summary ({time.perf_counter() - start:.0f} s in all)\n", flush=True)
     for backend, reason in record["unavailable"].items():
         print(f"{backend}: not available ({reason})")
     graphed = {r["cuda_graph"] for r in record["results"]}
@@ -424,6 +547,12 @@ def main(argv: list[str] | None = None) -> int:
             "CUDA-event device time, median of 50 batches):"
         )
         print("\n".join(batch_table(batches)))
+    if overlap:
+        print(
+            f"\nTensorRT frames at {frame[0]}x{frame[1]}, every output, tracking on: overlapped "
+            "(two streams, two threads) vs serialized, median (min-max) of 5 rounds of 30 batches:"
+        )
+        print("\n".join(overlap_table(overlap)))
     return 0 if record["results"] else 1
 
 

@@ -139,8 +139,9 @@ PARAMETERS: dict[str, ParamSpec] = {
     ),
     "stage_threads": ParamSpec(
         0,
-        "onnxruntime: worker threads of a round's two halves (2: the next round encodes while "
-        "this one is decoded and published); 0 = 2 with several cameras, 1 with one",
+        "worker threads of a round's two halves (2: the next round encodes while this one is "
+        "decoded and published; on tensorrt also on two CUDA streams); 0 = 2 with several "
+        "cameras, 1 with one",
         None,
         (0, 2),
     ),

@@ -220,11 +220,11 @@ class Worker:
     """Thread that builds the pipeline, runs ``start`` then ``finish`` on each round, then closes
     it.
 
-    Building and closing happen on the worker thread itself, so a CUDA context created by the
-    backend stays current on the one thread that uses it. With ``overlap`` and a Pipeline that
-    ``splits_stages`` (ONNX Runtime), ``finish`` runs on a second thread (``Finisher``): the
-    next round's conversion and encoder overlap this round's decoder, post-processing and
-    publishing, the two halves a frame's work splits into on a CPU. The worker takes that next
+    Building and closing happen on the worker thread itself. With ``overlap`` and a Pipeline
+    that ``splits_stages`` (ONNX Runtime, OpenVINO, TensorRT), ``finish`` runs on a second
+    thread (``Finisher``): the next round's conversion and encoder overlap this round's decoder,
+    post-processing and publishing, the two halves a frame's work splits into (on TensorRT also
+    two CUDA streams, so the GPU overlaps them too). The worker takes that next
     round when its first half (running mean) will end as the second half of the previous one is
     due to, so a frame waits in its mailbox, where a newer one replaces it, not for the
     hand-over.

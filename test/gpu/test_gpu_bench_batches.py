@@ -41,3 +41,22 @@ def test_batch_step_times_each_size_per_batch_and_per_frame(emulated_gpu, tmp_pa
     assert len(list((tmp_path / "engines").glob("*.engine"))) == 4  # two stages x two sizes
     table = bench.batch_table(rows)
     assert table[0].split()[:3] == ["batch", "ms/batch", "ms/frame"] and len(table) == 3
+
+
+def test_overlap_step_runs_both_ways_for_each_camera_count(emulated_gpu, tmp_path) -> None:
+    """The overlap step's wiring (its speed means nothing on the emulator): per camera count,
+    serialized and overlapped rounds, each a positive rate with its spread, and their ratio."""
+    bench = gpu_bench()
+    assert bench.parse_args([]).overlap_frame == (1080, 1920)
+    rows = bench.overlap_step(default_bundle_path(), (1, 2), (64, 96), 2, 2, tmp_path / "engines")
+    assert [r["cameras"] for r in rows] == [1, 2]
+    for r in rows:
+        for name in ("serialized", "overlapped"):
+            low, high = r[f"{name}_fps_spread"]
+            assert 0 < low <= r[f"{name}_fps"] <= high
+        assert r["overlapped_over_serialized"] == pytest.approx(
+            r["overlapped_fps"] / r["serialized_fps"]
+        )
+    table = bench.overlap_table(rows)
+    assert table[0].split()[:2] == ["cameras", "serialized"] and len(table) == 3
+    assert table[2].split()[0] == "2" and table[2].endswith("x")

@@ -1,7 +1,8 @@
 """The node on its TensorRT path, with real rclpy and DDS but TensorRT and pycuda replaced by the
 CPU stand-ins of test/gpu/emu (engines on ONNX Runtime, the real kernel sources on the CPU
 emulator): engines are built when the node starts, frames come back as masks and a GPU-rendered
-overlay, and /diagnostics names the backend and its device. Real GPU behaviour stays unverified."""
+overlay from the staged worker (a round's halves on two threads and two streams), and
+/diagnostics names the backend and its device. Real GPU behaviour stays unverified."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ def test_node_runs_the_tensorrt_backend_and_renders_the_overlay_on_the_device(tm
             "image_topic": TOPIC,
             "diagnostics_period": 0.25,
             "score_threshold": 0.1,
+            "stage_threads": 2,
         },
         script=REPO / "test" / "gpu" / "emu" / "emulated_node.py",
     )
@@ -53,6 +55,7 @@ def test_node_runs_the_tensorrt_backend_and_renders_the_overlay_on_the_device(tm
             f"node up on the tensorrt backend:\n{node.tail()}",
         )
         assert facts["tensorrt"] == "10.3.0" and facts["device"] == "CPU kernel emulator"
+        assert facts["stage_threads"] == "2", facts  # TensorRT splits a round's halves
         assert sorted(p.name.split("-")[0] for p in cache.glob("*.engine")) == [
             "decoder",
             "encoder",
