@@ -227,9 +227,11 @@ class TensorRTBackend:
         )
         q, mask_h, mask_w = self._buffers["pred_masks"][1][-3:]
         self._pre = GpuPreprocessor(self.bundle.pad_value)
+        self._encode_stream, self._stream = cuda.Stream(), cuda.Stream()  # _stream: decode
         self._post = GpuPostprocessor(
-            self.bundle.labels, q, mask_h, mask_w, self.bundle.mask_stride
-        )
+            self.bundle.labels, q, mask_h, mask_w, self.bundle.mask_stride,
+            graphs=self._graphs_that_work(),
+        )  # fmt: skip
         self._overlay = GpuOverlay()
         self._palette_rows = MAX_QUERIES + 1  # per-frame instance ids are 1..number of queries
         self._palette_host = cuda.pagelocked_empty((self._palette_rows, 3), np.uint8)
@@ -244,7 +246,6 @@ class TensorRTBackend:
         self._lift_frames: list[tuple[FrameResult, int, FrameMeta, OutputSet, np.ndarray]] = []
         self._lift: Any = None  # GpuLift, made at the first lift (most nodes have no depth)
         self._lift_input: tuple[Any, np.ndarray] | None = None  # depth or points: device, pinned
-        self._encode_stream, self._stream = cuda.Stream(), cuda.Stream()  # _stream: decode
         # per ring slot: start, preprocessed, encoded (encode stream)
         self._encode_events = [tuple(cuda.Event() for _ in range(3)) for _ in range(RING)]
         # decode stream: decoder start, decoded, done (the one the host waits on)
@@ -256,6 +257,28 @@ class TensorRTBackend:
         self._encoded = self._decoded = 0
         self._ring_owner = [-1] * RING
         self._ring_lock = threading.Lock()
+
+    def _graphs_that_work(self) -> Any:
+        """Encode thread: the driver's graph API, tried once on a one-byte copy (capture,
+        replay, free), or None where it fails, which is said once (and in ``describe``)."""
+        from ..gpu.graphs import CudaGraphs, GraphError
+
+        cuda, stream = self._cuda, self._stream
+        try:
+            graphs = CudaGraphs()
+            scratch = cuda.mem_alloc(2)
+            trial = graphs.capture(
+                stream, lambda: cuda.memcpy_dtod_async(scratch, int(scratch) + 1, 1, stream)
+            )
+            graphs.launch(trial, stream)
+            stream.synchronize()
+            graphs.destroy(trial)
+        except GraphError as exc:
+            self._graphs_off = str(exc)
+            print(f"GPU post-processing launches its kernels one by one: {exc}")
+            return None
+        self._graphs_off = None
+        return graphs
 
     def _slot(self, name: str) -> tuple[int, int]:
         """Device address of tensor ``name``'s slot 0 and the bytes of one slot."""
@@ -328,9 +351,7 @@ class TensorRTBackend:
         self.batch_slots(len(items))
         return self._run(self._encode, list(items))
 
-    def decode_batch(
-        self, encoded: EncodedBatch, options: PostprocessOptions
-    ) -> list[FrameResult]:
+    def decode_batch(self, encoded: EncodedBatch, options: PostprocessOptions) -> list[FrameResult]:
         """The second half of ``encode_batch``'s batch, in the order they were encoded: decoder,
         post-processing and the copies back on the decode stream, one wait, then the results."""
         return self._run_decode(self._decode, encoded, options)
@@ -411,14 +432,16 @@ class TensorRTBackend:
         ev[0].record(stream)
         self._execute(1, slots, ring, stream)
         ev[1].record(stream)
-        for slot, item in enumerate(items):
-            logits = self._logits_ptr + slot * self._logits_bytes
-            masks = self._masks_ptr + slot * self._masks_bytes
-            self._post.enqueue(
-                stream, logits, masks, item.meta, options, item.outputs, copy=False, slot=slot
+        frames = [
+            (
+                self._logits_ptr + slot * self._logits_bytes,
+                self._masks_ptr + slot * self._masks_bytes,
+                item.meta,
+                item.outputs,
             )
-        for slot, item in enumerate(items):  # every slot's kernels are enqueued before a copy
-            self._post.enqueue_copy(stream, item.meta, item.outputs, slot)
+            for slot, item in enumerate(items)
+        ]
+        self._post.enqueue_batch(stream, frames, options)
         ev[2].record(stream)
         enqueue_ms = encoded.enqueue_ms + (time.perf_counter() - start) * 1e3
         ev[2].synchronize()
@@ -627,6 +650,11 @@ class TensorRTBackend:
                 "engine_cache": str(self.cache.root),
                 "engine_memory_mib": {k: round(v / 2**20, 1) for k, v in self._memory.items()},
                 "activation_memory_mib": round(sum(self._activation_bytes) / 2**20, 1),
+                "postprocess_launch": (
+                    "one CUDA graph per batch"
+                    if self._post.graphs_off is None
+                    else f"three kernels per frame: {self._post.graphs_off}"
+                ),
                 "gpu_memory_free_mib": free // 2**20,
                 "gpu_memory_total_mib": total // 2**20,
             }
@@ -661,6 +689,8 @@ class TensorRTBackend:
         the context."""
         if self._ctx is not None:
             self._before_teardown()
+        if hasattr(self, "_post"):
+            self._post.release_graphs()
         for name in (
             "_contexts", "_activation", "_engines", "_runtime", "_buffers", "_pre", "_post",
             "_overlay", "_palette", "_palette_host", "_overlay_bufs", "_overlay_frames",

@@ -1,6 +1,7 @@
 """Post-processing launcher: the fused kernels (kernels/postprocess.cu) for one model, three
 launches a frame (``pp_stats``, ``pp_tiles``, ``pp_remap``; two when only the semantic raster is
-asked for).
+asked for). ``enqueue_batch`` replays a batch's launches and copies as one CUDA graph where the
+driver offers graphs (gpu/graphs.py), captured at the first batch of each shape.
 
 Everything is enqueued on the caller's stream; nothing here synchronises. Buffers are allocated
 once per frame geometry and batch slot: each slot of a batch has its own output arena (read back
@@ -12,6 +13,8 @@ for step in numpy by ``twin.TwinFrame``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,10 +44,14 @@ from .constants import (
     WANT_PANOPTIC,
     WANT_SEMANTIC,
 )
+from .graphs import CudaGraphs, GraphError
 from .launch import load_kernels
 
 #: Byte alignment of each part of the output arena.
 ALIGN = 256
+#: Captured graphs kept (batch shapes: cameras' geometries, outputs and options); the least
+#: recently used one is freed beyond this.
+GRAPHS_KEPT = 8
 
 
 def _align(n: int) -> int:
@@ -104,8 +111,17 @@ class GpuPostprocessor:
     """Fused post-processing kernels for one model (Q queries, K classes, h x w mask grid)."""
 
     def __init__(
-        self, labels: LabelSet, num_queries: int, mask_h: int, mask_w: int, stride: int
+        self,
+        labels: LabelSet,
+        num_queries: int,
+        mask_h: int,
+        mask_w: int,
+        stride: int,
+        graphs: CudaGraphs | None = None,
+        log: Callable[[str], None] = print,
     ) -> None:
+        """Kernels and buffers for one model; ``graphs``: replay ``enqueue_batch`` as CUDA graphs
+        (None: launch one by one); ``log`` says once why graphs were given up, if they are."""
         if not 1 <= num_queries <= MAX_QUERIES or labels.num_classes > MAX_CLASSES:
             raise BackendError(
                 f"the GPU post-processing supports 1 to {MAX_QUERIES} queries and up to "
@@ -134,6 +150,11 @@ class GpuPostprocessor:
             "semantic": self.sem_dtype,
         }
         self._geometry: dict[int, _Geometry] = {}
+        self.graphs = graphs
+        self._log = log
+        #: why ``enqueue_batch`` launches one by one (None while it replays graphs)
+        self.graphs_off: str | None = None if graphs else "no CUDA graph API given"
+        self._captured: OrderedDict[tuple, int] = OrderedDict()
 
     def geometry(self, meta: FrameMeta, slot: int = 0) -> _Geometry:
         """Taps and output arena of batch slot ``slot`` for this camera geometry (allocated
@@ -141,6 +162,7 @@ class GpuPostprocessor:
         known = self._geometry.get(slot)
         if known is not None and known.meta == meta:
             return known
+        self.release_graphs()  # they hold the addresses of the slot's arena and taps
         cuda = self.cuda
         y0, y1, wy = bilinear_taps(meta.src_h, meta.resized_h, self.h, self.stride)
         x0, x1, wx = bilinear_taps(meta.src_w, meta.resized_w, self.w, self.stride)
@@ -228,6 +250,54 @@ class GpuPostprocessor:
             )  # fmt: skip
         if copy:
             self.enqueue_copy(stream, meta, outputs, slot)
+
+    def enqueue_batch(
+        self,
+        stream: Any,
+        frames: Sequence[tuple[int, int, FrameMeta, OutputSet]],
+        options: PostprocessOptions,
+    ) -> None:
+        """A batch's post-processing: every frame slot's kernels (``frames[i]``: class and mask
+        logits addresses, meta and outputs of slot i), then every slot's copy back, so no copy
+        waits between two slots' kernels. Replayed as one CUDA graph per batch shape (captured
+        at its first batch, its arenas allocated before); where a capture fails, said once,
+        launched one by one from then on."""
+        frames = tuple(frames)
+
+        def enqueue() -> None:
+            for slot, (logits, masks, meta, outputs) in enumerate(frames):
+                self.enqueue(stream, logits, masks, meta, options, outputs, copy=False, slot=slot)
+            for slot, (_, _, meta, outputs) in enumerate(frames):
+                self.enqueue_copy(stream, meta, outputs, slot)
+
+        for slot, (_, _, meta, _) in enumerate(frames):
+            self.geometry(meta, slot)  # allocations and their zeroing: never inside a capture
+        if self.graphs is None or self.graphs_off is not None:
+            enqueue()
+            return
+        key = (frames, options)
+        executable = self._captured.get(key)
+        if executable is None:
+            try:
+                executable = self.graphs.capture(stream, enqueue)
+            except GraphError as exc:
+                self.graphs_off = f"a graph capture failed ({exc})"
+                self._log(
+                    f"GPU post-processing launches its kernels one by one from now on: "
+                    f"{self.graphs_off}"
+                )
+                enqueue()
+                return
+            self._captured[key] = executable
+            while len(self._captured) > GRAPHS_KEPT:
+                self.graphs.destroy(self._captured.popitem(last=False)[1])
+        self._captured.move_to_end(key)
+        self.graphs.launch(executable, stream)
+
+    def release_graphs(self) -> None:
+        """Free every captured graph (before the context goes)."""
+        while self._captured and self.graphs is not None:
+            self.graphs.destroy(self._captured.popitem()[1])
 
     def enqueue_copy(self, stream: Any, meta: FrameMeta, outputs: OutputSet, slot: int = 0) -> None:
         """One device-to-host copy of slot ``slot``'s tables and requested rasters."""

@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import collections
 import concurrent.futures
+import ctypes
 import functools
 import hashlib
 import json
@@ -259,6 +261,7 @@ def known_names() -> tuple[set[str], set[str]]:
         os.stat_result, time, sys, shutil, subprocess, subprocess.CompletedProcess, tempfile,
         threading, threading.Lock(), argparse,
         argparse.ArgumentParser, concurrent.futures.ThreadPoolExecutor, concurrent.futures.Future,
+        collections.OrderedDict(), ctypes, ctypes.c_void_p(), ctypes.CDLL,
     ):  # fmt: skip
         python |= set(dir(obj))
     return ours, python

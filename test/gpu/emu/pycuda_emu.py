@@ -143,11 +143,18 @@ class Stream:
     def __init__(self, flags: int = 0) -> None:
         self.handle = next(_handles)
         self._pending: deque[Callable[[], None] | _Wait] = deque()
+        #: the operations of an ongoing graph capture (``EmulatedDriverLibrary``), else None
+        self._captured: list[Callable[[], None] | _Wait] | None = None
+        self._capture_broken: str | None = None
         _streams[self.handle] = self
 
     def _enqueue(self, operation: Callable[[], None] | _Wait) -> None:
-        """Append ``operation``; the early schedule then runs whatever can run."""
+        """Append ``operation`` (to the graph being captured, if any); the early schedule then
+        runs whatever can run."""
         with _device_lock:
+            if self._captured is not None:
+                self._captured.append(operation)
+                return
             self._pending.append(operation)
             if _schedule == "early":
                 _run_ready()
@@ -172,7 +179,11 @@ class Stream:
                 self._step(force=True)
 
     def synchronize(self) -> None:
-        """Run everything enqueued so far."""
+        """Run everything enqueued so far (LogicError while capturing, as the driver's
+        ``CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED``)."""
+        if self._captured is not None:
+            self._capture_broken = "the stream was synchronised while capturing"
+            raise LogicError(f"cuStreamSynchronize failed: {self._capture_broken}")
         self._run_until(lambda: False)
 
     def wait_for_event(self, event: Event) -> None:
@@ -211,8 +222,18 @@ class _DefaultStream(Stream):
     """The legacy default stream: its work waits for every stream, then runs at once."""
 
     def _enqueue(self, operation: Callable[[], None] | _Wait) -> None:
-        """Run every stream's pending work, then ``operation``."""
+        """Run every stream's pending work, then ``operation``; LogicError while a stream
+        captures a graph (it would wait for the capturing stream: the driver's
+        ``CUDA_ERROR_STREAM_CAPTURE_IMPLICIT``, which also ends that capture as failed)."""
         with _device_lock:
+            capturing = [s for s in list(_streams.values()) if s._captured is not None]
+            for stream in capturing:
+                stream._capture_broken = "a legacy-stream operation waited for it"
+            if capturing:
+                raise LogicError(
+                    "synchronous operation failed: it would wait for a stream that is "
+                    "capturing a graph (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)"
+                )
             synchronize_all()
             if not isinstance(operation, _Wait):
                 operation()
@@ -471,9 +492,7 @@ class EmulatedDriver(types.ModuleType):
 class PreparedFunction:
     """A kernel after ``prepare``: packs arguments like pycuda and launches on the emulator."""
 
-    def __init__(
-        self, driver: EmulatedDriver, name: str, arg_format: str, params: tuple
-    ) -> None:
+    def __init__(self, driver: EmulatedDriver, name: str, arg_format: str, params: tuple) -> None:
         self.driver, self.name, self.arg_format, self.params = driver, name, arg_format, params
 
     def prepared_async_call(
@@ -516,6 +535,100 @@ class EmulatedModule:
         return KernelFunction(self.driver, name, self.image.params[name])
 
 
+_GRAPH_CALL = ctypes.CFUNCTYPE
+_VOID_P, _HANDLE_OUT = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+#: CUresult codes the emulated graph calls return.
+CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE = 0, 1
+CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 900, 901
+
+
+class EmulatedDriverLibrary:
+    """The CUDA driver library's graph entry points (what ``compactinst_ros.gpu.graphs`` binds
+    with ctypes), as C function pointers over the emulated streams, so the arguments cross the
+    same ctypes boundary as with ``libcuda.so.1``. A capture diverts a stream's operations into a
+    list; an instantiated graph is a copy of it; a launch enqueues its operations again, the
+    arguments fixed at capture as in a graph's kernel nodes."""
+
+    def __init__(self) -> None:
+        self._graphs: dict[int, list] = {}
+        #: executable graphs not yet destroyed, by handle (tests look for leaks)
+        self.executables: dict[int, list] = {}
+        self._ids = itertools.count(0x1000)
+        self.graph_launches = 0
+        #: captures the driver still begins (None: all); then CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        self.captures_allowed: int | None = None
+        prototypes = {
+            "cuStreamBeginCapture_v2": (self._begin, (_VOID_P, ctypes.c_int)),
+            "cuStreamEndCapture": (self._end, (_VOID_P, _HANDLE_OUT)),
+            "cuGraphInstantiateWithFlags": (
+                self._instantiate, (_HANDLE_OUT, _VOID_P, ctypes.c_ulonglong)
+            ),
+            "cuGraphLaunch": (self._launch, (_VOID_P, _VOID_P)),
+            "cuGraphExecDestroy": (self._destroy_executable, (_VOID_P,)),
+            "cuGraphDestroy": (self._destroy_graph, (_VOID_P,)),
+            "cuGetErrorString": (
+                self._error_string, (ctypes.c_int, ctypes.POINTER(ctypes.c_char_p))
+            ),
+        }  # fmt: skip
+        self._keep = []  # the C pointers of the functions and strings handed out
+        for name, (function, argtypes) in prototypes.items():
+            pointer = _GRAPH_CALL(ctypes.c_int, *argtypes)(function)
+            self._keep.append(pointer)
+            setattr(self, name, pointer)
+
+    def _begin(self, handle: int | None, mode: int) -> int:
+        stream = stream_of(handle or 0)
+        if stream is _DEFAULT or stream._captured is not None or mode not in (0, 1, 2):
+            return CUDA_ERROR_INVALID_VALUE
+        if self.captures_allowed is not None:
+            if self.captures_allowed == 0:
+                return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+            self.captures_allowed -= 1
+        stream._captured, stream._capture_broken = [], None
+        return CUDA_SUCCESS
+
+    def _end(self, handle: int | None, graph_out: Any) -> int:
+        stream = stream_of(handle or 0)
+        operations, stream._captured = stream._captured, None
+        if operations is None:
+            return CUDA_ERROR_INVALID_VALUE
+        if stream._capture_broken is not None:
+            return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        graph = next(self._ids)
+        self._graphs[graph] = operations
+        graph_out[0] = graph
+        return CUDA_SUCCESS
+
+    def _instantiate(self, executable_out: Any, graph: int | None, flags: int) -> int:
+        if graph not in self._graphs or flags != 0:
+            return CUDA_ERROR_INVALID_VALUE
+        executable = next(self._ids)
+        self.executables[executable] = list(self._graphs[graph])
+        executable_out[0] = executable
+        return CUDA_SUCCESS
+
+    def _launch(self, executable: int | None, handle: int | None) -> int:
+        if executable not in self.executables:
+            return CUDA_ERROR_INVALID_VALUE
+        stream = stream_of(handle or 0)
+        self.graph_launches += 1
+        for operation in self.executables[executable]:
+            stream._enqueue(operation)
+        return CUDA_SUCCESS
+
+    def _destroy_executable(self, executable: int | None) -> int:
+        return CUDA_SUCCESS if self.executables.pop(executable, None) is not None else 1
+
+    def _destroy_graph(self, graph: int | None) -> int:
+        return CUDA_SUCCESS if self._graphs.pop(graph, None) is not None else 1
+
+    def _error_string(self, status: int, text_out: Any) -> int:
+        text = ctypes.c_char_p(f"emulated CUresult {status}".encode())
+        self._keep.append(text)
+        text_out[0] = text.value
+        return CUDA_SUCCESS
+
+
 def install(
     monkeypatch: Any,
     lib: ctypes.CDLL,
@@ -523,11 +636,14 @@ def install(
     devices: int = 1,
     compute_capability: tuple[int, int] = (0, 0),
     schedule: str = "late",
+    graphs: bool = True,
 ) -> EmulatedDriver:
     """Make ``pycuda.driver`` use the emulator for one test, with ``devices`` emulated devices
     reporting ``compute_capability``, streams run in ``schedule`` (``SCHEDULES``) and the loader
     told to hand over the shipped image for ``target``. There is no ``pycuda.compiler``: nothing
-    here may need nvcc, which a stock Jetson lacks on PATH."""
+    here may need nvcc, which a stock Jetson lacks on PATH. ``graphs``: the driver library
+    offers the graph API (``driver.library``, an ``EmulatedDriverLibrary``); without it, loading
+    the library fails as on a machine without a CUDA driver."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule {schedule!r} is not one of {SCHEDULES}")
     monkeypatch.setattr(sys.modules[__name__], "_schedule", schedule)
@@ -542,4 +658,14 @@ def install(
     for name, module in (("pycuda", package), ("pycuda.driver", driver)):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv(loader.TARGET_ENV, target)
+    from compactinst_ros.gpu import graphs as graph_api
+
+    driver.library = EmulatedDriverLibrary() if graphs else None
+
+    def load_driver() -> EmulatedDriverLibrary:
+        if driver.library is None:
+            raise graph_api.GraphError("no CUDA driver library to capture graphs with (emulated)")
+        return driver.library
+
+    monkeypatch.setattr(graph_api, "load_driver", load_driver)
     return driver
