@@ -10,7 +10,9 @@ with it recorded behind a 256 MB device-to-device copy, so the launches are queu
 copies and only the GPU's own time is measured (in the node, the engines hide the launches the
 same way). Floor = (low-res logits read once + every raster written once) / the measured device
 copy bandwidth + three dependent launches of a kernel that does no work, timed behind the copy as
-well (the fused path's three launches). CUDA graphs are not measured: pycuda has no stream capture.
+well (the fused path's three launches). Where the driver offers CUDA graphs (gpu/graphs.py), the
+fused kernels are also timed as one graph replay behind the copy, and the floor's launches as a
+graph of three idle kernels (a graph of one beside it): "graph ms" against "graph floor".
 
     .venv/bin/python scripts/bench_postprocess_gpu.py [--reps 50] [--sizes 1024x2048]
 """
@@ -104,6 +106,10 @@ class Row:
     parity: float
     fused_gpu: float  # the fused kernels timed behind the busy copy: the GPU's own time
     launches: float  # three dependent idle launches behind the busy copy (part of the floor)
+    fused_graph: float  # the fused kernels as one graph replay behind the busy copy
+    graph_one: float  # a graph of one idle kernel behind the busy copy
+    graph_three: float  # a graph of three dependent idle kernels behind the busy copy
+    graph_floor: float  # bytes at the copy bandwidth + graph_three
 
 
 def _median_ms(fn, reps: int) -> float:
@@ -156,6 +162,31 @@ def idle_launch(stream) -> Callable[[], None]:
     zero = np.float32(0)
     args = (0, 0, 0, 0, 0, 0, 0, zero, zero, zero, zero, zero, 0, 0, 0)
     return lambda: kernel.prepared_async_call((1, 1), (32, 1, 1), stream, *args)
+
+
+def graph_api() -> Any:
+    """The driver's CUDA graph API (``gpu.graphs.CudaGraphs``), or None with the reason
+    printed where this driver does not offer it."""
+    from compactinst_ros.gpu.graphs import CudaGraphs, GraphError
+
+    try:
+        return CudaGraphs()
+    except GraphError as exc:
+        print(f"  CUDA graphs not measured: {exc}", file=sys.stderr)
+        return None
+
+
+def graph_ms(
+    graphs: Any, stream, enqueue: Callable[[], None], behind: Callable, reps: int
+) -> float:
+    """ms of one replay of the graph of what ``enqueue`` enqueues, timed with ``behind``."""
+    executable = graphs.capture(stream, enqueue)
+    try:
+        launch = lambda: graphs.launch(executable, stream)  # noqa: E731
+        behind(launch)
+        return _median_ms(lambda: behind(launch), reps)
+    finally:
+        graphs.destroy(executable)
 
 
 def measure_floor(
@@ -259,20 +290,36 @@ def bench_size(cuda, stream, size: str, reps: int, ref_reps: int) -> Row:
     sem_bytes = np.dtype(post.sem_dtype).itemsize
     essential = raw.mask_logits.nbytes + pixels * (2 + 4 + sem_bytes)
     _, launches_ms, floor_ms = measure_floor(cuda, stream, essential, buffers)
+    graphed = [float("nan")] * 4
+    graphs = graph_api()
+    if graphs is not None:
+        launch = idle_launch(stream)
+
+        def three() -> None:
+            for _ in range(3):
+                launch()
+
+        graphed[:3] = (
+            graph_ms(graphs, stream, lambda: fused(False), behind, reps),
+            graph_ms(graphs, stream, launch, behind, reps),
+            graph_ms(graphs, stream, three, behind, reps),
+        )
+        graphed[3] = floor_ms - launches_ms + graphed[2]
     try:
         naive_ms = naive_torch(raw, meta, BENCH_LABELS, max(3, reps // 5))
     except Exception as exc:  # torch missing or without CUDA: the row says n/a
         print(f"  naive path unavailable ({type(exc).__name__}: {exc})", file=sys.stderr)
         naive_ms = float("nan")
     return Row(
-        size, fused_ms, copy_ms, naive_ms, ref_ms, floor_ms, parity, fused_gpu_ms, launches_ms
-    )
+        size, fused_ms, copy_ms, naive_ms, ref_ms, floor_ms, parity, fused_gpu_ms, launches_ms,
+        *graphed,
+    )  # fmt: skip
 
 
 def print_table(rows: list[Row]) -> None:
     """Side-by-side ms and ratios; targets: naive/fused >= 20, fused/floor <= 3 at 1024x2048
     (the GPU's own time of the fused kernels against the floor; "fused ms" includes launching
-    on an idle stream)."""
+    on an idle stream), then the same as CUDA graphs where measured."""
     head = (
         f"{'size':>10} {'fused ms':>9} {'gpu ms':>8} {'+D2H ms':>8} {'naive ms':>9} "
         f"{'numpy ms':>9} {'3 launch':>8} {'floor ms':>9} "
@@ -285,6 +332,17 @@ def print_table(rows: list[Row]) -> None:
             f"{r.reference:9.1f} {r.launches:8.3f} {r.floor:9.3f} "
             f"{r.naive / r.fused:11.1f} {r.fused_gpu / r.floor:11.2f} "
             f"{r.reference / r.fused:11.0f} {100 * r.parity:7.3f}%"
+        )
+    graphed = [r for r in rows if r.fused_graph == r.fused_graph]  # nan: not measured
+    if graphed:
+        print(
+            f"{'size':>10} {'graph ms':>9} {'1-kernel graph':>14} {'3-kernel graph':>14} "
+            f"{'graph floor':>11} {'graph/floor':>11}"
+        )
+    for r in graphed:
+        print(
+            f"{r.size:>10} {r.fused_graph:9.3f} {r.graph_one:14.3f} {r.graph_three:14.3f} "
+            f"{r.graph_floor:11.3f} {r.fused_graph / r.graph_floor:11.2f}"
         )
 
 

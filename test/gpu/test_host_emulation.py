@@ -133,8 +133,9 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     assert "lift kernels vs twin: 8 scenes (3 clouds), exact fields equal" in out, out
     assert gpu_check.STAND_IN_ROW in out and gpu_check.TENSORRT_ROW not in out
     table = out[out.index("naive/fused") :].splitlines()
-    assert len(table) == 2 and table[1].split()[0] == "512x1024", table
+    assert len(table) == 4 and table[1].split()[0] == "512x1024", table
     assert table[1].split()[-1] == "100.000%", table
+    assert table[2].split()[:2] == ["size", "graph"] and table[3].split()[0] == "512x1024", table
     assert set(driver.launches) == KERNELS  # the floor's idle launch is a shipped kernel too
     report = json.loads((tmp_path / "check" / "gpu_check.json").read_text())
     assert report["gpu"] == "CPU kernel emulator" and len(report["checks"]) == 10
