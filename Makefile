@@ -124,10 +124,13 @@ test-suite: $(STAMP) $(DERIVED)
 # one of them). Everything else the tests import comes from the same extra as the Kilted lane's
 # (setup.py TEST_DEPS); uv's cache makes the second torch and friends an unpack (~35 s here).
 # ROS_DISTRO=jazzy makes compactinst_ros/dds_env.py set the profile variable Fast DDS 2.x reads.
+# test/eval/test_eval_fleet.py is not on the lane: it starts no node (its replays run the Pipeline
+# on Ray workers, rclpy only imported with the replay module, as on the lane's other replay
+# tests), and its Ray cluster and two fleet runs were the lane's longest file, 88 s.
 VENV_JAZZY := .venv-jazzy
 STAMP_JAZZY := $(VENV_JAZZY)/.installed
 JAZZY_TESTS := test/ros test/eval/test_eval_cameras.py test/eval/test_eval_demo.py \
-	test/eval/test_eval_fleet.py test/eval/test_eval_metrics.py test/eval/test_eval_output_bag.py \
+	test/eval/test_eval_metrics.py test/eval/test_eval_output_bag.py \
 	test/eval/test_eval_realtime.py test/eval/test_eval_resources.py \
 	test/eval/test_eval_truncated.py test/scripts/test_scripts_run.py test/test_dds_env.py \
 	test/test_exit_codes.py test/test_no_torch.py

@@ -243,6 +243,7 @@ def test_derive_has_nvidias_parser_judge_the_tensorrt_graphs(bundle, tmp_path) -
     assert "Linear): " in issue and "positive" in issue
 
 
+@pytest.mark.full  # 40-130 s on 2 cores: a cross-check of a larger model config; make test-full
 def test_a_paper_configuration_builds_and_passes_the_type_checks(paper_bundles, tmp_path) -> None:
     """CompactInst R18 (random weights, 160x160): its FP16 graphs and its INT8 TensorRT graphs
     (calibrated on two random frames) build for SM86 with no error, every quantized product in

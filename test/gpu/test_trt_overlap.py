@@ -31,9 +31,7 @@ from compactinst_ros.structures import OutputSet
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 RASTERS = ("instance_raster", "panoptic_raster", "semantic_raster")
 #: four batches of two cameras, each frame its own content
-BATCHES = [
-    [(96, 128, 10 * b + c, ("bgr8", "yuyv")[c]) for c in range(2)] for b in range(4)
-]
+BATCHES = [[(96, 128, 10 * b + c, ("bgr8", "yuyv")[c]) for c in range(2)] for b in range(4)]
 
 
 @pytest.fixture(params=pycuda_emu.SCHEDULES)
@@ -88,11 +86,17 @@ def test_overlapped_batches_equal_one_batch_at_a_time(gpu) -> None:
                 assert set(got.timings_ms) >= {"preprocess", "encoder", "decoder", "postprocess"}
 
 
-def test_the_node_s_two_threads_overlap_batches_and_draw_their_overlays(gpu) -> None:
+def test_the_node_s_two_threads_overlap_batches_and_draw_their_overlays(
+    emu_lib, monkeypatch, tmp_path
+) -> None:
     """The encode half on this thread, the decode half and the overlay on the node's finishing
     thread (ros/worker.Finisher), as the staged node runs them: every frame and overlay equals
     its one-at-a-time run. An overlay asked for after its frames' ring slot was claimed again
-    is refused rather than drawn from another frame."""
+    is refused rather than drawn from another frame. (The late schedule: the threads' host order
+    then decides what runs when.)"""
+    monkeypatch.setenv("COMPACTINST_ENGINE_CACHE", str(tmp_path / "engines"))
+    pycuda_emu.install(monkeypatch, emu_lib)
+    tensorrt_emu.install(monkeypatch)
     asked = OutputSet(overlay=True)
     with Pipeline(default_bundle_path(), backend="tensorrt", batch_sizes=(2,)) as pipe:
         batches = prepared(pipe, asked)
