@@ -16,7 +16,12 @@
    starts; overlapped, the next batch's uploads, preprocessing and encoder are enqueued on the
    encode stream while this batch is decoded on a second thread, as the staged node runs them
    (ros/worker.Finisher). Frames per second of each, in alternating rounds, median and spread.
-5. A short table, printed last.
+5. The decoder as an Orin sees it (``compactinst_ros.bench.orin_proxies``): FastInst-D3 and
+   CompactInst decoder latency at 1024x2048 on the whole GPU, with L2 flushed before each
+   replay, and in green contexts of 8 and 16 SMs; the speed-up under each beside NVIDIA's
+   builder's bytes per frame (``--engine-report``: a report.json of ``compactinst engine-report
+   --paper``) and the paper's Orin Nano range.
+6. A short table, printed last.
 
 Usage (repository root)::
 
@@ -29,6 +34,7 @@ Internal: ``--ncu-target CONFIG`` runs one profiled decoder pass (what ``ncu`` l
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import os
@@ -307,6 +313,15 @@ def overlap_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def builder_bytes(report: Path | None) -> dict[str, float] | None:
+    """Decoder bytes per frame by config from a ``compactinst engine-report --paper``
+    report.json (None without one)."""
+    if report is None:
+        return None
+    paper = json.loads(report.read_text()).get("paper", {})
+    return {config: float(r["summary"]["bytes_per_frame"]) for config, r in paper.items()}
+
+
 def batch_table(rows: list[dict]) -> list[str]:
     """One line per batch size: device ms per batch and per frame, spread, wall ms."""
     lines = [f"{'batch':>5} {'ms/batch':>9} {'ms/frame':>9} {'min-max ms':>15} {'wall ms':>8}"]
@@ -387,6 +402,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--skip-batches", action="store_true", help="no TensorRT batch or overlap step"
     )
+    parser.add_argument(
+        "--skip-proxies", action="store_true", help="no Orin proxies of the decoder (step 5)"
+    )
+    parser.add_argument(
+        "--engine-report",
+        type=Path,
+        default=None,
+        help="report.json of 'compactinst engine-report --paper': the builder's decoder bytes "
+        "per frame, printed beside the proxies",
+    )
     parser.add_argument("--ncu-target", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if min(args.batch_sizes) < 1:
@@ -424,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda":
         sm_count = torch.cuda.get_device_properties(0).multi_processor_count
     preset, preset_line = device_preset(gpu, sm_count, args.device)
-    print(f"[1/5] latency sweep on {gpu}; roofline {preset_line}", flush=True)
+    print(f"[1/6] latency sweep on {gpu}; roofline {preset_line}", flush=True)
     if args.smoke:
         opts = latency.BenchOptions(
             sizes=[("small", (256, 320))],
@@ -456,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dram: dict[str, dict] = {}
     ncu = find_ncu()
-    print(f"[2/5] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
+    print(f"[2/6] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
     if args.skip_ncu or args.smoke or ncu is None or device == "cpu" or preset is None:
         why = "skipped" if args.skip_ncu or args.smoke else "ncu not found"
         if preset is None:
@@ -480,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "ncu_summary.json").write_text(json.dumps(record_ncu, indent=1))
 
     batches: list[dict] = []
-    print(f"[3/5] TensorRT batches {args.batch_sizes} at {args.batch_frame}", flush=True)
+    print(f"[3/6] TensorRT batches {args.batch_sizes} at {args.batch_frame}", flush=True)
     if args.skip_batches or args.smoke:
         print("  skipped", flush=True)
     else:
@@ -499,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     overlap: list[dict] = []
     frame = args.overlap_frame
     print(
-        f"[4/5] TensorRT frames overlapped vs serialized, {list(OVERLAP_CAMERAS)} cameras at "
+        f"[4/6] TensorRT frames overlapped vs serialized, {list(OVERLAP_CAMERAS)} cameras at "
         f"{frame[0]}x{frame[1]}", flush=True,
     )  # fmt: skip
     if args.skip_batches or args.smoke:
@@ -517,7 +542,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  not run: {exc}", flush=True)
         (args.out / "overlap.json").write_text(json.dumps(overlap, indent=1))
 
-    print(f"[5/5] summary ({time.perf_counter() - start:.0f} s in all)\n", flush=True)
+    proxies: list = []
+    print("[5/6] the decoder as an Orin sees it (L2 flushed, few SMs)", flush=True)
+    if args.skip_proxies or args.smoke:
+        print("  skipped", flush=True)
+    else:
+        from compactinst_ros.bench import orin_proxies
+
+        proxies = orin_proxies.measure(log=lambda m: print(m, flush=True))
+        (args.out / "orin_proxies.json").write_text(
+            json.dumps([dataclasses.asdict(r) | {"ratio": r.ratio} for r in proxies], indent=1)
+        )
+
+    print(f"[6/6] summary ({time.perf_counter() - start:.0f} s in all)\n", flush=True)
     for backend, reason in record["unavailable"].items():
         print(f"{backend}: not available ({reason})")
     graphed = {r["cuda_graph"] for r in record["results"]}
@@ -553,6 +590,14 @@ def main(argv: list[str] | None = None) -> int:
             "(two streams, two threads) vs serialized, median (min-max) of 5 rounds of 30 batches:"
         )
         print("\n".join(overlap_table(overlap)))
+    if proxies:
+        from compactinst_ros.bench import orin_proxies
+
+        print(
+            f"\ndecoder at {orin_proxies.SIZE[0]}x{orin_proxies.SIZE[1]}, PyTorch FP16, CUDA "
+            "graphs, median of 30 replays, under each Orin proxy:"
+        )
+        print("\n".join(orin_proxies.table(proxies, builder_bytes(args.engine_report))))
     return 0 if record["results"] else 1
 
 
