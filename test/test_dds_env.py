@@ -247,6 +247,10 @@ def test_tests_that_use_rclpy_run_on_the_jazzy_lane_too() -> None:
         if path.parent.name != "ros" and any(w in path.read_text() for w in words)
     }
     assert using and using <= set(listed), f"not on the Jazzy lane: {sorted(using - set(listed))}"
+    for test in makefile_list("JAZZY_DESELECT"):
+        path, name = test.split("::")
+        assert f"def {name}(" in (REPO / path).read_text(), f"JAZZY_DESELECT: no {test}"
+        assert path in listed, f"JAZZY_DESELECT: {path} is not on the lane"
 
 
 def test_private_net_sh_leaves_only_loopback_or_says_why_not() -> None:
