@@ -3,24 +3,24 @@
 
 1. ``compactinst bench`` on PyTorch FP16 with CUDA graphs: FastInst-R18-D3, CompactInst-R18
    (PF 1/16), PF 1/32 and M 1/4; decoder-only and model-level; the six named resolutions.
-2. Nsight Compute DRAM bytes of one FastInst and one CompactInst decoder pass at 1080x1920
-   (padded to 1088x1920), FP16, with the per-kernel-class shares of ``compactinst roofline``
-   (the paper: 5.74 -> 2.09 GB on an RTX A4000 under TensorRT).
-3. Where TensorRT and pycuda import: the TensorRT backend on the default model at batch sizes 1-4
-   (one camera frame per slot, default 720x1280): CUDA-event device time per batch and per frame,
-   side by side, from one run (static-batch engines built first, into ``--engine-cache``:
-   give a folder where ``compactinst build-engine --batch-sizes 1 2 3 4`` already built them to
-   keep the run short).
-4. Where TensorRT and pycuda import: frames overlapped against serialized, at 1080p for one
-   camera and for three batched cameras. Serialized, each batch runs both halves before the next
-   starts; overlapped, the next batch's uploads, preprocessing and encoder are enqueued on the
-   encode stream while this batch is decoded on a second thread, as the staged node runs them
-   (ros/worker.Finisher). Frames per second of each, in alternating rounds, median and spread.
-5. The decoder as an Orin sees it (``compactinst_ros.bench.orin_proxies``): FastInst-D3 and
+2. The decoder as an Orin sees it (``compactinst_ros.bench.orin_proxies``): FastInst-D3 and
    CompactInst decoder latency at 1024x2048 on the whole GPU, with L2 flushed before each
    replay, and in green contexts of 8 and 16 SMs; the speed-up under each beside NVIDIA's
    builder's bytes per frame (``--engine-report``: a report.json of ``compactinst engine-report
    --paper``) and the paper's Orin Nano range.
+3. Nsight Compute DRAM bytes of one FastInst and one CompactInst decoder pass at 1080x1920
+   (padded to 1088x1920), FP16, with the per-kernel-class shares of ``compactinst roofline``
+   (the paper: 5.74 -> 2.09 GB on an RTX A4000 under TensorRT).
+4. Where TensorRT and pycuda import: the TensorRT backend on the default model at batch sizes 1-4
+   (one camera frame per slot, default 720x1280): CUDA-event device time per batch and per frame,
+   side by side, from one run (static-batch engines built first, into ``--engine-cache``:
+   give a folder where ``compactinst build-engine --batch-sizes 1 2 3 4`` already built them to
+   keep the run short).
+5. Where TensorRT and pycuda import: frames overlapped against serialized, at 1080p for one
+   camera and for three batched cameras. Serialized, each batch runs both halves before the next
+   starts; overlapped, the next batch's uploads, preprocessing and encoder are enqueued on the
+   encode stream while this batch is decoded on a second thread, as the staged node runs them
+   (ros/worker.Finisher). Frames per second of each, in alternating rounds, median and spread.
 6. A short table, printed last.
 
 Usage (repository root)::
@@ -403,7 +403,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--skip-batches", action="store_true", help="no TensorRT batch or overlap step"
     )
     parser.add_argument(
-        "--skip-proxies", action="store_true", help="no Orin proxies of the decoder (step 5)"
+        "--skip-proxies", action="store_true", help="no Orin proxies of the decoder (step 2)"
     )
     parser.add_argument(
         "--engine-report",
@@ -479,9 +479,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  no figures ({exc})")
     print(f"  sweep took {time.perf_counter() - start:.0f} s", flush=True)
 
+    proxies: list = []
+    print("[2/6] the decoder as an Orin sees it (L2 flushed, few SMs)", flush=True)
+    if args.skip_proxies or args.smoke:
+        print("  skipped", flush=True)
+    else:
+        from compactinst_ros.bench import orin_proxies
+
+        proxies = orin_proxies.measure(log=lambda m: print(m, flush=True))
+        (args.out / "orin_proxies.json").write_text(
+            json.dumps([dataclasses.asdict(r) | {"ratio": r.ratio} for r in proxies], indent=1)
+        )
+
     dram: dict[str, dict] = {}
     ncu = find_ncu()
-    print(f"[2/6] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
+    print(f"[3/6] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
     if args.skip_ncu or args.smoke or ncu is None or device == "cpu" or preset is None:
         why = "skipped" if args.skip_ncu or args.smoke else "ncu not found"
         if preset is None:
@@ -505,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "ncu_summary.json").write_text(json.dumps(record_ncu, indent=1))
 
     batches: list[dict] = []
-    print(f"[3/6] TensorRT batches {args.batch_sizes} at {args.batch_frame}", flush=True)
+    print(f"[4/6] TensorRT batches {args.batch_sizes} at {args.batch_frame}", flush=True)
     if args.skip_batches or args.smoke:
         print("  skipped", flush=True)
     else:
@@ -524,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     overlap: list[dict] = []
     frame = args.overlap_frame
     print(
-        f"[4/6] TensorRT frames overlapped vs serialized, {list(OVERLAP_CAMERAS)} cameras at "
+        f"[5/6] TensorRT frames overlapped vs serialized, {list(OVERLAP_CAMERAS)} cameras at "
         f"{frame[0]}x{frame[1]}", flush=True,
     )  # fmt: skip
     if args.skip_batches or args.smoke:
@@ -541,18 +553,6 @@ def main(argv: list[str] | None = None) -> int:
         except CompactInstError as exc:
             print(f"  not run: {exc}", flush=True)
         (args.out / "overlap.json").write_text(json.dumps(overlap, indent=1))
-
-    proxies: list = []
-    print("[5/6] the decoder as an Orin sees it (L2 flushed, few SMs)", flush=True)
-    if args.skip_proxies or args.smoke:
-        print("  skipped", flush=True)
-    else:
-        from compactinst_ros.bench import orin_proxies
-
-        proxies = orin_proxies.measure(log=lambda m: print(m, flush=True))
-        (args.out / "orin_proxies.json").write_text(
-            json.dumps([dataclasses.asdict(r) | {"ratio": r.ratio} for r in proxies], indent=1)
-        )
 
     print(f"[6/6] summary ({time.perf_counter() - start:.0f} s in all)\n", flush=True)
     for backend, reason in record["unavailable"].items():

@@ -10,8 +10,9 @@
 #      -> OUTDIR/build_engine.log
 #   2. scripts/gpu_check.py: kernel parity vs the numpy twin, post-processing benchmark, TensorRT
 #      backend on the engines of step 1 -> OUTDIR/gpu_check.log, OUTDIR/gpu_check.json
-#   3. scripts/gpu_bench.py: PyTorch FP16 latency sweep, ncu decoder bytes, TensorRT batch sizes
-#      1-4 and 1080p frames overlapped vs serialized (1 and 3 cameras) on the engines of step 1
+#   3. scripts/gpu_bench.py: PyTorch FP16 latency sweep, the decoder under Orin proxies (L2
+#      flushed, 8 and 16 SMs), ncu decoder bytes, TensorRT batch sizes 1-4 and 1080p frames
+#      overlapped vs serialized (1 and 3 cameras) on the engines of step 1
 #      -> OUTDIR/bench/, OUTDIR/gpu_bench.log
 # Time limits (seconds; override with the variables named): a Jetson builds an FP16 engine in
 # minutes, so there the build gets 1200 s (GPU_CHECK_BUILD_S; an estimate, not yet measured on
