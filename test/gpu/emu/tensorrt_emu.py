@@ -721,4 +721,3 @@ def install(monkeypatch: Any, version: str = "10.3.0") -> types.ModuleType:
     module.__getattr__ = refuse  # type: ignore[attr-defined]  # PEP 562
     monkeypatch.setitem(sys.modules, "tensorrt", module)
     return module
-
