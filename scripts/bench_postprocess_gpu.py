@@ -9,8 +9,11 @@ event recorded on an idle stream (the host's launch time included, as a lone cal
 with it recorded behind a 256 MB device-to-device copy, so the launches are queued while the GPU
 copies and only the GPU's own time is measured (in the node, the engines hide the launches the
 same way). Floor = (low-res logits read once + every raster written once) / the measured device
-copy bandwidth + three dependent launches of a kernel that does no work, timed behind the copy as
-well (the fused path's three launches). Where the driver offers CUDA graphs (gpu/graphs.py), the
+copy bandwidth, or where Nsight Compute (``ncu``) can profile one frame of the fused kernels, the
+larger of that and their instructions at peak issue (each SM sub-partition issues one warp
+instruction a cycle, at the clock the profile saw: ``roofline.issue_floor_s``), + three dependent
+launches of a kernel that does no work, timed behind the copy as well (the fused path's three
+launches). Where the driver offers CUDA graphs (gpu/graphs.py), the
 fused kernels are also timed as one graph replay behind the copy, and the floor's launches as a
 graph of three idle kernels (a graph of one beside it): "graph ms" against "graph floor".
 
@@ -32,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from compactinst_ros.errors import CompactInstError
 from compactinst_ros.labels import LabelSet
 from compactinst_ros.postprocess import reference
 from compactinst_ros.structures import (
@@ -102,14 +106,15 @@ class Row:
     copy: float  # the one device-to-host copy of tables + rasters (pinned)
     naive: float
     reference: float
-    floor: float
+    floor: float  # max(bytes at the copy bandwidth, issue) + three launches
     parity: float
     fused_gpu: float  # the fused kernels timed behind the busy copy: the GPU's own time
     launches: float  # three dependent idle launches behind the busy copy (part of the floor)
     fused_graph: float  # the fused kernels as one graph replay behind the busy copy
     graph_one: float  # a graph of one idle kernel behind the busy copy
     graph_three: float  # a graph of three dependent idle kernels behind the busy copy
-    graph_floor: float  # bytes at the copy bandwidth + graph_three
+    graph_floor: float  # max(bytes at the copy bandwidth, issue) + graph_three
+    issue: float = float("nan")  # the fused kernels' instructions at peak issue (ncu)
 
 
 def _median_ms(fn, reps: int) -> float:
@@ -189,11 +194,83 @@ def graph_ms(
         graphs.destroy(executable)
 
 
+def find_ncu() -> str | None:
+    """The Nsight Compute CLI on PATH or in the usual CUDA install folders."""
+    import glob
+    import shutil
+
+    found = shutil.which("ncu") or sorted(glob.glob("/usr/local/cuda*/bin/ncu"))
+    return found if isinstance(found, str) else (found[-1] if found else None)
+
+
+def issue_floor_ms(size: str, timeout_s: float = 120.0) -> float:
+    """ms the fused kernels' instructions need at peak issue for one frame at ``size``: this
+    script's ``--ncu-target`` profiled by ncu (``roofline.ISSUE_METRICS``); nan, with the
+    reason printed, where ncu is missing or fails."""
+    import subprocess
+    import tempfile
+
+    from compactinst_ros.bench import roofline
+
+    ncu = find_ncu()
+    if ncu is None:
+        print("  issue floor not measured: no ncu", file=sys.stderr)
+        return float("nan")
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "issue.csv"
+        cmd = [
+            ncu, "--csv", "--print-units", "base", "--profile-from-start", "off",
+            "--metrics", roofline.ISSUE_METRICS, "--log-file", str(log),
+            sys.executable, str(Path(__file__).resolve()), "--ncu-target", size,
+        ]  # fmt: skip
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            print(f"  issue floor not measured: {exc}", file=sys.stderr)
+            return float("nan")
+        try:
+            floors = roofline.issue_floor_s(log.read_text(errors="replace"), "pp_")
+        except (OSError, CompactInstError) as exc:  # no CSV, or one without the metrics
+            output = (run.stdout + run.stderr)[-400:]
+            print(f"  issue floor not measured: {exc}; ncu said: {output}", file=sys.stderr)
+            return float("nan")
+    if set(floors) != {"pp_stats", "pp_tiles", "pp_remap"}:
+        print(f"  issue floor not measured: ncu profiled {sorted(floors)}", file=sys.stderr)
+        return float("nan")
+    return sum(floors.values()) * 1e3
+
+
+def ncu_target(size: str) -> None:
+    """One frame of the fused kernels at ``size`` between cuProfilerStart/Stop (what
+    ``issue_floor_ms`` has ncu profile)."""
+    import pycuda.driver as cuda
+
+    from compactinst_ros.gpu.postprocess import GpuPostprocessor
+
+    cuda.init()
+    ctx = cuda.Device(0).retain_primary_context()
+    ctx.push()
+    try:
+        raw, meta = frame_for(size)
+        q, h, w = raw.mask_logits.shape
+        post = GpuPostprocessor(BENCH_LABELS, q, h, w, raw.mask_stride)
+        d_cls, d_masks = cuda.to_device(raw.class_logits), cuda.to_device(raw.mask_logits)
+        stream = cuda.Stream()
+        post.enqueue(stream, int(d_cls), int(d_masks), meta, OPTIONS, ALL, copy=False)
+        stream.synchronize()
+        cuda.start_profiler()
+        post.enqueue(stream, int(d_cls), int(d_masks), meta, OPTIONS, ALL, copy=False)
+        stream.synchronize()
+        cuda.stop_profiler()
+    finally:
+        ctx.pop()
+
+
 def measure_floor(
-    cuda, stream, nbytes: int, buffers: tuple[Any, Any]
+    cuda, stream, nbytes: int, buffers: tuple[Any, Any], issue_ms: float = float("nan")
 ) -> tuple[float, float, float]:
     """(copy bandwidth GB/s, ms of three dependent idle launches behind a busy copy, floor ms)
-    for ``nbytes`` of essential traffic."""
+    for ``nbytes`` of essential traffic and the kernels' ``issue_ms`` (nan: not measured)."""
     copy = busy_copy(cuda, stream, buffers)
     timed = gpu_timer(cuda, stream)
     timed(copy)
@@ -208,7 +285,10 @@ def measure_floor(
 
     behind(three)
     launches_ms = _median_ms(lambda: behind(three), 50)
-    return bandwidth / 1e9, launches_ms, nbytes / bandwidth * 1e3 + launches_ms
+    bound_ms = nbytes / bandwidth * 1e3
+    if issue_ms == issue_ms:  # measured (not nan)
+        bound_ms = max(bound_ms, issue_ms)
+    return bandwidth / 1e9, launches_ms, bound_ms + launches_ms
 
 
 def naive_torch(raw: RawOutputs, meta: FrameMeta, labels: LabelSet, reps: int) -> float:
@@ -289,7 +369,8 @@ def bench_size(cuda, stream, size: str, reps: int, ref_reps: int) -> Row:
     pixels = meta.src_h * meta.src_w
     sem_bytes = np.dtype(post.sem_dtype).itemsize
     essential = raw.mask_logits.nbytes + pixels * (2 + 4 + sem_bytes)
-    _, launches_ms, floor_ms = measure_floor(cuda, stream, essential, buffers)
+    issue_ms = issue_floor_ms(size)
+    _, launches_ms, floor_ms = measure_floor(cuda, stream, essential, buffers, issue_ms)
     graphed = [float("nan")] * 4
     graphs = graph_api()
     if graphs is not None:
@@ -312,7 +393,7 @@ def bench_size(cuda, stream, size: str, reps: int, ref_reps: int) -> Row:
         naive_ms = float("nan")
     return Row(
         size, fused_ms, copy_ms, naive_ms, ref_ms, floor_ms, parity, fused_gpu_ms, launches_ms,
-        *graphed,
+        *graphed, issue_ms,
     )  # fmt: skip
 
 
@@ -322,14 +403,14 @@ def print_table(rows: list[Row]) -> None:
     on an idle stream), then the same as CUDA graphs where measured."""
     head = (
         f"{'size':>10} {'fused ms':>9} {'gpu ms':>8} {'+D2H ms':>8} {'naive ms':>9} "
-        f"{'numpy ms':>9} {'3 launch':>8} {'floor ms':>9} "
+        f"{'numpy ms':>9} {'3 launch':>8} {'issue ms':>8} {'floor ms':>9} "
         f"{'naive/fused':>11} {'fused/floor':>11} {'numpy/fused':>11} {'parity':>8}"
     )
     print(head)
     for r in rows:
         print(
             f"{r.size:>10} {r.fused:9.3f} {r.fused_gpu:8.3f} {r.copy:8.3f} {r.naive:9.3f} "
-            f"{r.reference:9.1f} {r.launches:8.3f} {r.floor:9.3f} "
+            f"{r.reference:9.1f} {r.launches:8.3f} {r.issue:8.3f} {r.floor:9.3f} "
             f"{r.naive / r.fused:11.1f} {r.fused_gpu / r.floor:11.2f} "
             f"{r.reference / r.fused:11.0f} {100 * r.parity:7.3f}%"
         )
@@ -352,7 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--ref-reps", type=int, default=1, help="numpy reference repetitions")
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--ncu-target", choices=list(SIZES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.ncu_target:
+        ncu_target(args.ncu_target)
+        return 0
     import pycuda.driver as cuda
 
     cuda.init()

@@ -38,6 +38,12 @@ TENSOR_OPS = (
 #: Tensor-pipe warp instructions: the classification signal, and the FLOP fallback.
 TENSOR_INST = "sm__inst_executed_pipe_tensor.sum"
 NCU_METRICS = ",".join([TIME, DRAM_READ, DRAM_WRITE, *CUDA_OPS, TENSOR_INST, *TENSOR_OPS])
+#: Per kernel: warp instructions issued per SM sub-partition (the average over them) and SM
+#: cycles elapsed, beside TIME: the issue-bound floor is the average instructions at one a cycle
+#: (each sub-partition issues at most one warp instruction a cycle), at the clock cycles / time.
+ISSUE_INST = "smsp__inst_executed.avg"
+SM_CYCLES = "sm__cycles_elapsed.avg"
+ISSUE_METRICS = ",".join([TIME, ISSUE_INST, SM_CYCLES])
 #: FLOPs of one FP16 HMMA.16816 warp instruction (16x8x16 multiply-adds x 2).
 HMMA_16816_FLOPS = 4096
 
@@ -111,7 +117,7 @@ def _table_lines(text: str) -> list[str]:
     )
 
 
-def _metrics_by_launch(text: str) -> dict[int, tuple[str, dict[str, float]]]:
+def metrics_by_launch(text: str) -> dict[int, tuple[str, dict[str, float]]]:
     """Launch id -> (kernel name, metric -> value) from a long (details) or wide (raw) CSV."""
     rows = list(csv.DictReader(io.StringIO("\n".join(_table_lines(text)))))
     launches: dict[int, tuple[str, dict[str, float]]] = {}
@@ -132,10 +138,25 @@ def _metrics_by_launch(text: str) -> dict[int, tuple[str, dict[str, float]]]:
     return launches
 
 
+def issue_floor_s(text: str, kernel_prefix: str = "") -> dict[str, float]:
+    """Kernel name -> seconds its instructions need at peak issue (``ISSUE_METRICS`` in an ncu
+    CSV; launches of one name summed), for the kernels whose name starts with
+    ``kernel_prefix``."""
+    floors: dict[str, float] = {}
+    for name, m in metrics_by_launch(text).values():
+        if not name.startswith(kernel_prefix):
+            continue
+        missing = [k for k in (TIME, ISSUE_INST, SM_CYCLES) if not m.get(k)]
+        if missing:
+            raise DataError(f"kernel {name}: no {', '.join(missing)} in the CSV")
+        floors[name] = floors.get(name, 0.0) + m[ISSUE_INST] * m[TIME] / m[SM_CYCLES]
+    return floors
+
+
 def parse_ncu_csv(text: str, flops_per_tensor_inst: float = HMMA_16816_FLOPS) -> list[Kernel]:
     """Kernels from Nsight Compute ``--csv`` output (details page or ``--page raw``)."""
     kernels = []
-    for key, (name, m) in sorted(_metrics_by_launch(text).items()):
+    for key, (name, m) in sorted(metrics_by_launch(text).items()):
         if TIME not in m or (DRAM_READ not in m and "dram__bytes.sum" not in m):
             raise InputError(
                 f"kernel {key} ({name}) lacks {TIME} or DRAM bytes; profile with "
@@ -247,6 +268,7 @@ def plot_roofline(kernels: Sequence[Kernel], device: Device, path: Path) -> None
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``compactinst roofline``."""

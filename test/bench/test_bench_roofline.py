@@ -73,3 +73,44 @@ def test_cli_prints_table_and_writes_json_and_plot(tmp_path: Path, capsys) -> No
     record = json.loads((tmp_path / "roofline.json").read_text())
     assert record["summary"]["cuda-core"]["kernels"] == 2
     assert (tmp_path / "roofline.png").stat().st_size > 10_000
+
+
+def issue_csv(rows: list[tuple[int, str, str, str, str]]) -> str:
+    """A details-page ncu CSV of (launch id, kernel, metric, unit, value) rows."""
+    head = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+            '"Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit",'
+            '"Metric Value"')  # fmt: skip
+    lines = [
+        f'"{i}","1","python3","127.0.0.1","{kernel}","1","7","(256, 1, 1)","(8, 1, 1)","0",'
+        f'"9.0","Command line profiler metrics","{metric}","{unit}","{value}"'
+        for i, kernel, metric, unit, value in rows
+    ]
+    return "==PROF== Connected to process 1\n" + "\n".join([head, *lines]) + "\n"
+
+
+def test_issue_floor_is_average_instructions_at_one_a_cycle_at_the_profiled_clock() -> None:
+    """pp_stats: 2,000 warp instructions per sub-partition, 10,000 SM cycles in 5 us (2 GHz):
+    1 us at peak issue; pp_tiles launched twice, summed; another kernel's rows left out; a
+    kernel without the cycle count is named."""
+    from compactinst_ros.bench.roofline import ISSUE_METRICS, issue_floor_s
+    from compactinst_ros.errors import DataError
+
+    rows = []
+    for i, kernel, inst, cycles, usecond in (
+        (0, "pp_stats", "2,000", "10,000", "5"),
+        (1, "pp_tiles", "500", "2,000", "1"),
+        (2, "pp_tiles", "500", "2,000", "1"),
+        (3, "ampere_gemm", "9,000", "9,000", "9"),
+    ):
+        rows += [
+            (i, kernel, "smsp__inst_executed.avg", "inst", inst),
+            (i, kernel, "sm__cycles_elapsed.avg", "cycle", cycles),
+            (i, kernel, "gpu__time_duration.sum", "usecond", usecond),
+        ]
+    assert ISSUE_METRICS.split(",") == [
+        "gpu__time_duration.sum", "smsp__inst_executed.avg", "sm__cycles_elapsed.avg",
+    ]  # fmt: skip
+    floors = issue_floor_s(issue_csv(rows), "pp_")
+    assert floors == pytest.approx({"pp_stats": 1e-6, "pp_tiles": 2 * 0.25e-6})
+    with pytest.raises(DataError, match=r"kernel pp_stats: no sm__cycles_elapsed\.avg"):
+        issue_floor_s(issue_csv([r for r in rows if "cycles" not in r[2]]), "pp_")

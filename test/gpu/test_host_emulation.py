@@ -154,3 +154,22 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     assert row["size"] == "512x1024" and row["parity"] == 1.0 and row["naive"] is None
     monkeypatch.delattr(sys.modules["tensorrt"], "__stand_in__")
     assert not gpu_check.tensorrt_is_stand_in()  # a real TensorRT gets the FP16 label
+
+
+def test_the_floor_is_the_larger_of_bytes_and_issue_plus_three_launches(
+    emu_lib, monkeypatch
+) -> None:
+    """bench_postprocess_gpu's floor on the stand-in (its times mean nothing here): bytes at the
+    measured copy bandwidth plus the three idle launches, or, where the kernels' instructions
+    at peak issue take longer, those instead; an unmeasured issue time (nan) leaves bytes."""
+    import bench_postprocess_gpu as bench
+
+    monkeypatch.setattr(bench, "COPY_BYTES", 1 << 20)
+    cuda = pycuda_emu.install(monkeypatch, emu_lib)
+    stream = cuda.Stream()
+    buffers = bench.copy_buffers(cuda)
+    bandwidth, launches, floor = bench.measure_floor(cuda, stream, 1 << 20, buffers)
+    assert bandwidth > 0 and launches > 0
+    assert floor == pytest.approx((1 << 20) / (bandwidth * 1e9) * 1e3 + launches, rel=1e-6)
+    _, launches, floor = bench.measure_floor(cuda, stream, 1 << 20, buffers, issue_ms=1e6)
+    assert floor == pytest.approx(1e6 + launches)
