@@ -44,8 +44,8 @@ lint: $(STAMP)
 # the package index (marker `network`, these files) run on the host network first.
 NETWORK_TESTS := test/launch/test_vehicle_install.py
 
-# `make test` leaves out the tests marked `full` (the soak, cross-checks of the larger model configs) to stay
-# within 10 minutes on 2 cores; `make test-full` runs those too.
+# `make test` leaves out the tests marked `full` (the soak, cross-checks of the larger model configs,
+# whole fleet runs on Ray) to stay within 10 minutes on 2 cores; `make test-full` runs those too.
 TEST_MARKS ?= not network and not full
 # pytest-xdist workers: three on two cores, since the workers wait on nodes and DDS part of the
 # time (two kept 1.7 of the 2 cores busy; three, 1.9: a make test 9:01 against ~10:30);

@@ -36,6 +36,10 @@ DRIVES = (
     ("d2", 4, {"site": "road", "weather": "sun"}),
 )
 WARMUP = 1
+#: The tests of whole fleet runs (two runs of the manifest with a worker killed, a baseline run,
+#: a Ctrl-C run: 80-140 s of Ray workers on 2 cores) run in make test-full; make test keeps Ray's
+#: worker plan and a run whose every drive fails, and test_eval_fleet_parts.py the merging.
+FULL_FLEET = pytest.mark.full
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +138,7 @@ def runs(ray_cluster, fleet_data: Path, tmp_path_factory: pytest.TempPathFactory
             "cached": (cached, mtime), "killed": killed}  # fmt: skip
 
 
+@FULL_FLEET
 def test_rerun_after_an_interruption_replays_only_the_missing_drives(runs) -> None:
     assert runs["rc"] == (1, 1)  # the corrupt drive failed in both: exit 1, named
     assert runs["first"]["run"] == {**runs["first"]["run"], "replayed": 2, "cached": 0}
@@ -149,6 +154,7 @@ def test_rerun_after_an_interruption_replays_only_the_missing_drives(runs) -> No
     assert "frames/s" in lines[-1]
 
 
+@FULL_FLEET
 def test_a_lost_worker_s_drive_is_retried_by_ray(runs) -> None:
     (pid,) = runs["killed"]
     rows = {row["name"]: row for row in runs["full"]["drives"]}
@@ -157,6 +163,7 @@ def test_a_lost_worker_s_drive_is_retried_by_ray(runs) -> None:
     assert all(not w.endswith(f":{pid}") for w in workers)  # finished by a restarted actor
 
 
+@FULL_FLEET
 def test_a_corrupt_bag_fails_only_its_drive(runs) -> None:
     full = runs["full"]
     assert full["summary"] | {"drives": 4, "covered": 3, "failed": 1} == full["summary"]
@@ -174,6 +181,7 @@ def test_a_corrupt_bag_fails_only_its_drive(runs) -> None:
     assert all((runs["out"] / p).read_bytes()[:4] == b"\x89PNG" for p in full["plots"])
 
 
+@FULL_FLEET
 def test_fleet_figures_equal_one_replay_over_all_frames(runs, fleet_data, tmp_path) -> None:
     gt = fleet_data / "all" / "gt"
     options = ReplayOptions(
@@ -197,6 +205,7 @@ def test_fleet_figures_equal_one_replay_over_all_frames(runs, fleet_data, tmp_pa
         assert merged[key] == single[key], key  # exactly, not approximately
 
 
+@FULL_FLEET
 def test_fleet_latency_is_over_the_merged_samples(runs) -> None:
     # in the manifest's order, as the fleet merges them: a mean over the same samples in
     # another order can differ in its last bit, and so in its third decimal
@@ -214,6 +223,7 @@ def test_fleet_latency_is_over_the_merged_samples(runs) -> None:
     assert runs["full"]["summary"]["p99"] == round(p99, 3)
 
 
+@FULL_FLEET
 def test_baseline_flags_a_worse_model(runs, fleet_data, tmp_path) -> None:
     baseline = runs["out"] / "report.json"
     good = fleet_data / "good.json"  # the good drives alone: all cached, so no actor starts
@@ -287,6 +297,7 @@ class InterruptOn(io.StringIO):
         return written
 
 
+@FULL_FLEET
 def test_ctrl_c_writes_a_partial_report_of_the_drives_done_and_exits_130(
     ray_cluster, fleet_data, tmp_path
 ) -> None:
