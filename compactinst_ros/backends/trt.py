@@ -368,22 +368,34 @@ class TensorRTBackend:
         return fitting[0]
 
     def _encode(self, items: list[BatchItem]) -> EncodedBatch:
-        """Encode thread: claim the next ring slot, copy the frames into its pinned staging
-        (after its previous uploads have read it), then enqueue the first half."""
-        slots = self.batch_slots(len(items))
-        stream, cuda = self._encode_stream, self._cuda
-        start = time.perf_counter()
+        """Encode thread: claim the next ring slot (its previous batch is decoded, so nothing
+        on either stream still reads it), copy the frames into its pinned staging, then enqueue
+        the first half. Where that fails, the claim is undone once the work already enqueued
+        has ended, so the next batch takes the slot and the sequence."""
         with self._ring_lock:
             if self._encoded - self._decoded >= RING:
                 raise BackendError(
                     f"{RING} batches are already encoded and not decoded; decode_batch the "
                     "oldest before encoding another"
                 )
-            # the slot's previous batch is decoded: its work on both streams has ended
             sequence = self._encoded
             ring = sequence % RING
-            self._ring_owner[ring] = sequence  # an overlay of its older frames now refuses
+            owner, self._ring_owner[ring] = self._ring_owner[ring], sequence  # overlays refuse
             self._encoded += 1
+        try:
+            return self._enqueue_encode(items, ring, sequence)
+        except BaseException:
+            self._encode_stream.synchronize()
+            with self._ring_lock:
+                self._encoded -= 1
+                self._ring_owner[ring] = owner
+            raise
+
+    def _enqueue_encode(self, items: list[BatchItem], ring: int, sequence: int) -> EncodedBatch:
+        """Encode thread: the first half of a batch claimed at ring slot ``ring``."""
+        slots = self.batch_slots(len(items))
+        stream, cuda = self._encode_stream, self._cuda
+        start = time.perf_counter()
         events = self._encode_events[ring]
         for slot, item in enumerate(items):  # host copies first: not inside "preprocess"
             self._pre.stage(item.image, item.encoding, self._pre_slot(ring, slot))
@@ -419,12 +431,26 @@ class TensorRTBackend:
 
     def _decode(self, encoded: EncodedBatch, options: PostprocessOptions) -> list[FrameResult]:
         """Decode thread: the second half on the decode stream after the batch's encoder, one
-        wait, then the results."""
+        wait, then the results. A batch whose second half fails counts as decoded once its
+        work on both streams has ended: its error goes to the caller, the next batch runs."""
         if encoded.sequence != self._decoded:
             raise BackendError(
                 f"decode_batch got batch {encoded.sequence} but batch {self._decoded} is next: "
                 "decode batches in the order they were encoded, each once"
             )
+        try:
+            return self._enqueue_decode(encoded, options)
+        except BaseException:
+            encoded.events[2].synchronize()
+            self._stream.synchronize()
+            raise
+        finally:
+            self._decoded += 1
+
+    def _enqueue_decode(
+        self, encoded: EncodedBatch, options: PostprocessOptions
+    ) -> list[FrameResult]:
+        """Decode thread: the second half of ``encoded``, its wait and its results."""
         items, slots, ring = encoded.items, encoded.slots, encoded.ring
         stream, ev = self._stream, self._decode_events
         start = time.perf_counter()
@@ -471,7 +497,6 @@ class TensorRTBackend:
             for slot, (item, result) in enumerate(zip(items, results, strict=True))
             if item.outputs.instance
         ]
-        self._decoded += 1
         return results
 
     def render_overlay(self, colours: np.ndarray, alpha: float, index: int = 0) -> np.ndarray:

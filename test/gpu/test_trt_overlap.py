@@ -160,3 +160,29 @@ def test_each_schedule_catches_what_the_other_lets_through(emu_lib, monkeypatch)
         ("late", "refill"): 1,
         ("early", "refill"): 2,  # caught: the refill ran before the copy
     }
+
+
+def test_a_failed_half_fails_its_batch_and_the_next_ones_run(emu_lib, monkeypatch, tmp_path):
+    """An engine that refuses to enqueue (``execute_async_v3`` returning False) fails its batch
+    with the stage named, in encode_batch for the encoder and in decode_batch for the decoder;
+    the ring slot and the batch's place are let go, so the batches after it run, one at a time
+    and overlapped, and equal their runs before the failure."""
+    monkeypatch.setenv("COMPACTINST_ENGINE_CACHE", str(tmp_path / "engines"))
+    pycuda_emu.install(monkeypatch, emu_lib)
+    tensorrt_emu.install(monkeypatch)
+    with Pipeline(default_bundle_path(), backend="tensorrt", batch_sizes=(2,)) as pipe:
+        batches = prepared(pipe, OutputSet())
+        trackers = [pipe.make_tracker() for _ in range(2)]
+        want = [pipe.infer_batch(items, trackers) for items in batches[:2]]
+        for index, stage in enumerate(("encoder", "decoder")):
+            context = pipe.backend._contexts[2][index]
+            with monkeypatch.context() as patch:
+                patch.setattr(context, "execute_async_v3", lambda handle: False)
+                with pytest.raises(BackendError, match=f"failed to enqueue stage '{stage}'"):
+                    pipe.infer_batch(batches[2], trackers)
+            for got, one in zip(pipe.infer_batch(batches[0], trackers), want[0], strict=True):
+                assert_same(got, one)
+            pending = [pipe.encode_batch(batches[0]), pipe.encode_batch(batches[1])]
+            for started, want_batch in zip(pending, want, strict=True):
+                for got, one in zip(pipe.decode_batch(started, trackers), want_batch, strict=True):
+                    assert_same(got, one)
