@@ -160,16 +160,21 @@ def busy_copy(cuda, stream, buffers: tuple[Any, Any]) -> Callable[[], None]:
     return lambda: cuda.memcpy_dtod_async(destination, source, COPY_BYTES, stream)
 
 
-def idle_launch(stream) -> Callable[[], None]:
-    """Enqueues one launch that does no work: the shipped ``pre_letterbox`` with a 0x0 output,
-    whose every thread returns at its bounds check. No compiler needed (no nvcc on a Jetson's
-    PATH), and the launch cost of a real kernel's parameter list."""
+def idle_launches(stream, count: int) -> Callable[[], None]:
+    """Enqueues ``count`` dependent launches that do no work: the shipped ``pre_letterbox``
+    with a 0x0 output, whose every thread returns at its bounds check. No compiler needed (no
+    nvcc on a Jetson's PATH), and the launch cost of a real kernel's parameter list."""
     from compactinst_ros.gpu.launch import load_kernels
 
     (kernel,) = load_kernels("preprocess", "pre_letterbox")
     zero = np.float32(0)
     args = (0, 0, 0, 0, 0, 0, 0, zero, zero, zero, zero, zero, 0, 0, 0)
-    return lambda: kernel.prepared_async_call((1, 1), (32, 1, 1), stream, *args)
+
+    def launch() -> None:
+        for _ in range(count):
+            kernel.prepared_async_call((1, 1), (32, 1, 1), stream, *args)
+
+    return launch
 
 
 def graph_api() -> Any:
@@ -197,15 +202,6 @@ def graph_ms(
         graphs.destroy(executable)
 
 
-def find_ncu() -> str | None:
-    """The Nsight Compute CLI on PATH or in the usual CUDA install folders."""
-    import glob
-    import shutil
-
-    found = shutil.which("ncu") or sorted(glob.glob("/usr/local/cuda*/bin/ncu"))
-    return found if isinstance(found, str) else (found[-1] if found else None)
-
-
 def issue_floor_ms(size: str, timeout_s: float = 120.0) -> float:
     """ms the fused kernels' instructions need at peak issue for one frame at ``size``: this
     script's ``--ncu-target`` profiled by ncu (``roofline.ISSUE_METRICS``); nan, with the
@@ -215,7 +211,7 @@ def issue_floor_ms(size: str, timeout_s: float = 120.0) -> float:
 
     from compactinst_ros.bench import roofline
 
-    ncu = find_ncu()
+    ncu = roofline.find_ncu()
     if ncu is None:
         print("  issue floor not measured: no ncu", file=sys.stderr)
         return float("nan")
@@ -279,13 +275,8 @@ def measure_floor(
     timed(copy)
     copy_ms = _median_ms(lambda: timed(copy), 20)
     bandwidth = 2 * COPY_BYTES / (copy_ms * 1e-3)  # a copy reads and writes every byte
-    launch = idle_launch(stream)
+    three = idle_launches(stream, 3)
     behind = gpu_timer(cuda, stream, busy=copy)
-
-    def three() -> None:
-        for _ in range(3):
-            launch()
-
     behind(three)
     launches_ms = _median_ms(lambda: behind(three), 50)
     bound_ms = nbytes / bandwidth * 1e3
@@ -378,16 +369,10 @@ def bench_size(cuda, stream, size: str, reps: int, ref_reps: int) -> Row:
     graphed = [float("nan")] * 4
     graphs = graph_api()
     if graphs is not None:
-        launch = idle_launch(stream)
-
-        def three() -> None:
-            for _ in range(3):
-                launch()
-
         graphed[:3] = (
             graph_ms(graphs, stream, lambda: fused(False), behind, reps),
-            graph_ms(graphs, stream, launch, behind, reps),
-            graph_ms(graphs, stream, three, behind, reps),
+            graph_ms(graphs, stream, idle_launches(stream, 1), behind, reps),
+            graph_ms(graphs, stream, idle_launches(stream, 3), behind, reps),
         )
         graphed[3] = floor_ms - launches_ms + graphed[2]
     try:

@@ -35,10 +35,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -82,17 +80,6 @@ DEADLINE_S = 300
 BATCH_SIZES = (1, 2, 3, 4)
 #: Camera counts of the overlap step (one batch of that many frames per round).
 OVERLAP_CAMERAS = (1, 3)
-
-
-def find_ncu() -> str | None:
-    """The Nsight Compute CLI on PATH or in the usual CUDA / Nsight install folders."""
-    found = shutil.which("ncu")
-    if found:
-        return found
-    candidates = sorted(
-        glob.glob("/usr/local/cuda*/bin/ncu") + glob.glob("/opt/nvidia/nsight-compute/*/ncu")
-    )
-    return candidates[-1] if candidates else None
 
 
 def device_preset(gpu: str, sm_count: int | None, given: str | None) -> tuple[Device | None, str]:
@@ -185,29 +172,36 @@ def profile_decoder(ncu: str, config: str, out: Path, timeout_s: float) -> Path:
     )
 
 
+def camera_items(pipe: Any, cameras: int, frame: tuple[int, int]) -> list:
+    """One prepared bgr8 frame of ``frame`` size per camera, each its own content, every
+    output asked for."""
+    import numpy as np
+
+    from compactinst_ros.gpu.frames import smooth_rgb
+    from compactinst_ros.structures import OutputSet
+
+    return [
+        pipe.prepare(np.ascontiguousarray(smooth_rgb(*frame, seed)[..., ::-1]), "bgr8", OutputSet())
+        for seed in range(cameras)
+    ]
+
+
 def batch_step(
     bundle: str | Path, sizes: list[int], frame: tuple[int, int], iters: int, cache_dir: Path
 ) -> list[dict]:
     """The TensorRT backend on ``bundle`` with a static-batch engine per size: per size, the
     median (and spread) over ``iters`` batches of the CUDA-event device time (preprocess +
     encoder + decoder + postprocess) per batch and per frame, and the host's wall time."""
-    import numpy as np
-
     from compactinst_ros.backends.trt import TIMED_STAGES
-    from compactinst_ros.gpu.frames import smooth_rgb
     from compactinst_ros.pipeline import Pipeline
-    from compactinst_ros.structures import INFERENCE, OutputSet
+    from compactinst_ros.structures import INFERENCE
 
     rows = []
     with Pipeline(
         bundle, backend="tensorrt", batch_sizes=tuple(sizes), engine_cache_dir=cache_dir
     ) as pipe:
         for n in sizes:
-            items = [
-                pipe.prepare(np.ascontiguousarray(smooth_rgb(*frame, seed)[..., ::-1]), "bgr8",
-                             OutputSet())
-                for seed in range(n)
-            ]  # fmt: skip
+            items = camera_items(pipe, n, frame)
             trackers = [pipe.make_tracker() for _ in items]
             pipe.infer_batch(items, trackers)  # warm-up
             device, wall = [], []
@@ -257,11 +251,7 @@ def overlap_step(
     per camera count: ``rounds`` alternating rounds of ``batches`` batches each (every output
     asked for, tracking on, as the node runs); per count the median and spread of each and the
     ratio of the medians."""
-    import numpy as np
-
-    from compactinst_ros.gpu.frames import smooth_rgb
     from compactinst_ros.pipeline import Pipeline
-    from compactinst_ros.structures import OutputSet
 
     rows = []
     with Pipeline(
@@ -269,11 +259,7 @@ def overlap_step(
         engine_cache_dir=cache_dir,
     ) as pipe:  # fmt: skip
         for n in cameras:
-            items = [
-                pipe.prepare(np.ascontiguousarray(smooth_rgb(*frame, seed)[..., ::-1]), "bgr8",
-                             OutputSet())
-                for seed in range(n)
-            ]  # fmt: skip
+            items = camera_items(pipe, n, frame)
             trackers = [pipe.make_tracker() for _ in items]
 
             runs = {"serialized": run_serialized, "overlapped": run_overlapped}
@@ -492,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     dram: dict[str, dict] = {}
-    ncu = find_ncu()
+    ncu = roofline.find_ncu()
     print(f"[3/6] Nsight Compute decoder DRAM bytes at {NCU_SIZE[0]}x{NCU_SIZE[1]}", flush=True)
     if args.skip_ncu or args.smoke or ncu is None or device == "cpu" or preset is None:
         why = "skipped" if args.skip_ncu or args.smoke else "ncu not found"

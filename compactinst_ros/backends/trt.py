@@ -228,9 +228,10 @@ class TensorRTBackend:
         q, mask_h, mask_w = self._buffers["pred_masks"][1][-3:]
         self._pre = GpuPreprocessor(self.bundle.pad_value)
         self._encode_stream, self._stream = cuda.Stream(), cuda.Stream()  # _stream: decode
+        graphs, graphs_off = self._graphs_that_work()
         self._post = GpuPostprocessor(
             self.bundle.labels, q, mask_h, mask_w, self.bundle.mask_stride,
-            graphs=self._graphs_that_work(),
+            graphs=graphs, graphs_off=graphs_off,
         )  # fmt: skip
         self._overlay = GpuOverlay()
         self._palette_rows = MAX_QUERIES + 1  # per-frame instance ids are 1..number of queries
@@ -258,9 +259,10 @@ class TensorRTBackend:
         self._ring_owner = [-1] * RING
         self._ring_lock = threading.Lock()
 
-    def _graphs_that_work(self) -> Any:
-        """Encode thread: the driver's graph API, tried once on a one-byte copy (capture,
-        replay, free), or None where it fails, which is said once (and in ``describe``)."""
+    def _graphs_that_work(self) -> tuple[Any, str | None]:
+        """Encode thread: (the driver's graph API, None), tried once on a one-byte copy
+        (capture, replay, free), or (None, why) where it fails, which is said once here and
+        in ``describe``."""
         from ..gpu.graphs import CudaGraphs, GraphError
 
         cuda, stream = self._cuda, self._stream
@@ -274,11 +276,9 @@ class TensorRTBackend:
             stream.synchronize()
             graphs.destroy(trial)
         except GraphError as exc:
-            self._graphs_off = str(exc)
             print(f"GPU post-processing launches its kernels one by one: {exc}")
-            return None
-        self._graphs_off = None
-        return graphs
+            return None, str(exc)
+        return graphs, None
 
     def _slot(self, name: str) -> tuple[int, int]:
         """Device address of tensor ``name``'s slot 0 and the bytes of one slot."""

@@ -87,21 +87,24 @@ def captured(fn: Callable[[], object], stream: Any) -> Any:
     return graph
 
 
-def time_replays(
-    graph: Any, stream: Any, reps: int, before: Callable[[], None] | None = None
+def time_each(
+    step: Callable[[], object],
+    stream: Any,
+    reps: int,
+    before: Callable[[], None] | None = None,
 ) -> list[float]:
-    """ms of ``reps`` replays on ``stream``, each timed alone; ``before`` runs ahead of each,
-    outside the timed interval."""
+    """ms of ``reps`` runs of ``step`` on ``stream``, each timed alone between two events;
+    ``before`` runs ahead of each, outside the timed interval."""
     import torch
 
     times = []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    with torch.cuda.stream(stream):
+    with torch.no_grad(), torch.cuda.stream(stream):
         for _ in range(reps):
             if before is not None:
                 before()
             start.record(stream)
-            graph.replay()
+            step()
             end.record(stream)
             end.synchronize()
             times.append(start.elapsed_time(end))
@@ -125,35 +128,26 @@ def green_context(sms: int) -> Any:
 
 
 def time_eager(fn: Callable[[], object], reps: int) -> list[float]:
-    """ms of ``reps`` passes of ``fn`` launched one kernel at a time on the current stream."""
+    """ms of ``reps`` passes of ``fn`` launched one kernel at a time on the current stream,
+    after three warm-up passes."""
     import torch
 
     stream = torch.cuda.current_stream()
-    with torch.no_grad():
-        for _ in range(3):
-            fn()
-        times = []
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        for _ in range(reps):
-            start.record(stream)
-            fn()
-            end.record(stream)
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-    return times
+    time_each(fn, stream, 3)
+    return time_each(fn, stream, reps)
 
 
 def proxy_times(proxy: str, fn: Callable[[], object], reps: int, state: dict) -> list[float]:
     """ms of ``reps`` replays of ``fn``'s graph under ``proxy`` ("whole GPU", "L2 flushed" or
     "<n> SMs"); ``state`` holds the whole-GPU stream, graph and flush buffer between proxies."""
     if proxy == "whole GPU":
-        return time_replays(state["graph"], state["stream"], reps)
+        return time_each(state["graph"].replay, state["stream"], reps)
     if proxy == "L2 flushed":
-        return time_replays(state["graph"], state["stream"], reps, state["flush"].zero_)
+        return time_each(state["graph"].replay, state["stream"], reps, state["flush"].zero_)
     context = green_context(int(proxy.split()[0]))
     if hasattr(context, "Stream"):  # PyTorch 2.12 on: the context's own stream takes a graph
         stream = context.Stream()
-        return time_replays(captured(fn, stream), stream, reps)
+        return time_each(captured(fn, stream).replay, stream, reps)
     # before: the context is made current, and a graph cannot capture its legacy stream
     context.set_context()
     try:

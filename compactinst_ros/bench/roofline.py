@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import glob
 import io
 import json
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -115,6 +117,17 @@ def _table_lines(text: str) -> list[str]:
         'no Nsight Compute CSV header (a line starting with "ID") found; produce '
         "the file with 'ncu --csv ... --log-file FILE'"
     )
+
+
+def find_ncu() -> str | None:
+    """The Nsight Compute CLI on PATH or in the usual CUDA / Nsight install folders."""
+    found = shutil.which("ncu")
+    if found:
+        return found
+    candidates = sorted(
+        glob.glob("/usr/local/cuda*/bin/ncu") + glob.glob("/opt/nvidia/nsight-compute/*/ncu")
+    )
+    return candidates[-1] if candidates else None
 
 
 def metrics_by_launch(text: str) -> dict[int, tuple[str, dict[str, float]]]:

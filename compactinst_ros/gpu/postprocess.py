@@ -118,10 +118,12 @@ class GpuPostprocessor:
         mask_w: int,
         stride: int,
         graphs: CudaGraphs | None = None,
+        graphs_off: str | None = None,
         log: Callable[[str], None] = print,
     ) -> None:
         """Kernels and buffers for one model; ``graphs``: replay ``enqueue_batch`` as CUDA graphs
-        (None: launch one by one); ``log`` says once why graphs were given up, if they are."""
+        (None: launch one by one, ``graphs_off`` saying why); ``log`` says once why graphs were
+        given up later, if they are."""
         if not 1 <= num_queries <= MAX_QUERIES or labels.num_classes > MAX_CLASSES:
             raise BackendError(
                 f"the GPU post-processing supports 1 to {MAX_QUERIES} queries and up to "
@@ -153,7 +155,7 @@ class GpuPostprocessor:
         self.graphs = graphs
         self._log = log
         #: why ``enqueue_batch`` launches one by one (None while it replays graphs)
-        self.graphs_off: str | None = None if graphs else "no CUDA graph API given"
+        self.graphs_off = None if graphs else graphs_off or "no CUDA graph API given"
         self._captured: OrderedDict[tuple, int] = OrderedDict()
 
     def geometry(self, meta: FrameMeta, slot: int = 0) -> _Geometry:
@@ -272,7 +274,7 @@ class GpuPostprocessor:
 
         for slot, (_, _, meta, _) in enumerate(frames):
             self.geometry(meta, slot)  # allocations and their zeroing: never inside a capture
-        if self.graphs is None or self.graphs_off is not None:
+        if self.graphs is None or self.graphs_off is not None:  # the first implies the second
             enqueue()
             return
         key = (frames, options)
