@@ -196,6 +196,13 @@ class ModelBundle:
         produced = {t.name for s in self.stages for t in s.outputs}
         return frozenset(produced & {t.name for s in self.stages for t in s.inputs})
 
+    @property
+    def image_tensor(self) -> str:
+        """The first stage's input: the letterboxed image. The FP16 graphs take it in half where
+        their first step casts it to FP16 (``variants.half_image_input``); INT8 graphs, which
+        the CPU backends run too, keep it FP32."""
+        return self.stages[0].inputs[0].name
+
     def stage(self, name: str) -> StageSpec:
         """The stage called ``name``; BundleError if absent."""
         for stage in self.stages:
@@ -446,7 +453,8 @@ def _derive(
     model = onnx.load(str(spec.path))
     if precision == "fp16":
         islands = entry.get("fp32_islands", ())
-        return variants.serialize(variants.fp16_graph(model, islands, bundle.boundary_tensors))
+        typed = variants.fp16_graph(model, islands, bundle.boundary_tensors, bundle.image_tensor)
+        return variants.serialize(typed)
     ranges = bundle.root / entry["ranges"]
     method = bundle.variants["int8"].get("calibration", {}).get("method", "minmax")
     exclude = entry.get("fp32_layers", ())

@@ -86,10 +86,21 @@ def _import_openvino() -> Any:
     return openvino
 
 
+#: ONNX Runtime's name of each OpenVINO element type a stage's I/O has
+_ORT_TYPES = {"f32": "tensor(float)", "f16": "tensor(float16)", "i64": "tensor(int64)"}
+
+
 class _Port(NamedTuple):
-    """A stage input or output, by name (what the backend reads of ONNX Runtime's NodeArg)."""
+    """A stage input or output: what the backend reads of ONNX Runtime's NodeArg (its name, and
+    its type in ONNX Runtime's words)."""
 
     name: str
+    type: str
+
+
+def _ort_type(name: str) -> str:
+    """ONNX Runtime's name of OpenVINO's element type ``name`` (its own name where unmapped)."""
+    return _ORT_TYPES.get(name, f"tensor({name})")
 
 
 class OpenVinoStage:
@@ -116,8 +127,10 @@ class OpenVinoStage:
             if threads < 1:
                 raise BackendError(f"threads={threads} must be >= 1 (or None for all cores)")
             self._config["INFERENCE_NUM_THREADS"] = threads
-        self._inputs = [_Port(p.any_name) for p in self._model.inputs]
-        self._outputs = [_Port(p.any_name) for p in self._model.outputs]
+        self._inputs, self._outputs = (
+            [_Port(p.any_name, _ort_type(p.get_element_type().get_type_name())) for p in ports]
+            for ports in (self._model.inputs, self._model.outputs)
+        )
         self._requests: dict[int, Any] = {}
         self._request(1)
 

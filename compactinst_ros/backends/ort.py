@@ -93,6 +93,29 @@ def create_session(
         ) from None
 
 
+#: numpy type of each ONNX Runtime input type a stage's image may have
+IMAGE_TYPES = {"tensor(float)": np.dtype(np.float32), "tensor(float16)": np.dtype(np.float16)}
+
+
+def image_type(session: Any, name: str) -> np.dtype:
+    """The numpy type ``session``'s image input ``name`` takes: float32, or float16 for an FP16
+    graph (``variants.half_image_input``); BackendError for any other."""
+    port = next(p for p in session.get_inputs() if p.name == name)
+    if port.type not in IMAGE_TYPES:
+        raise BackendError(
+            f"the image input '{name}' is {port.type}; a stage graph takes it as float or "
+            "float16: re-export the bundle with 'compactinst export'"
+        )
+    return IMAGE_TYPES[port.type]
+
+
+def image_feed(session: Any, name: str, image: np.ndarray) -> dict[str, np.ndarray]:
+    """``session``'s feed of ``image`` (float32) at its input ``name``, in the input's type
+    (``image_type``). Numpy rounds to half to nearest even, as the Cast an FP16 graph had at its
+    input did, so the outputs are the same bits as with a float input."""
+    return {name: image.astype(image_type(session, name), copy=False)}
+
+
 #: the INT8 graph the CPU runs: u8 activations with s8 weights (x86 VNNI kernels); the symmetric
 #: s8 TensorRT graph runs on request (``BackendOptions.int8_graph``), e.g. to measure it
 DEFAULT_INT8_GRAPH = "cpu"
@@ -138,6 +161,7 @@ class OrtBackend:
         if len(image_inputs) != 1:
             raise BackendError(f"{encoder.path} must have exactly one input (the image)")
         self._image_input = image_inputs[0]
+        self._image_type = image_type(self._encoder, self._image_input)
         self._providers = list(self._encoder.get_providers())
         self._feature_names = [o.name for o in self._encoder.get_outputs()]
         _check_names(self._decoder, decoder.path, self._feature_names)
@@ -241,10 +265,12 @@ class OrtBackend:
         return None
 
     def run_encoder(self, tensor: np.ndarray) -> list[np.ndarray]:
-        """Encoder stage: an (n, 3, H, W) float32 input -> the features, in output-name order."""
+        """Encoder stage: an (n, 3, H, W) float32 input -> the features, in output-name order
+        (an FP16 graph's image is rounded to half first, as ``image_feed`` says)."""
         if self._encoder is None:
             raise BackendError(f"the {self.name} backend was closed; create a new Pipeline")
-        return self._encoder.run(self._feature_names, {self._image_input: tensor})
+        image = tensor.astype(self._image_type, copy=False)
+        return self._encoder.run(self._feature_names, {self._image_input: image})
 
     def run_decoder(self, features: list[np.ndarray]) -> list[RawOutputs]:
         """Decoder stage: the encoder's features -> class and mask logits, one per frame."""

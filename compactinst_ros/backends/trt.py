@@ -73,6 +73,13 @@ if TYPE_CHECKING:
 
 #: Stage-time keys reported per frame, as the CPU backend's.
 TIMED_STAGES = ("preprocess", "encoder", "decoder", "postprocess")
+#: The types the GPU kernels read and write the engines' image and outputs in: the FP16 engines
+#: take the image in half (``variants.half_image_input``), the letterbox kernel writes it so.
+GPU_IO_TYPES = {
+    "image": (np.dtype(np.float32), np.dtype(np.float16)),
+    "pred_logits": (np.dtype(np.float32),),
+    "pred_masks": (np.dtype(np.float32),),
+}
 #: Batches in flight at once: one in ``decode_batch`` while the next is in ``encode_batch``.
 RING = 2
 
@@ -226,7 +233,7 @@ class TensorRTBackend:
             self._slot(n) for n in ("pred_logits", "pred_masks")
         )
         q, mask_h, mask_w = self._buffers["pred_masks"][1][-3:]
-        self._pre = GpuPreprocessor(self.bundle.pad_value)
+        self._pre = GpuPreprocessor(self.bundle.pad_value, self._buffers[image][2])
         self._encode_stream, self._stream = cuda.Stream(), cuda.Stream()  # _stream: decode
         graphs, graphs_off = self._graphs_that_work()
         self._post = GpuPostprocessor(
@@ -325,10 +332,12 @@ class TensorRTBackend:
                         f"produced but {frame} {dtype} where consumed; re-export the bundle"
                     )
             else:
-                if name in ("image", "pred_logits", "pred_masks") and dtype != np.float32:
+                allowed = GPU_IO_TYPES.get(name)
+                if allowed is not None and dtype not in allowed:
                     raise BackendError(
-                        f"engine tensor '{name}' is {dtype}; the GPU path needs FP32 I/O "
-                        "(build without I/O precision overrides)"
+                        f"engine tensor '{name}' is {dtype}; the GPU path takes it as "
+                        f"{' or '.join(map(str, allowed))} (build without I/O precision "
+                        "overrides)"
                     )
                 nbytes = int(np.prod(shape)) * dtype.itemsize
                 copies = RING if name in self._boundary else 1

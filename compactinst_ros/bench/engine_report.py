@@ -197,7 +197,8 @@ def paper_decoders(
         bundle = random_bundle(config, size, placeholder_labels(80), root, progress=log)
         stage = bundle.stage("decoder")
         model = onnx.load(str(stage.path))
-        data = variants.serialize(variants.fp16_graph(model, (), bundle.boundary_tensors))
+        typed = variants.fp16_graph(model, (), bundle.boundary_tensors, bundle.image_tensor)
+        data = variants.serialize(typed)
         out[config] = stage_report(StageGraph("decoder", "fp16", data, ""), stage, cc, trt)
         log(f"built the {config} decoder at {size[0]}x{size[1]} for sm {cc}")
     return out

@@ -183,7 +183,7 @@ def fp16_emulation_agreement(bundle: ModelBundle, tensors: Sequence[np.ndarray])
     and the operators the CPU provider runs in FP16 (the rest it runs in FP32 between Casts)."""
     import onnx
 
-    from ..backends.ort import create_session
+    from ..backends.ort import create_session, image_feed
     from ..export.precision import emulate_fp16
 
     typed = {s.name: bundle.stage_graph(s.name, "fp16").model_bytes for s in bundle.stages}
@@ -199,7 +199,8 @@ def fp16_emulation_agreement(bundle: ModelBundle, tensors: Sequence[np.ndarray])
         image = enc.get_inputs()[0].name
         results[name] = [
             dict(zip(DECODER_OUTPUTS, dec.run(list(DECODER_OUTPUTS),
-                 dict(zip(feats, enc.run(feats, {image: t}), strict=True))), strict=True))
+                 dict(zip(feats, enc.run(feats, image_feed(enc, image, t)), strict=True))),
+                 strict=True))
             for t in tensors
         ]  # fmt: skip
     return {

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 
 from .. import variants
-from ..backends.ort import create_session
+from ..backends.ort import create_session, image_feed
 from ..bundle import (
     DECODER_OUTPUTS,
     INT8_GRAPHS,
@@ -84,7 +84,7 @@ class Chain:
         self.features = [o.name for o in self.encoder.get_outputs()]
 
     def __call__(self, tensor: np.ndarray) -> dict[str, np.ndarray]:
-        feats = self.encoder.run(self.features, {self.image: tensor})
+        feats = self.encoder.run(self.features, image_feed(self.encoder, self.image, tensor))
         outs = self.decoder.run(list(DECODER_OUTPUTS), dict(zip(self.features, feats, strict=True)))
         return dict(zip(DECODER_OUTPUTS, outs, strict=True))
 
@@ -263,7 +263,9 @@ def write_variants(
         model = onnx.load(str(stage.path))
         if islands is not None:
             typed = variants.serialize(
-                variants.fp16_graph(model, islands[stage.name], bundle.boundary_tensors)
+                variants.fp16_graph(
+                    model, islands[stage.name], bundle.boundary_tensors, bundle.image_tensor
+                )
             )
             found.setdefault("fp16", {"derive": "fp16", "tools": tools, "stages": {}})
             found["fp16"]["stages"][stage.name] = {

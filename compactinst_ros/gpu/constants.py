@@ -98,6 +98,7 @@ SIGNATURES: dict[str, str] = {
     "pp_tiles": "iPPiiiiiPPPPPPfPPdiPPPPi",
     "pp_remap": "iiPPP",
     "pre_letterbox": "PiiiiiifffffiiP",
+    "pre_letterbox_half": "PiiiiiifffffiiP",
     "ov_instance": "PiiiiPiPffP",
     "ov_panoptic": "PiiiiPPiPffP",
     "lift_clear": "iPP",

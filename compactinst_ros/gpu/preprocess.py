@@ -16,16 +16,25 @@ import numpy as np
 from ..structures import FrameMeta
 from .launch import frame_args, load_kernels, pixel_grid
 
+#: letterbox kernel by the encoder input's type: FP16 engines take the image in half
+KERNELS = {np.dtype(np.float32): "pre_letterbox", np.dtype(np.float16): "pre_letterbox_half"}
+
 
 class GpuPreprocessor:
     """Raw camera frame (pinned upload) -> encoder input buffer, one kernel."""
 
-    def __init__(self, pad_value: tuple[float, float, float]) -> None:
+    def __init__(
+        self, pad_value: tuple[float, float, float], dtype: np.dtype | type = np.float32
+    ) -> None:
+        """``dtype``: the encoder input's type, float32 or float16 (``KERNELS``); the half
+        kernel rounds what the float one writes to nearest even, as a Cast to FP16 does."""
         import pycuda.driver as cuda
 
         self.cuda = cuda
         self.pad = tuple(np.float32(v) for v in pad_value)
-        (self.kernel,) = load_kernels("preprocess", "pre_letterbox")
+        if np.dtype(dtype) not in KERNELS:
+            raise ValueError(f"no letterbox kernel writes {np.dtype(dtype)}: {list(KERNELS)}")
+        (self.kernel,) = load_kernels("preprocess", KERNELS[np.dtype(dtype)])
         #: per slot: (capacity in bytes, pinned staging, device copy of the raw frame)
         self.slots: list[tuple[int, np.ndarray, Any]] = []
 

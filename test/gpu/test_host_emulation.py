@@ -30,7 +30,8 @@ from compactinst_ros.structures import FrameMeta, OutputSet  # noqa: E402
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 KERNELS = {
     "pp_stats", "pp_tiles", "pp_remap",
-    "pre_letterbox", "ov_instance", "ov_panoptic", "lift_clear", "lift_bounds", "lift_plan",
+    "pre_letterbox", "pre_letterbox_half", "ov_instance", "ov_panoptic", "lift_clear",
+    "lift_bounds", "lift_plan",
     "lift_classify", "lift_select", "lift_histogram", "lift_accumulate", "lift_cloud_classify",
     "lift_cloud_accumulate", "lift_cloud_labels",
 }  # fmt: skip

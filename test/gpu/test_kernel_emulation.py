@@ -57,6 +57,8 @@ def emu(emu_lib: ctypes.CDLL) -> ctypes.CDLL:
         + [ctypes.c_float] * 5
         + [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     )
+    lib.emu_preprocess_half.argtypes = lib.emu_preprocess.argtypes
+    lib.emu_to_half.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     lib.emu_overlay.argtypes = [ctypes.c_void_p] + [ctypes.c_int] * 4 + [
         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
         ctypes.c_float, ctypes.c_float, ctypes.c_void_p,
@@ -172,6 +174,47 @@ def test_preprocess_kernel_equals_twin(emu, encoding: str) -> None:
         64, 128, _ptr(out),
     )  # fmt: skip
     np.testing.assert_allclose(out, twin.letterbox(raw, encoding, meta, PAD), atol=1e-3)
+
+
+def test_device_half_rounding_is_numpys(emu) -> None:
+    """cvt.rn.f16.f32 as the emulator runs it rounds as numpy's astype(float16) and as the Casts
+    of ONNX Runtime and TensorRT: to nearest, ties to even (exact ties, both neighbours of each,
+    subnormals, the largest half and overflow to infinity)."""
+    rng = np.random.default_rng(3)
+    halves = np.arange(0, 0x7C00, 7, dtype=np.uint16).view(np.float16).astype(np.float32)
+    ties = (halves[:-1].astype(np.float64) + halves[1:]) / 2  # exact in float32
+    values = np.concatenate([
+        halves, ties.astype(np.float32), np.nextafter(ties.astype(np.float32), 0),
+        np.nextafter(ties.astype(np.float32), np.inf),
+        rng.uniform(-300, 300, 20000).astype(np.float32),
+        np.array([65504, 65519.99, 65520, 1e9, 2.0**-24, 2.0**-25, 3 * 2.0**-26, np.inf, -0.0],
+                 np.float32),
+    ])  # fmt: skip
+    values = np.concatenate([values, -values])
+    got = np.empty(values.size, np.uint16)
+    emu.emu_to_half(_ptr(values), values.size, _ptr(got))
+    with np.errstate(over="ignore"):
+        expected = values.astype(np.float16).view(np.uint16)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("encoding", ["rgb8", "bgra8", "yuyv"])
+def test_half_preprocess_kernel_is_the_float_one_rounded(emu, encoding: str) -> None:
+    """An FP16 engine's image: the half kernel writes the float kernel's values rounded to half,
+    the bits the Cast at the FP16 graph's input made of them (resized and unresized frames)."""
+    for size in ((50, 150), (64, 128)):
+        raw = np.ascontiguousarray(encode(smooth_rgb(*size, 2), encoding))
+        meta = FrameMeta.letterbox(*size, 64, 128)
+        h, w = raw.shape[:2]
+        args = (
+            _ptr(raw), h, w, int(np.prod(raw.shape[1:])), ENCODING_CODES[encoding],
+            meta.resized_h, meta.resized_w, h / meta.resized_h, w / meta.resized_w, *PAD, 64, 128,
+        )  # fmt: skip
+        wide, half = np.zeros((1, 3, 64, 128), np.float32), np.zeros((1, 3, 64, 128), np.uint16)
+        emu.emu_preprocess(*args, _ptr(wide))
+        emu.emu_preprocess_half(*args, _ptr(half))
+        assert np.unique(wide).size > 100  # resampled values, not only the integers half holds
+        np.testing.assert_array_equal(half, wide.astype(np.float16).view(np.uint16))
 
 
 def test_overlay_kernels_equal_twin(emu) -> None:

@@ -132,7 +132,9 @@ def test_signature_check_catches_a_changed_parameter() -> None:
     """The layout and type checks can fail: a kernel whose float ``scale_y`` became a double
     no longer matches its prepare() string, in the cubin and in the PTX."""
     source = (KERNEL_DIR / "preprocess.cu").read_text()
-    changed = source.replace("float scale_y,", "double scale_y,", 1)
+    head, kernel = source.split('extern "C" __global__ void pre_letterbox(', 1)
+    kernel = kernel.replace("float scale_y,", "double scale_y,", 1)
+    changed = f'{head}extern "C" __global__ void pre_letterbox({kernel}'
     assert changed != source
     options = [*COMPILE_OPTIONS, INCLUDE]
     cubin = read_image(nvrtc.compile_source(changed, "preprocess.cu", "sm_87", options))

@@ -143,7 +143,9 @@ def test_nvcc_build_is_cached_privately(tmp_path: Path) -> None:
     data = loader.compile_cached("preprocess", "sm_87", nvcc, folder)
     info = read_image(data)
     assert info.target == "sm_87"
-    assert info.params == {"pre_letterbox": param_layout(SIGNATURES["pre_letterbox"])}
+    assert info.params == {
+        name: param_layout(SIGNATURES[name]) for name in ("pre_letterbox", "pre_letterbox_half")
+    }
     (entry,) = folder.iterdir()
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE(entry.stat().st_mode) == 0o600

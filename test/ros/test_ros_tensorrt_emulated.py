@@ -97,5 +97,5 @@ def test_node_runs_the_tensorrt_backend_and_renders_the_overlay_on_the_device(tm
         code = node.stop()
         assert code == 0, f"node exited with {code} after SIGINT:\n{node.log()}"
     launched = node.log().rsplit("emulated kernels launched: ", 1)[-1].splitlines()[0]
-    for kernel in ("pre_letterbox", "pp_stats", "pp_tiles", "pp_remap", "ov_instance"):
+    for kernel in ("pre_letterbox_half", "pp_stats", "pp_tiles", "pp_remap", "ov_instance"):
         assert f"'{kernel}'" in launched, node.log()

@@ -42,6 +42,17 @@ __device__ __forceinline__ float lerp_rn(float a, float b, float w) {
 // +inf without <math.h>'s INFINITY, which NVRTC lacks.
 __device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
 
+#ifdef __CUDACC__
+// float -> binary16 bits, to nearest even (PTX cvt.rn.f16.f32): what a Cast to FP16 writes in
+// TensorRT and ONNX Runtime. The instruction itself, as NVRTC has no cuda_fp16.h without the
+// toolkit's include folder; the CPU emulator (test/gpu/emu/cuda_emu.h) defines its own.
+__device__ __forceinline__ uint16_t cvt_rn_f16(float x) {
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+#endif
+
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // Bilinear taps of one camera pixel, precomputed per axis on the host (float64 positions,

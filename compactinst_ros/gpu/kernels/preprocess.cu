@@ -1,27 +1,36 @@
 // Camera image -> encoder input in one kernel: colour conversion, letterbox bilinear resize
-// (OpenCV INTER_LINEAR geometry, half-pixel centres), mean-colour padding, float32 NCHW RGB
-// 0..255 (normalisation lives inside the encoder graph). The raw frame is uploaded once, in its
-// own encoding; numpy twin: gpu/twin.py `letterbox`.
+// (OpenCV INTER_LINEAR geometry, half-pixel centres), mean-colour padding, NCHW RGB 0..255
+// (normalisation lives inside the encoder graph), as float32 or, for the FP16 engines, which
+// take the image in half, as float16 rounded to nearest even (what the Cast those graphs had at
+// their input did). The raw frame is uploaded once, in its own encoding; numpy twin:
+// gpu/twin.py `letterbox`.
 #include "common.cuh"
 
 using namespace ci;
 
+__device__ __forceinline__ void store(float* __restrict__ dst, size_t i, float v) { dst[i] = v; }
+__device__ __forceinline__ void store(uint16_t* __restrict__ dst, size_t i, float v) {
+  dst[i] = cvt_rn_f16(v);
+}
+
 // One thread per model-input pixel. The image sits at the top-left (resized_h x resized_w);
-// the rest is padding. `scale_y/scale_x` = src / resized, as OpenCV's inverse scale.
-extern "C" __global__ void pre_letterbox(const uint8_t* __restrict__ src, int src_h, int src_w,
-                                         int src_step, int encoding, int resized_h,
-                                         int resized_w, float scale_y, float scale_x,
-                                         float pad_r, float pad_g, float pad_b, int input_h,
-                                         int input_w, float* __restrict__ dst) {
+// the rest is padding. `scale_y/scale_x` = src / resized, as OpenCV's inverse scale. Every value
+// is computed in float; only the store differs between the two element types.
+template <typename T>
+__device__ __forceinline__ void letterbox(const uint8_t* __restrict__ src, int src_h, int src_w,
+                                          int src_step, int encoding, int resized_h,
+                                          int resized_w, float scale_y, float scale_x,
+                                          float pad_r, float pad_g, float pad_b, int input_h,
+                                          int input_w, T* __restrict__ dst) {
   const int x = blockIdx.x * blockDim.x + threadIdx.x;
   const int y = blockIdx.y * blockDim.y + threadIdx.y;
   if (x >= input_w || y >= input_h) return;
   const size_t plane = (size_t)input_h * input_w;
   const size_t idx = (size_t)y * input_w + x;
   if (x >= resized_w || y >= resized_h) {
-    dst[idx] = pad_r;
-    dst[plane + idx] = pad_g;
-    dst[2 * plane + idx] = pad_b;
+    store(dst, idx, pad_r);
+    store(dst, plane + idx, pad_g);
+    store(dst, 2 * plane + idx, pad_b);
     return;
   }
   float3 rgb;
@@ -62,7 +71,27 @@ extern "C" __global__ void pre_letterbox(const uint8_t* __restrict__ src, int sr
                       wa * a.y + wb * b.y + wc * c.y + wd * d.y,
                       wa * a.z + wb * b.z + wc * c.z + wd * d.z);
   }
-  dst[idx] = rgb.x;
-  dst[plane + idx] = rgb.y;
-  dst[2 * plane + idx] = rgb.z;
+  store(dst, idx, rgb.x);
+  store(dst, plane + idx, rgb.y);
+  store(dst, 2 * plane + idx, rgb.z);
+}
+
+extern "C" __global__ void pre_letterbox(const uint8_t* __restrict__ src, int src_h, int src_w,
+                                         int src_step, int encoding, int resized_h,
+                                         int resized_w, float scale_y, float scale_x,
+                                         float pad_r, float pad_g, float pad_b, int input_h,
+                                         int input_w, float* __restrict__ dst) {
+  letterbox(src, src_h, src_w, src_step, encoding, resized_h, resized_w, scale_y, scale_x, pad_r,
+            pad_g, pad_b, input_h, input_w, dst);
+}
+
+// The same, for an encoder that takes the image in half: binary16 bits.
+extern "C" __global__ void pre_letterbox_half(const uint8_t* __restrict__ src, int src_h,
+                                              int src_w, int src_step, int encoding,
+                                              int resized_h, int resized_w, float scale_y,
+                                              float scale_x, float pad_r, float pad_g,
+                                              float pad_b, int input_h, int input_w,
+                                              uint16_t* __restrict__ dst) {
+  letterbox(src, src_h, src_w, src_step, encoding, resized_h, resized_w, scale_y, scale_x, pad_r,
+            pad_g, pad_b, input_h, input_w, dst);
 }

@@ -152,6 +152,14 @@ inline float __int_as_float(int i) {
   return f;
 }
 inline int __float2int_rn(float f) { return (int)std::lrintf(f); }
+// PTX cvt.rn.f16.f32 (common.cuh's cvt_rn_f16 on the device): GCC's _Float16 conversion is
+// IEEE's, to nearest even, overflow to infinity, NaN kept.
+inline uint16_t cvt_rn_f16(float x) {
+  const _Float16 h = (_Float16)x;
+  uint16_t bits;
+  std::memcpy(&bits, &h, 2);
+  return bits;
+}
 using std::max;
 using std::min;
 

@@ -59,6 +59,20 @@ extern "C" void emu_preprocess(const uint8_t* src, int src_h, int src_w, int ste
   });
 }
 
+extern "C" void emu_preprocess_half(const uint8_t* src, int src_h, int src_w, int step, int enc,
+                                    int rh, int rw, float sy, float sx, float pr, float pg,
+                                    float pb, int in_h, int in_w, uint16_t* dst) {
+  emu_launch({cdiv(in_w, 32), cdiv(in_h, 8), 1}, {32, 8, 1}, [&] {
+    pre_letterbox_half(src, src_h, src_w, step, enc, rh, rw, sy, sx, pr, pg, pb, in_h, in_w,
+                       dst);
+  });
+}
+
+// binary16 bits of each of n floats, as the device's cvt.rn.f16.f32 (cuda_emu.h cvt_rn_f16).
+extern "C" void emu_to_half(const float* x, size_t n, uint16_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = cvt_rn_f16(x[i]);
+}
+
 extern "C" void emu_overlay(const uint8_t* src, int h, int w, int step, int enc,
                             const void* ids, const int* sorted_ids, int n_sorted,
                             const uint8_t* lut, int n_lut, float wi, float wc, uint8_t* out) {
@@ -103,6 +117,8 @@ extern "C" int emu_launch_packed(const char* name, unsigned gx, unsigned gy, uns
     else if (kernel == "pp_tiles") emu_call_packed(pp_tiles, grid, block, buf, size);
     else if (kernel == "pp_remap") emu_call_packed(pp_remap, grid, block, buf, size);
     else if (kernel == "pre_letterbox") emu_call_packed(pre_letterbox, grid, block, buf, size);
+    else if (kernel == "pre_letterbox_half")
+      emu_call_packed(pre_letterbox_half, grid, block, buf, size);
     else if (kernel == "ov_instance") emu_call_packed(ov_instance, grid, block, buf, size);
     else if (kernel == "ov_panoptic") emu_call_packed(ov_panoptic, grid, block, buf, size);
     else if (kernel == "lift_clear") emu_call_packed(lift_clear, grid, block, buf, size);
