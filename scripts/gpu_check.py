@@ -4,9 +4,10 @@ against the numpy twin, the post-processing benchmark and, where TensorRT is ins
 TensorRT backend; a table comes last and everything also lands in OUTDIR/gpu_check.json.
 
 1. environment: GPU, CUDA driver, pycuda, PyTorch, TensorRT;
-2. preprocessing kernel vs its numpy twin and vs the OpenCV letterbox, every encoding, the
-   overlay kernels vs their twin, and the 3-D lifting kernels vs their twin and
-   spatial.lift_depth on the twin's synthetic scenes;
+2. preprocessing kernel vs its numpy twin and vs the OpenCV letterbox, every encoding, its half
+   variant (the FP16 engines' image) vs the float one rounded to half, the overlay kernels vs
+   their twin, and the 3-D lifting kernels vs their twin and spatial.lift_depth on the twin's
+   synthetic scenes;
 3. fused post-processing kernels vs the numpy twin (bit-exact up to float ties) and vs the numpy
    reference (>= 99.9 % of pixels), on random, blob and constructed frames, tables included;
 4. the post-processing benchmark (scripts/bench_postprocess_gpu.py): fused kernels vs naive
@@ -107,24 +108,32 @@ def tensorrt_is_stand_in() -> bool:
 
 
 def check_preprocess(cuda, stream, checks: Checks) -> None:
-    """Kernel vs twin (tight) and vs OpenCV (grey-level tolerance) for every encoding."""
+    """Kernel vs twin (tight) and vs OpenCV (grey-level tolerance) for every encoding, and the
+    FP16 engines' half kernel against the float one rounded to half (the same bits)."""
     from compactinst_ros.gpu.preprocess import GpuPreprocessor
 
-    pre = GpuPreprocessor(frames.PAD)
+    pre, pre_half = GpuPreprocessor(frames.PAD), GpuPreprocessor(frames.PAD, np.float16)
     worst_twin = worst_cv = 0.0
+    half_mismatches = 0
     for encoding in frames.ENCODINGS:
         for src_h, src_w, in_h, in_w in frames.GEOMETRIES:
             raw = frames.encode(frames.smooth_rgb(src_h, src_w, 0), encoding)
             meta = FrameMeta.letterbox(src_h, src_w, in_h, in_w)
             dst = cuda.mem_alloc(4 * 3 * in_h * in_w)
+            dst_half = cuda.mem_alloc(2 * 3 * in_h * in_w)
             pre.enqueue(stream, raw, encoding, meta, int(dst))
+            pre_half.enqueue(stream, raw, encoding, meta, int(dst_half))
             out = np.empty((1, 3, in_h, in_w), np.float32)
+            out_half = np.empty((1, 3, in_h, in_w), np.float16)
             stream.synchronize()
             cuda.memcpy_dtoh(out, dst)
+            cuda.memcpy_dtoh(out_half, dst_half)
             expected = twin.letterbox(raw, encoding, meta, frames.PAD)
             cpu = letterbox(raw, encoding, meta, frames.PAD)
             worst_twin = max(worst_twin, float(np.abs(out - expected).max()))
             worst_cv = max(worst_cv, float(np.abs(out - cpu).max()))
+            rounded = out.astype(np.float16).view(np.uint16)
+            half_mismatches += int((out_half.view(np.uint16) != rounded).sum())
     checks.add(
         "preprocess kernel vs twin", worst_twin <= 1e-3, f"max |diff| {worst_twin:.2e}",
         max_abs_diff=worst_twin,
@@ -132,6 +141,10 @@ def check_preprocess(cuda, stream, checks: Checks) -> None:
     checks.add(
         "preprocess kernel vs OpenCV", worst_cv <= 2.5, f"max |diff| {worst_cv:.3f} levels",
         max_abs_diff=worst_cv,
+    )  # fmt: skip
+    checks.add(
+        "half preprocess kernel = float one rounded", half_mismatches == 0,
+        f"{half_mismatches} values differ", mismatches=half_mismatches,
     )  # fmt: skip
 
 

@@ -130,7 +130,7 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     out = capsys.readouterr().out
     assert status == 0, out
     assert "pycuda emulated" in out and "GPU: CPU kernel emulator" in out
-    assert "checks: 10/10 passed" in out, out  # seven kernel checks, the backend, fp16 and int8
+    assert "checks: 11/11 passed" in out, out  # eight kernel checks, the backend, fp16 and int8
     assert "lift kernels vs twin: 8 scenes (3 clouds), exact fields equal" in out, out
     assert gpu_check.STAND_IN_ROW in out and gpu_check.TENSORRT_ROW not in out
     table = out[out.index("naive/fused") :].splitlines()
@@ -139,7 +139,7 @@ def test_gpu_check_runs_every_step_through_the_real_host_code(
     assert table[2].split()[:2] == ["size", "graph"] and table[3].split()[0] == "512x1024", table
     assert set(driver.launches) == KERNELS  # the floor's idle launch is a shipped kernel too
     report = json.loads((tmp_path / "check" / "gpu_check.json").read_text())
-    assert report["gpu"] == "CPU kernel emulator" and len(report["checks"]) == 10
+    assert report["gpu"] == "CPU kernel emulator" and len(report["checks"]) == 11
     assert report["device_preset"] == "preset none (CPU kernel emulator; no preset for this GPU)"
     shipped = {source: "sm_87" for source in ("lift", "overlay", "postprocess", "preprocess")}
     assert report["kernel_images"] == shipped
