@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 STAGES = ("backbone", "pixel_decoder", "decoder")
 #: ATen kinds that run on tensor cores in FP16 (convolutions and matrix products).
-TENSOR_KINDS = frozenset({"convolution", "mm", "addmm", "bmm", "baddbmm"})
+TENSOR_KINDS = frozenset({"convolution", "mm", "addmm", "bmm"})
 DEFAULT_DEVICES = ("orin-nano", "agx-orin", "rtx-a4000", "h200")
 
 

@@ -21,11 +21,29 @@ from .query_proposal import QueryProposal
 Matcher = Callable[[dict, list], list]
 
 
+class MaskedScores(nn.Module):
+    """The masked attention's score product per head, ``q kᵀ + bias``, with one -inf bias per
+    frame broadcast over the heads: q (B, heads, Lq, d), k (B, heads, Lk, d), bias (B, 1, Lq, Lk)
+    -> (B, heads, Lq, Lk).
+
+    PyTorch's own MHA (and FastInst's code, through it) repeats the bias for every head and adds
+    it with ``baddbmm``: a (B·heads, Lq, Lk) tensor written and read per masked layer, which
+    TensorRT's fused attention then reads too (80 MB a frame in CompactInst-R18's decoder at
+    1024x2048, 297 MB in FastInst-D3's; docs/gpu.md). Adding 0 or -inf is exact either way, so
+    the outputs are the same. A module of its own so that the MAC count can leave it out by name
+    (``flops.UNCOUNTED_MODULES``): the papers' FLOP figures come from fvcore on the ``baddbmm``
+    form, for which fvcore has no handle."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """Scores of every head, the bias added."""
+        return torch.matmul(q, k.transpose(-1, -2)) + bias
+
+
 class MultiheadAttention(nn.Module):
     """Multi-head attention with ``nn.MultiheadAttention``'s parameter layout (``in_proj_weight``,
     ``in_proj_bias``, ``out_proj``), batch-first, built from MatMul/Softmax only for export.
 
-    A mask becomes an additive -inf bias applied with ``baddbmm``, as in PyTorch's own MHA.
+    A mask becomes an additive -inf bias, one per frame for all heads (``MaskedScores``).
     """
 
     def __init__(self, dim: int, heads: int) -> None:
@@ -34,6 +52,7 @@ class MultiheadAttention(nn.Module):
         self.in_proj_weight = nn.Parameter(torch.empty(3 * dim, dim))
         self.in_proj_bias = nn.Parameter(torch.zeros(3 * dim))
         self.out_proj = nn.Linear(dim, dim)
+        self.masked_scores = MaskedScores()
         nn.init.xavier_uniform_(self.in_proj_weight)
         nn.init.zeros_(self.out_proj.bias)
 
@@ -60,13 +79,14 @@ class MultiheadAttention(nn.Module):
         k = self._split(F.linear(key, wk, bk))
         v = self._split(F.linear(value, wv, bv))
         if mask is None:
-            scores = torch.bmm(q, k.transpose(1, 2))
+            out = torch.bmm(torch.bmm(q, k.transpose(1, 2)).softmax(dim=-1), v)
         else:
             bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
-            bias = bias.masked_fill(mask, float("-inf"))
-            bias = bias.unsqueeze(1).expand(-1, self.heads, -1, -1).reshape(-1, *mask.shape[1:])
-            scores = torch.baddbmm(bias, q, k.transpose(1, 2))
-        out = torch.bmm(scores.softmax(dim=-1), v)  # (B*heads, Lq, D/heads)
+            bias = bias.masked_fill(mask, float("-inf")).unsqueeze(1)  # (B, 1, Lq, Lk)
+            per_head = (b, self.heads, -1, d // self.heads)
+            scores = self.masked_scores(q.reshape(per_head), k.reshape(per_head), bias)
+            out = torch.matmul(scores.softmax(dim=-1), v.reshape(per_head))
+        # (B*heads or B x heads, Lq, D/heads) -> (B, Lq, D)
         out = out.reshape(b, self.heads, lq, d // self.heads).transpose(1, 2).reshape(b, lq, d)
         return self.out_proj(out)
 

@@ -7,9 +7,10 @@ becomes an :class:`OpRecord` attributed to the innermost module that ran it.
 MAC convention (fvcore's, where one multiply-add = one "flop", the convention of the FastInst and
 CompactInst papers): counted are convolutions, ``mm``/``addmm``/``bmm`` (so Linear, einsum and
 matmul), LayerNorm/GroupNorm (5 per element) and bilinear upsampling (4 per output element).
-Not counted: ``baddbmm`` (the masked cross-attention's score product; fvcore has no handle for it,
-its MACs are still in ``OpRecord.macs`` with ``counted=False``), the frozen-BN affine,
-activations, softmax, residual adds, pooling, top-k and gathers. Bytes are counted for all ops.
+Not counted: the masked cross-attention's score product (``UNCOUNTED_MODULES``: the papers' code
+ran it as a ``baddbmm``, for which fvcore has no handle; its MACs are still in ``OpRecord.macs``
+with ``counted=False``), the frozen-BN affine, activations, softmax, residual adds, pooling,
+top-k and gathers. Bytes are counted for all ops.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ _PREFIXES = (
     ("decoder.refinement", "refinement"),
     ("decoder", "decoder_other"),
 )
+
+#: modules (by attribute name) whose MACs the papers' figures leave out: the masked attention's
+#: score product (``decoder.MaskedScores``), a ``baddbmm`` in the code they counted with fvcore
+UNCOUNTED_MODULES = frozenset({"masked_scores"})
 
 _METADATA_OPS = {
     "_unsafe_view",
@@ -110,10 +115,9 @@ def _macs(kind: str, args: list, out: list) -> tuple[int, bool]:
     if kind == "addmm":
         (m, k), (_, n) = shape(args[1]), shape(args[2])
         return m * k * n, True
-    if kind in ("bmm", "baddbmm"):
-        a, b = (args[0], args[1]) if kind == "bmm" else (args[1], args[2])
-        (bs, m, k), (_, _, n) = shape(a), shape(b)
-        return bs * m * k * n, kind == "bmm"
+    if kind == "bmm":
+        (bs, m, k), (_, _, n) = shape(args[0]), shape(args[1])
+        return bs * m * k * n, True
     if kind in ("native_layer_norm", "native_group_norm"):
         return 5 * args[0].numel(), True
     if kind == "upsample_bilinear2d":
@@ -162,6 +166,7 @@ class _Recorder(TorchDispatchMode):
         written = sum(self._bytes(o) for o in outs)
         macs, counted = _macs(kind, list(args), outs)
         path = self.stack[-1]
+        counted = counted and path.rsplit(".", 1)[-1] not in UNCOUNTED_MODULES
         self.records.append(
             OpRecord(
                 f"{path or 'model'}:{kind}",

@@ -72,9 +72,11 @@ def test_records_carry_bytes_and_weights() -> None:
     assert stem.bytes_read == (3 * 256 * 512 + 64 * 3 * 7 * 7) * 2
     assert stem.bytes_written == 64 * 128 * 256 * 2
     assert stem.macs == 64 * 128 * 256 * 3 * 49
-    masked = [r for r in records if r.kind == "baddbmm"]
-    assert len(masked) == 3 and all(not r.counted and r.macs > 0 for r in masked)
-    assert all(r.component == "transformer" for r in masked)
+    masked = [r for r in records if r.name.split(":")[0].endswith(".masked_scores")]
+    assert [r.kind for r in masked if r.macs] == ["bmm"] * 3  # one per layer's masked attention
+    assert all(not r.counted and r.component == "transformer" for r in masked)
+    weighted = [r for r in records if r.name.endswith("query_cross_attn.attn:bmm")]
+    assert len(weighted) == 3 and all(r.counted for r in weighted)  # attention . V is counted
     fp32 = count_ops("compactinst_r18", (256, 512), elem_size=4)
     assert sum(r.bytes_read for r in fp32) > 1.9 * sum(r.bytes_read for r in records)
 
