@@ -198,9 +198,9 @@ class ModelBundle:
 
     @property
     def image_tensor(self) -> str:
-        """The first stage's input: the letterboxed image. The FP16 graphs take it in half where
-        their first step casts it to FP16 (``variants.half_image_input``); INT8 graphs, which
-        the CPU backends run too, keep it FP32."""
+        """The name of the first stage's input: the letterboxed image. The FP16 graphs take it
+        in half where their first step casts it to FP16 (``variants.half_image_input``); INT8
+        graphs, which the CPU backends run too, keep it FP32."""
         return self.stages[0].inputs[0].name
 
     def stage(self, name: str) -> StageSpec:

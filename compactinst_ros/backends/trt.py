@@ -227,7 +227,7 @@ class TensorRTBackend:
                 context.set_device_memory(int(self._activation[index]), activation[index])
                 self._bind(stage, engine, context, batch)
                 self._contexts[batch].append(context)
-        image = self.bundle.stages[0].inputs[0].name
+        image = self.bundle.image_tensor
         self._image_ptr, self._image_bytes = self._slot(image)
         (self._logits_ptr, self._logits_bytes), (self._masks_ptr, self._masks_bytes) = (
             self._slot(n) for n in ("pred_logits", "pred_masks")

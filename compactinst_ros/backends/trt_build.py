@@ -431,7 +431,7 @@ def ensure_engines(
     engines: dict[str, Any] = {}
     built: list[EngineKey] = []
     slots = acceptance.slot_cases(len(cases), batch)
-    image = bundle.stages[0].inputs[0].name
+    image = bundle.image_tensor
     inputs = [{image: np.concatenate([cases[i].image for i in run])} for run in slots]
     for stage in bundle.stages:
         graph = bundle.stage_graph(stage.name, precision)

@@ -416,7 +416,7 @@ def _run_chain(
     bundle: ModelBundle, runners: dict[str, StageRunner], tensor: np.ndarray
 ) -> dict[str, StageStats]:
     """Encoder then decoder on one encoder input; the stats of every stage."""
-    values = {bundle.stages[0].inputs[0].name: tensor}
+    values = {bundle.image_tensor: tensor}
     stats: dict[str, StageStats] = {}
     for stage in bundle.stages:
         outputs, stats[stage.name] = runners[stage.name].run(

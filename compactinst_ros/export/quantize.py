@@ -80,7 +80,7 @@ class Chain:
     def __init__(self, bundle: ModelBundle, graphs: dict[str, bytes], fused: bool = True) -> None:
         self.encoder = create_session(graphs["encoder"], optimize=fused)
         self.decoder = create_session(graphs["decoder"], optimize=fused)
-        self.image = bundle.stages[0].inputs[0].name
+        self.image = bundle.image_tensor
         self.features = [o.name for o in self.encoder.get_outputs()]
 
     def __call__(self, tensor: np.ndarray) -> dict[str, np.ndarray]:
