@@ -11,9 +11,11 @@
 #   2. scripts/gpu_check.py: kernel parity vs the numpy twin, post-processing benchmark, TensorRT
 #      backend on the engines of step 1 -> OUTDIR/gpu_check.log, OUTDIR/gpu_check.json
 #   3. scripts/gpu_bench.py: PyTorch FP16 latency sweep, the decoder under Orin proxies (L2
-#      flushed, 8 and 16 SMs), ncu decoder bytes, TensorRT batch sizes 1-4 and 1080p frames
-#      overlapped vs serialized (1 and 3 cameras) on the engines of step 1
-#      -> OUTDIR/bench/, OUTDIR/gpu_bench.log
+#      flushed, 8 and 16 SMs) beside NVIDIA's builder's bytes per frame (ENGINE_REPORT: a
+#      report.json of `compactinst engine-report models/default --paper`, which runs on any x86
+#      CPU; the one kept in docs/engine_reports by default), ncu decoder bytes, TensorRT batch
+#      sizes 1-4 and 1080p frames overlapped vs serialized (1 and 3 cameras) on the engines of
+#      step 1 -> OUTDIR/bench/, OUTDIR/gpu_bench.log
 # Time limits (seconds; override with the variables named): a Jetson builds an FP16 engine in
 # minutes, so there the build gets 1200 s (GPU_CHECK_BUILD_S; an estimate, not yet measured on
 # an Orin: the log says how long it took) and the other steps 300 s and 600 s; elsewhere 300,
@@ -64,8 +66,9 @@ fi
 limit "$check_s" "$python" scripts/gpu_check.py --reps 50 "${backend[@]}" --out "$out" 2>&1 \
     | tee -a "$out/gpu_check.log"
 check=${PIPESTATUS[0]}
+report=${ENGINE_REPORT:-$root/docs/engine_reports/paper-1024x2048-sm86.json}
 limit "$bench_s" "$python" scripts/gpu_bench.py --out "$out/bench" --engine-cache "$out/engines" \
-    2>&1 | tee "$out/gpu_bench.log"
+    --engine-report "$report" 2>&1 | tee "$out/gpu_bench.log"
 bench=${PIPESTATUS[0]}
 echo "build-engine exit $build, gpu_check.py exit $check, gpu_bench.py exit $bench" \
     "(124: stopped at its time limit, 137: killed ${kill_s} s after); logs in $out"

@@ -51,3 +51,13 @@ def test_the_speed_up_is_fastinst_over_compactinst_beside_the_builders_bytes(tmp
     assert lines[4].split()[-1] == "n/a"
     assert lines[5].endswith("2663 MB / 1079 MB = 2.47x")
     assert gpu_bench.parse_args(["--skip-proxies"]).skip_proxies
+
+
+def test_the_kept_builder_report_gives_both_decoders_bytes() -> None:
+    """The report gpu_check.sh hands the proxies by default holds both paper decoders, as
+    ``compactinst engine-report --paper`` measured them (CompactInst's the smaller)."""
+    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "scripts" / "gpu_bench.py")
+    gpu_bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_bench)
+    kept = gpu_bench.builder_bytes(ROOT / "docs" / "engine_reports" / "paper-1024x2048-sm86.json")
+    assert set(kept) == set(CONFIGS) and 0 < kept[CONFIGS[1]] < kept[CONFIGS[0]]

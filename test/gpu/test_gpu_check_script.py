@@ -36,6 +36,9 @@ def test_a_step_that_ignores_sigterm_is_killed_and_the_next_runs(tmp_path: Path)
     assert proc.returncode == 137, proc.stdout + proc.stderr
     assert elapsed < 20, f"{elapsed:.0f} s: a step outlived its limit"
     assert "gpu_check.py exit 137, gpu_bench.py exit 137" in proc.stdout
-    assert "started scripts/gpu_bench.py" in (out / "gpu_bench.log").read_text()
+    bench_log = (out / "gpu_bench.log").read_text()
+    assert "started scripts/gpu_bench.py" in bench_log
+    report = ROOT / "docs" / "engine_reports" / "paper-1024x2048-sm86.json"
+    assert f"--engine-report {report}" in bench_log and report.is_file()
     assert "no TensorRT: no engines built" in (out / "build_engine.log").read_text()
     assert "gpu_check.py 1 s, gpu_bench.py 1 s" in (out / "gpu.txt").read_text()
